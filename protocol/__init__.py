@@ -1,0 +1,98 @@
+"""The Gnutella 0.6 wire format, without I/O.
+
+Bytes in, typed records and events out; records in, bytes out; typed errors for
+everything a peer can get wrong. Nothing here touches a socket, a clock, a thread or a
+logger, so every rule can be tested synchronously and exhaustively.
+
+Modules, from the bottom up: :mod:`~protocol.constants`, :mod:`~protocol.errors`,
+:mod:`~protocol.ggep`, :mod:`~protocol.messages` (typed records), :mod:`~protocol.spec`
+(the construct declaration, the normative spec), :mod:`~protocol.header` (the
+``struct`` fast path derived from it), :mod:`~protocol.codec` (payload parse/build),
+:mod:`~protocol.framing` (stream to frames), :mod:`~protocol.compression` (deflate
+links), :mod:`~protocol.headers` and :mod:`~protocol.handshake` (the connection
+handshake).
+"""
+
+from .codec import build_payload, decode_message, encode_message, parse_payload
+from .compression import DeflateCompressor, DeflateDecompressor
+from .constants import DEFAULT_MAX_PAYLOAD, HEADER_SIZE, ByeCode, MessageType
+from .errors import (
+    CompressionError,
+    FrameTooLargeError,
+    GnutellaError,
+    HandshakeError,
+    LocalProtocolError,
+    MalformedPayloadError,
+    ProtocolError,
+    RemoteProtocolError,
+    StreamBrokenError,
+    TruncatedStreamError,
+)
+from .framing import Frame, FrameDecoder
+from .ggep import GGEPBlock, GGEPExtension
+from .header import decode_header, encode_header
+from .messages import (
+    Bye,
+    Message,
+    OpaquePayload,
+    Payload,
+    Ping,
+    Pong,
+    Push,
+    QrpPatch,
+    QrpReset,
+    Query,
+    QueryFlags,
+    QueryHit,
+    QueryHitDescriptor,
+    QueryHitResult,
+    VendorMessage,
+    make_guid,
+    random_guid,
+)
+
+__all__ = [
+    "DEFAULT_MAX_PAYLOAD",
+    "HEADER_SIZE",
+    "Bye",
+    "ByeCode",
+    "CompressionError",
+    "DeflateCompressor",
+    "DeflateDecompressor",
+    "Frame",
+    "FrameDecoder",
+    "FrameTooLargeError",
+    "GGEPBlock",
+    "GGEPExtension",
+    "GnutellaError",
+    "HandshakeError",
+    "LocalProtocolError",
+    "MalformedPayloadError",
+    "Message",
+    "MessageType",
+    "OpaquePayload",
+    "Payload",
+    "Ping",
+    "Pong",
+    "ProtocolError",
+    "Push",
+    "QrpPatch",
+    "QrpReset",
+    "Query",
+    "QueryFlags",
+    "QueryHit",
+    "QueryHitDescriptor",
+    "QueryHitResult",
+    "RemoteProtocolError",
+    "StreamBrokenError",
+    "TruncatedStreamError",
+    "VendorMessage",
+    "build_payload",
+    "decode_header",
+    "decode_message",
+    "encode_header",
+    "encode_message",
+    "make_guid",
+    "parse_payload",
+    "random_guid",
+]

@@ -1,0 +1,169 @@
+"""Cutting a Gnutella byte stream into messages.
+
+Theory of operation: bytes arrive in arbitrary pieces; :meth:`FrameDecoder.receive_data`
+appends them and returns every message now complete, as a batch of :class:`Frame`
+objects (header fields plus the raw payload). Only the header is decoded here: a router
+forwards most payloads without looking inside, and parses the rest on demand with
+:meth:`Frame.message`.
+
+Two kinds of bad input, two outcomes:
+
+* A payload that does not parse as its type raises
+  :class:`~protocol.errors.MalformedPayloadError` from :meth:`Frame.message`. The frame
+  boundaries were never in doubt, so the decoder is unaffected and the next message
+  decodes normally.
+* A length field over the configured maximum raises
+  :class:`~protocol.errors.FrameTooLargeError` from :meth:`FrameDecoder.receive_data`.
+  The length is the only way to find the next header, so the stream is lost: the
+  decoder refuses further input. The frames decoded before the bad header in the same
+  call are not lost; they travel on the exception (``frames``).
+
+Memory is bounded by the maximum payload: the length is checked as soon as a header is
+complete, before any of its payload is buffered.
+"""
+
+from __future__ import annotations
+
+from .codec import decode_message, encode_message
+from .constants import DEFAULT_MAX_PAYLOAD, HEADER_SIZE
+from .errors import FrameTooLargeError, StreamBrokenError, TruncatedStreamError
+from .header import HEADER_STRUCT
+from .messages import Message, Payload
+
+_unpack_header = HEADER_STRUCT.unpack_from
+
+
+class Frame:
+    """One message as it crossed the wire: header fields and undecoded payload bytes."""
+
+    __slots__ = ("guid", "hops", "payload", "payload_type", "ttl")
+
+    def __init__(self, guid: bytes, payload_type: int, ttl: int, hops: int, payload: bytes) -> None:
+        self.guid = guid
+        self.payload_type = payload_type
+        self.ttl = ttl
+        self.hops = hops
+        self.payload = payload
+
+    def message(self) -> Message:
+        """Decode the payload into a typed :class:`~protocol.messages.Message`.
+
+        Raises:
+            MalformedPayloadError: the payload is not valid for its type; the stream
+                this frame came from is still in sync.
+        """
+        return decode_message(self.guid, self.payload_type, self.ttl, self.hops, self.payload)
+
+    def payload_record(self) -> Payload:
+        """Just the typed payload (see :meth:`message`)."""
+        return self.message().payload
+
+    def to_bytes(self) -> bytes:
+        """The frame exactly as it would be sent: header then payload."""
+        return (
+            HEADER_STRUCT.pack(self.guid, self.payload_type, self.ttl, self.hops, len(self.payload))
+            + self.payload
+        )
+
+    @classmethod
+    def from_message(cls, message: Message) -> Frame:
+        data = encode_message(message)
+        return cls(
+            message.guid, message.payload_type, message.ttl, message.hops, data[HEADER_SIZE:]
+        )
+
+    def _key(self) -> tuple[bytes, int, int, int, bytes]:
+        return (self.guid, self.payload_type, self.ttl, self.hops, self.payload)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Frame):
+            return NotImplemented
+        return self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def __repr__(self) -> str:
+        return (
+            f"Frame(guid={self.guid.hex()}, type=0x{self.payload_type:02x}, ttl={self.ttl}, "
+            f"hops={self.hops}, payload={len(self.payload)} bytes)"
+        )
+
+
+class FrameDecoder:
+    """Incremental framer: feed any chunking, get whole messages in batches."""
+
+    __slots__ = ("_ended", "_failure", "_needed", "_pending", "max_payload")
+
+    def __init__(self, max_payload: int = DEFAULT_MAX_PAYLOAD) -> None:
+        if max_payload < 0:
+            raise ValueError("max_payload must not be negative")
+        self.max_payload = max_payload
+        self._pending = bytearray()
+        self._needed = HEADER_SIZE
+        self._failure: FrameTooLargeError | TruncatedStreamError | None = None
+        self._ended = False
+
+    @property
+    def buffered(self) -> int:
+        """Bytes held while waiting for the rest of a message."""
+        return len(self._pending)
+
+    def receive_data(self, data: bytes | bytearray | memoryview) -> list[Frame]:
+        """Add bytes; return the messages they complete, in stream order.
+
+        ``b""`` signals the end of the stream: it returns nothing, or raises
+        :class:`~protocol.errors.TruncatedStreamError` if a message was cut off.
+
+        Partial input waits in a ``bytearray`` and is not looked at again until the
+        message it belongs to can be complete, so a peer dripping a large message a byte
+        at a time costs linear, not quadratic, work.
+
+        Raises:
+            FrameTooLargeError: a header announced an oversized payload; frames decoded
+                before it in this call are on the exception's ``frames``.
+            StreamBrokenError: called again after either error, or after the end.
+        """
+        if self._failure is not None or self._ended:
+            raise StreamBrokenError(
+                "the stream already failed or ended; no more data can be framed"
+            ) from self._failure
+        if not data:
+            self._ended = True
+            if self._pending:
+                self._failure = TruncatedStreamError(len(self._pending))
+                raise self._failure
+            return []
+        pending = self._pending
+        if pending:
+            pending += data
+            if len(pending) < self._needed:
+                return []
+            buffer = bytes(pending)
+        else:
+            buffer = data if isinstance(data, bytes) else bytes(data)
+        available = len(buffer)
+        limit = self.max_payload
+        frames: list[Frame] = []
+        append = frames.append
+        position = 0
+        needed = HEADER_SIZE
+        while available - position >= HEADER_SIZE:
+            guid, payload_type, ttl, hops, length = _unpack_header(buffer, position)
+            if length > limit:
+                self._pending = bytearray()
+                self._failure = FrameTooLargeError(length, limit, frames)
+                raise self._failure
+            start = position + HEADER_SIZE
+            end = start + length
+            if end > available:
+                needed = end - position
+                break
+            append(Frame(guid, payload_type, ttl, hops, buffer[start:end]))
+            position = end
+        if position < available:
+            self._pending = bytearray(buffer[position:])
+        elif pending:
+            self._pending = bytearray()
+        self._needed = needed
+        return frames

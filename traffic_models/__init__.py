@@ -1,0 +1,1 @@
+"""Synthetic Gnutella traffic: message mixes and sample streams."""
