@@ -30,7 +30,18 @@ from .errors import (
 )
 from .framing import Frame, FrameDecoder
 from .ggep import GGEPBlock, GGEPExtension
+from .handshake import (
+    Acceptor,
+    Capabilities,
+    ConnectRequest,
+    HandshakeComplete,
+    HandshakeRejected,
+    HandshakeResponse,
+    Initiator,
+    router_headers,
+)
 from .header import decode_header, encode_header
+from .headers import HandshakeLimits, HeaderBlock
 from .messages import (
     Bye,
     Message,
@@ -54,9 +65,12 @@ from .messages import (
 __all__ = [
     "DEFAULT_MAX_PAYLOAD",
     "HEADER_SIZE",
+    "Acceptor",
     "Bye",
     "ByeCode",
+    "Capabilities",
     "CompressionError",
+    "ConnectRequest",
     "DeflateCompressor",
     "DeflateDecompressor",
     "Frame",
@@ -65,7 +79,13 @@ __all__ = [
     "GGEPBlock",
     "GGEPExtension",
     "GnutellaError",
+    "HandshakeComplete",
     "HandshakeError",
+    "HandshakeLimits",
+    "HandshakeRejected",
+    "HandshakeResponse",
+    "HeaderBlock",
+    "Initiator",
     "LocalProtocolError",
     "MalformedPayloadError",
     "Message",
@@ -95,4 +115,5 @@ __all__ = [
     "make_guid",
     "parse_payload",
     "random_guid",
+    "router_headers",
 ]

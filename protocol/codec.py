@@ -25,6 +25,7 @@ from .errors import LocalProtocolError, MalformedPayloadError, ProtocolError
 from .extensions import parse_extension_area
 from .ggep import GGEPBlock, build_ggep, parse_ggep_exact
 from .header import encode_header
+from .ipv4 import pack_ipv4, unpack_ipv4
 from .messages import (
     Message,
     OpaquePayload,
@@ -92,10 +93,6 @@ _PUSH_FIXED = struct.Struct("<16sI4sH")
 _FLAGS = struct.Struct(">H")
 
 
-def _dotted(raw: bytes) -> str:
-    return f"{raw[0]}.{raw[1]}.{raw[2]}.{raw[3]}"
-
-
 def _trailing_ggep(payload: bytes, start: int) -> GGEPBlock | None:
     if len(payload) == start:
         return None
@@ -112,7 +109,7 @@ def _decode_pong(payload: bytes) -> Pong:
             f"pong of {len(payload)} bytes is shorter than 14", message_type=MessageType.PONG
         )
     port, ip, files, kbytes = _PONG_FIXED.unpack_from(payload)
-    return Pong(port, _dotted(ip), files, kbytes, _trailing_ggep(payload, _PONG_FIXED.size))
+    return Pong(port, unpack_ipv4(ip), files, kbytes, _trailing_ggep(payload, _PONG_FIXED.size))
 
 
 def _decode_push(payload: bytes) -> Push:
@@ -121,7 +118,7 @@ def _decode_push(payload: bytes) -> Push:
             f"push of {len(payload)} bytes is shorter than 26", message_type=MessageType.PUSH
         )
     guid, index, ip, port = _PUSH_FIXED.unpack_from(payload)
-    return Push(guid, index, _dotted(ip), port, _trailing_ggep(payload, _PUSH_FIXED.size))
+    return Push(guid, index, unpack_ipv4(ip), port, _trailing_ggep(payload, _PUSH_FIXED.size))
 
 
 def _decode_query(payload: bytes) -> Query:
@@ -168,16 +165,6 @@ def parse_payload(message_type: int, payload: bytes) -> Payload:
 # Fast encoders
 
 
-def _packed_ip(ip: str) -> bytes:
-    parts = ip.split(".")
-    try:
-        if len(parts) != 4 or not all(p.isdigit() and p.isascii() for p in parts):
-            raise ValueError(ip)
-        return bytes(int(p) for p in parts)
-    except ValueError as exc:
-        raise LocalProtocolError(f"not an IPv4 address: {ip!r}") from exc
-
-
 def _ggep_tail(block: GGEPBlock | None) -> bytes:
     return b"" if block is None else build_ggep(block)
 
@@ -187,7 +174,7 @@ def _encode_ping(payload: Any) -> bytes:
 
 
 def _encode_pong(payload: Any) -> bytes:
-    ip = _packed_ip(payload.ip)
+    ip = pack_ipv4(payload.ip)
     return _PONG_FIXED.pack(payload.port, ip, payload.files, payload.kbytes) + _ggep_tail(
         payload.ggep
     )
@@ -196,7 +183,7 @@ def _encode_pong(payload: Any) -> bytes:
 def _encode_push(payload: Any) -> bytes:
     if len(payload.servent_guid) != GUID_SIZE:
         raise LocalProtocolError("a push's servent GUID is 16 bytes")
-    ip = _packed_ip(payload.ip)
+    ip = pack_ipv4(payload.ip)
     fixed = _PUSH_FIXED.pack(payload.servent_guid, payload.file_index, ip, payload.port)
     return fixed + _ggep_tail(payload.ggep)
 

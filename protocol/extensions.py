@@ -117,6 +117,28 @@ def _encode_item(item: Extension) -> bytes:
     return item.data
 
 
-def build_extension_area(items: Iterable[Extension]) -> bytes:
-    """Join extension items with 0x1C, the inverse of :func:`parse_extension_area`."""
-    return _SEPARATOR_BYTE.join(_encode_item(item) for item in items)
+def build_extension_area(items: Iterable[Extension], *, nul_terminated: bool) -> bytes:
+    """Join extension items with 0x1C, the inverse of :func:`parse_extension_area`.
+
+    Stricter than the parser, as the spec asks of senders: a GGEP block must come after
+    every HUGE and XML item, and a result's area (which a NUL ends) must hold no NUL, so
+    GGEP data with NUL bytes there has to be COBS-encoded.
+
+    Raises:
+        LocalProtocolError: an item that cannot be represented, or one of the rules above.
+    """
+    items = tuple(items)
+    seen_ggep = False
+    for item in items:
+        if isinstance(item, GGEPBlock):
+            seen_ggep = True
+        elif seen_ggep:
+            raise LocalProtocolError("a GGEP block must follow every HUGE and XML extension")
+    area = _SEPARATOR_BYTE.join(_encode_item(item) for item in items)
+    if nul_terminated:
+        if _NUL_BYTE in area:
+            raise LocalProtocolError(
+                "a result's extension block may not contain NUL: COBS-encode the GGEP data"
+            )
+        area += _NUL_BYTE
+    return area

@@ -207,6 +207,26 @@ def _inflate(data: bytes, ext_id: str) -> bytes:
 # Parsing
 
 
+def _read_length(buf: bytes, pos: int, size: int, ext_id: str) -> tuple[int, int]:
+    """Decode a 1-3 byte GGEP length at ``pos``; return it and the offset after it."""
+    length = 0
+    for _ in range(_MAX_LENGTH_BYTES):
+        if pos >= size:
+            raise MalformedPayloadError(f"GGEP {ext_id!r}: truncated inside its length")
+        chunk = buf[pos]
+        pos += 1
+        length = (length << 6) | (chunk & _LEN_VALUE)
+        control = chunk & _LEN_CONTROL
+        if control == _LEN_LAST:
+            return length, pos
+        if control != _LEN_MORE:
+            raise MalformedPayloadError(
+                f"GGEP {ext_id!r}: length byte 0x{chunk:02X} must set exactly one "
+                "of the 'more' and 'last' bits"
+            )
+    raise MalformedPayloadError(f"GGEP {ext_id!r}: length uses more than 3 bytes")
+
+
 def parse_ggep(data: bytes | bytearray | memoryview, offset: int = 0) -> tuple[GGEPBlock, int]:
     """Parse one block starting at ``data[offset]`` (which must be 0xC3); return it and
     the offset just past it.
@@ -241,23 +261,12 @@ def parse_ggep(data: bytes | bytearray | memoryview, offset: int = 0) -> tuple[G
         ext_id = raw_id.decode("latin-1")
         pos = id_end
 
-        length = 0
-        for _ in range(_MAX_LENGTH_BYTES):
-            if pos >= size:
-                raise MalformedPayloadError(f"GGEP {ext_id!r}: truncated inside its length")
-            chunk = buf[pos]
+        if pos < size and buf[pos] & _LEN_CONTROL == _LEN_LAST:
+            # Almost every extension a router sees is under 64 bytes: one length byte.
+            length = buf[pos] & _LEN_VALUE
             pos += 1
-            length = (length << 6) | (chunk & _LEN_VALUE)
-            control = chunk & _LEN_CONTROL
-            if control == _LEN_LAST:
-                break
-            if control != _LEN_MORE:
-                raise MalformedPayloadError(
-                    f"GGEP {ext_id!r}: length byte 0x{chunk:02X} must set exactly one "
-                    "of the 'more' and 'last' bits"
-                )
         else:
-            raise MalformedPayloadError(f"GGEP {ext_id!r}: length uses more than 3 bytes")
+            length, pos = _read_length(buf, pos, size, ext_id)
 
         data_end = pos + length
         if data_end > size:

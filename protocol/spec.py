@@ -19,7 +19,6 @@ bit).
 from __future__ import annotations
 
 import dataclasses
-import ipaddress
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -48,6 +47,7 @@ from .constants import GUID_SIZE, MessageType
 from .errors import LocalProtocolError, MalformedPayloadError
 from .extensions import build_extension_area, parse_extension_area
 from .ggep import GGEPBlock, build_ggep, parse_ggep_exact
+from .ipv4 import pack_ipv4, unpack_ipv4
 from .messages import (
     Bye,
     Extension,
@@ -92,13 +92,10 @@ class _IPv4Adapter(_AdapterBase):
     """Four bytes in network order, shown as a dotted quad."""
 
     def _decode(self, obj: bytes, context: Any, path: str) -> str:
-        return f"{obj[0]}.{obj[1]}.{obj[2]}.{obj[3]}"
+        return unpack_ipv4(obj)
 
     def _encode(self, obj: str, context: Any, path: str) -> bytes:
-        try:
-            return ipaddress.IPv4Address(obj).packed
-        except ValueError as exc:
-            raise LocalProtocolError(f"not an IPv4 address: {obj!r}") from exc
+        return pack_ipv4(obj)
 
 
 IPv4 = _IPv4Adapter(Bytes(4))
@@ -176,9 +173,7 @@ class _ExtensionArea(_ConstructBase):
         return items
 
     def _build(self, obj: tuple[Extension, ...], stream: Any, context: Any, path: str) -> int:
-        data = build_extension_area(obj)
-        if self.nul_terminated:
-            data += b"\x00"
+        data = build_extension_area(obj, nul_terminated=self.nul_terminated)
         stream_write(stream, data, len(data), path)
         return len(data)
 

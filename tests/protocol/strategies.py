@@ -6,6 +6,8 @@ here, and parse(build(x)) must give x back.
 
 from __future__ import annotations
 
+import dataclasses
+
 from hypothesis import strategies as st
 
 from protocol.constants import MessageType
@@ -72,14 +74,30 @@ def _unknown_ok(data: bytes) -> bool:
     return bool(data) and data[:4].lower() != b"urn:" and data[:1] not in (b"<", b"{", b"\xc3")
 
 
-extensions: st.SearchStrategy[Extension] = st.one_of(
+text_extensions: st.SearchStrategy[Extension] = st.one_of(
     ext_text.map(lambda b: HugeExtension(b"urn:sha1:" + b)),
     ext_text.map(lambda b: XmlExtension(b"<" + b)),
     ext_text.map(lambda b: XmlExtension(b"{" + b)),
     ext_text.filter(_unknown_ok).map(UnknownExtension),
-    ggep_blocks,
 )
-extension_lists = st.lists(extensions, max_size=3).map(tuple)
+
+
+def _all_cobs(block: GGEPBlock) -> GGEPBlock:
+    """Inside a NUL-terminated result block, GGEP data must be COBS-encoded."""
+    return GGEPBlock(tuple(dataclasses.replace(e, cobs=True) for e in block.extensions))
+
+
+def _extension_lists(
+    ggep: st.SearchStrategy[GGEPBlock],
+) -> st.SearchStrategy[tuple[Extension, ...]]:
+    """Text items first, then at most one GGEP block, as the spec orders them."""
+    return st.tuples(st.lists(text_extensions, max_size=3), st.none() | ggep).map(
+        lambda parts: (*parts[0], *(() if parts[1] is None else (parts[1],)))
+    )
+
+
+extension_lists = _extension_lists(ggep_blocks)
+result_extension_lists = _extension_lists(ggep_blocks.map(_all_cobs))
 
 pings = st.builds(Ping, ggep=optional_ggep)
 pongs = st.builds(Pong, port=u16, ip=ipv4s, files=u32, kbytes=u32, ggep=optional_ggep)
@@ -97,7 +115,11 @@ byes = st.builds(
 )
 
 hit_results = st.builds(
-    QueryHitResult, file_index=u32, file_size=u32, name=nul_free, extensions=extension_lists
+    QueryHitResult,
+    file_index=u32,
+    file_size=u32,
+    name=nul_free,
+    extensions=result_extension_lists,
 )
 descriptors = st.builds(
     QueryHitDescriptor,

@@ -117,7 +117,24 @@ def test_query_flags_word_is_big_endian_and_legacy_speed_little_endian() -> None
 
 
 def test_ggep_with_separator_and_nul_bytes_stays_whole_in_a_result() -> None:
-    block = GGEPBlock((GGEPExtension("TT", b"\x00\x1c\x00\x1c"),))
+    raw_block = bytes.fromhex("c3 82 5454 44 001c001c")  # TT, 4 bytes, not COBS-encoded
+    lenient = parse_payload(
+        MessageType.QUERY_HIT,
+        bytes.fromhex("01 ba18 7f000001 10000000")
+        + bytes.fromhex("01000000 0a000000")
+        + b"a.txt\x00"
+        + b"urn:sha1:AAAA\x1c"
+        + raw_block
+        + b"\x00"
+        + bytes(range(16)),
+    )
+    assert isinstance(lenient, QueryHit)
+    (result,) = lenient.results
+    assert result.extensions[1] == GGEPBlock((GGEPExtension("TT", b"\x00\x1c\x00\x1c"),))
+    with pytest.raises(LocalProtocolError, match="COBS"):
+        build_payload(lenient)
+
+    block = GGEPBlock((GGEPExtension("TT", b"\x00\x1c\x00\x1c", cobs=True),))
     hit = QueryHit(
         port=6346,
         ip="127.0.0.1",
@@ -178,6 +195,11 @@ def test_bye_parsing_is_lenient() -> None:
             id="too-many-results",
         ),
         pytest.param(QueryHit(1, "1.2.3.4", 1, (), bytes(15)), id="short-servent-guid"),
+        pytest.param(Pong(1, "127.000.000.001"), id="zero-padded-ip"),
+        pytest.param(
+            Query(b"a", extensions=(GGEPBlock((GGEPExtension("NP"),)), HugeExtension(b"urn:x"))),
+            id="ggep-before-huge",
+        ),
     ],
 )
 def test_unrepresentable_records_raise_local_protocol_error(payload: Payload) -> None:
