@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 
 from protocol.codec import encode_message
@@ -12,6 +13,7 @@ from protocol.errors import RemoteProtocolError
 from protocol.framing import FrameDecoder
 
 from . import __version__
+from .config import add_config_arguments
 from .describe import describe_frame
 
 READ_SIZE = 64 * 1024
@@ -62,12 +64,45 @@ def cmd_sample(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_run(args: argparse.Namespace) -> int:
+    import trio
+
+    from .config import ConfigError, config_from_args
+    from .daemon import Daemon
+    from .logs import configure_logging
+
+    try:
+        config = config_from_args(args)
+    except ConfigError as exc:
+        print(f"gnutella-router: configuration error: {exc}", file=sys.stderr)
+        return 2
+    configure_logging(config.log.format, config.log.level)
+    daemon = Daemon(config)
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(partial(daemon.run, handle_signals=True))
+
+    try:
+        trio.run(main)
+    except OSError as exc:
+        print(f"gnutella-router: cannot start: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="gnutella-router", description="A Gnutella 0.6 packet router and its tools."
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
+
+    run = commands.add_parser(
+        "run", help="run the router daemon (defaults work with no configuration file)"
+    )
+    add_config_arguments(run)
+    run.set_defaults(handler=cmd_run)
 
     decode = commands.add_parser(
         "decode", help="decode a raw Gnutella message stream and print one line per message"

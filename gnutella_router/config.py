@@ -1,0 +1,859 @@
+"""The daemon's settings: a TOML file plus command-line overrides, as one frozen object.
+
+Theory of operation
+-------------------
+Settings come in six sections, one frozen dataclass each (:class:`NodeConfig`,
+:class:`NetworkConfig`, :class:`SlowPeerConfig`, :class:`RouterConfig`,
+:class:`CatcherConfig`, :class:`LogConfig`), gathered in :class:`Config`. The TOML file
+uses the same names: a ``[network]`` table holds :class:`NetworkConfig`'s fields.
+
+Precedence, lowest first: the built-in defaults, the file, then overrides given as
+dotted keys (``{"network.max_ttl": 5}``), which is how command-line flags arrive. The
+defaults work with no file at all: a node listening on 127.0.0.1:6346 that dials no
+one until it is given seeds.
+
+Validation lives in the dataclasses themselves (``__post_init__``), so every
+:class:`Config` that exists is valid, including one made with
+:func:`dataclasses.replace`. Each field declares its type and allowed range next to its
+default (``metadata=_int(1, 15)``); rules that tie fields together are in the
+section's ``_check`` (or :meth:`Config._check` when they span sections). Every failure
+is a :class:`ConfigError` whose message names the dotted key, the bad value and what is
+allowed. Unknown sections and keys are errors too, so a typo never silently leaves a
+default in place.
+
+Types: integers are accepted where a float is expected, booleans are never accepted
+as numbers, floats must be finite, and a string never stands in for a list. Paths
+(``node.state_dir``, ``catcher.host_cache_file``) are kept as strings, as in the file;
+relative ones are relative to the working directory and to ``node.state_dir``
+respectively.
+
+Ranges, beyond the obvious "positive":
+
+* ``network.max_ttl`` 1..15 and ``network.hard_ttl_limit`` from ``max_ttl`` to 255
+  (the spec trims broadcasts to 7 and drops above 15);
+* ``network.max_payload`` 1024..65536 (64 KiB is the architectural maximum that
+  gtk-gnutella and LimeWire enforce);
+* ``slow_peer.flow_control_leave`` < ``flow_control_enter``, both in (0, 1]
+  (gtk-gnutella uses 25 % and 50 %);
+* ``slow_peer.threshold_messages`` >= 1; 0 means "no limit" (on bytes too) and is
+  allowed only with ``unbounded_experiment = true``;
+* ``slow_peer.threshold_bytes`` and ``slow_peer.queue_bytes`` hold at least one
+  message of the largest size allowed (23-byte header + ``network.max_payload``);
+* ``router.threads`` <= ``router.max_threads`` <= 1024;
+* ``catcher.min_connections`` <= ``network.max_connections``, and
+  ``catcher.backoff_initial`` <= ``catcher.backoff_max``;
+* ``node.advertise`` is an IPv4 address with a non-zero port, because a pong carries
+  four address bytes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import difflib
+import ipaddress
+import math
+import os
+import re
+import reprlib
+import tomllib
+import urllib.parse
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import ClassVar, TypeVar
+
+from . import __version__
+from .logs import LOG_FORMATS, LOG_LEVELS
+
+__all__ = [
+    "CatcherConfig",
+    "Config",
+    "ConfigError",
+    "LogConfig",
+    "NetworkConfig",
+    "NodeConfig",
+    "RouterConfig",
+    "SlowPeerConfig",
+    "add_config_arguments",
+    "config_as_dict",
+    "config_as_toml",
+    "config_from_args",
+    "load_config",
+    "parse_host_port",
+]
+
+HEADER_SIZE = 23
+"""Bytes of Gnutella header in front of every payload."""
+
+SLOW_PEER_POLICIES = ("threshold", "flow-control")
+
+
+class ConfigError(ValueError):
+    """A setting is missing its mark: unknown, of the wrong type, or out of range.
+
+    ``str(error)`` is a complete sentence for the operator, naming the key, the bad
+    value and what is allowed. :attr:`key` is the dotted key (``"network.max_ttl"``),
+    the section alone for a misplaced table, or ``None`` when the file itself cannot
+    be read.
+    """
+
+    def __init__(self, key: str | None, message: str) -> None:
+        super().__init__(message)
+        self.key = key
+
+
+_show = reprlib.Repr()
+_show.maxstring = 80
+_show.maxother = 80
+_show.maxlist = 8
+
+
+def _bad(key: str, value: object, allowed: str) -> ConfigError:
+    return ConfigError(key, f"{key} = {_show.repr(value)}: {allowed}")
+
+
+# --- Field rules -------------------------------------------------------------------
+#
+# A rule takes the dotted key and the raw value and returns the value to store
+# (possibly normalised: int -> float, list -> tuple, PathLike -> str), or raises
+# ConfigError. Each is attached to its field as ``metadata={"check": rule}``.
+
+Check = Callable[[str, object], object]
+
+
+def _rule(check: Check) -> Mapping[str, Check]:
+    return {"check": check}
+
+
+def _int(lo: int, hi: int) -> Mapping[str, Check]:
+    allowed = f"expected an integer from {lo} to {hi}"
+
+    def check(key: str, value: object) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+            raise _bad(key, value, allowed)
+        return value
+
+    return _rule(check)
+
+
+def _number(lo: float, hi: float, *, above: bool = False) -> Mapping[str, Check]:
+    """A finite number from ``lo`` to ``hi``; ``above`` excludes ``lo`` itself."""
+    allowed = (
+        f"expected a number above {lo:g} and at most {hi:g}"
+        if above
+        else f"expected a number from {lo:g} to {hi:g}"
+    )
+
+    def check(key: str, value: object) -> float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise _bad(key, value, allowed)
+        number = float(value)
+        low_ok = number > lo if above else number >= lo
+        if not (math.isfinite(number) and low_ok and number <= hi):
+            raise _bad(key, value, allowed)
+        return number
+
+    return _rule(check)
+
+
+def _bool() -> Mapping[str, Check]:
+    def check(key: str, value: object) -> bool:
+        if not isinstance(value, bool):
+            raise _bad(key, value, "expected true or false")
+        return value
+
+    return _rule(check)
+
+
+def _choice(options: tuple[str, ...]) -> Mapping[str, Check]:
+    allowed = "expected one of " + ", ".join(repr(o) for o in options)
+
+    def check(key: str, value: object) -> str:
+        if not isinstance(value, str) or value.lower() not in options:
+            raise _bad(key, value, allowed)
+        return value.lower()
+
+    return _rule(check)
+
+
+def _string(key: str, value: object, what: str) -> str:
+    """``value`` as a string TOML can hold (no lone surrogates), else ConfigError."""
+    if not isinstance(value, str):
+        raise _bad(key, value, f"expected {what}")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise _bad(key, value, f"expected {what} in valid Unicode") from None
+    return value
+
+
+def _path() -> Mapping[str, Check]:
+    what = "a non-empty path"
+
+    def check(key: str, value: object) -> str:
+        text = _string(key, os.fspath(value) if isinstance(value, os.PathLike) else value, what)
+        if not text or "\0" in text:
+            raise _bad(key, value, f"expected {what} without NUL characters")
+        return text
+
+    return _rule(check)
+
+
+def _user_agent() -> Mapping[str, Check]:
+    what = "1 to 200 printable ASCII characters (it is sent as a header line)"
+
+    def check(key: str, value: object) -> str:
+        text = _string(key, value, what)
+        if not 1 <= len(text) <= 200 or not all(" " <= c <= "~" for c in text):
+            raise _bad(key, value, f"expected {what}")
+        return text
+
+    return _rule(check)
+
+
+def _guid() -> Mapping[str, Check]:
+    what = '32 hex digits, or "" for a random GUID at start'
+
+    def check(key: str, value: object) -> str:
+        text = _string(key, value, what)
+        if text and not re.fullmatch(r"[0-9A-Fa-f]{32}", text):
+            raise _bad(key, value, f"expected {what}")
+        return text
+
+    return _rule(check)
+
+
+def _listen() -> Mapping[str, Check]:
+    def check(key: str, value: object) -> str:
+        parse_host_port(value, key=key)
+        return _string(key, value, "HOST:PORT")
+
+    return _rule(check)
+
+
+def _advertise() -> Mapping[str, Check]:
+    what = 'IPV4:PORT with a port from 1 to 65535 (pongs carry IPv4), or "" for the listen address'
+
+    def check(key: str, value: object) -> str:
+        text = _string(key, value, what)
+        if text:
+            try:
+                host, _ = parse_host_port(text, key=key, allow_port_zero=False)
+                ipaddress.IPv4Address(host)
+            except (ConfigError, ValueError):
+                raise _bad(key, value, f"expected {what}") from None
+        return text
+
+    return _rule(check)
+
+
+def _seeds() -> Mapping[str, Check]:
+    what = 'a list of "HOST:PORT" strings'
+
+    def check(key: str, value: object) -> tuple[str, ...]:
+        if not isinstance(value, list | tuple):
+            raise _bad(key, value, f"expected {what}")
+        for item in value:
+            parse_host_port(item, key=key, allow_port_zero=False)
+        return tuple(value)
+
+    return _rule(check)
+
+
+def _gwebcache() -> Mapping[str, Check]:
+    what = 'an http:// URL (GWebCache v2), or "" for none'
+
+    def check(key: str, value: object) -> str:
+        text = _string(key, value, what)
+        if not text:
+            return text
+        if any(c <= " " or c == "\x7f" for c in text):
+            raise _bad(key, value, f"expected {what}, without spaces or control characters")
+        try:
+            parts = urllib.parse.urlsplit(text)
+            _ = parts.port  # raises ValueError for a bad port
+        except ValueError:
+            raise _bad(key, value, f"expected {what}") from None
+        if parts.scheme.lower() != "http" or not parts.hostname:
+            raise _bad(key, value, f"expected {what}; https is not supported")
+        return text
+
+    return _rule(check)
+
+
+# --- HOST:PORT -----------------------------------------------------------------------
+
+_PORT = re.compile(r"[0-9]{1,5}")
+_LABEL = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?")
+_HOST_PORT_HELP = "expected HOST:PORT, e.g. 127.0.0.1:6346, [::1]:6346 or localhost:6346"
+
+
+def parse_host_port(text: object, *, key: str, allow_port_zero: bool = True) -> tuple[str, int]:
+    """Split ``"HOST:PORT"`` into a host and a port number.
+
+    HOST is an IPv4 address, a bracketed IPv6 address (``[::1]:6346``) or a DNS name
+    (``localhost``). IP addresses come back in canonical form, IPv6 without brackets.
+
+    Args:
+        text: the string to parse; anything else is an error.
+        key: the dotted setting name to blame in errors.
+        allow_port_zero: whether port 0 ("pick a free port", for listening) is valid.
+
+    Returns:
+        ``(host, port)``.
+
+    Raises:
+        ConfigError: naming ``key``, for a missing or bad host or port.
+    """
+    if not isinstance(text, str):
+        raise _bad(key, text, _HOST_PORT_HELP)
+    if text.startswith("["):
+        address, sep, port_text = text[1:].partition("]:")
+        try:
+            if not sep:
+                raise ValueError
+            host = str(ipaddress.IPv6Address(address))
+        except ValueError:
+            raise _bad(key, text, f"bad bracketed IPv6 address; {_HOST_PORT_HELP}") from None
+    else:
+        host, sep, port_text = text.rpartition(":")
+        if not sep:
+            raise _bad(key, text, f"missing :PORT; {_HOST_PORT_HELP}")
+        if ":" in host:
+            raise _bad(key, text, f"write IPv6 addresses in brackets; {_HOST_PORT_HELP}")
+        host = _check_host(key, text, host)
+    low = 0 if allow_port_zero else 1
+    if not _PORT.fullmatch(port_text) or not low <= int(port_text) <= 65535:
+        raise _bad(key, text, f"the port must be a number from {low} to 65535")
+    return host, int(port_text)
+
+
+def _check_host(key: str, text: str, host: str) -> str:
+    if not host:
+        raise _bad(key, text, f"missing HOST; {_HOST_PORT_HELP}")
+    labels = host.split(".")
+    if labels[-1].isdigit():  # looks numeric, so it must be a real IPv4 address
+        try:
+            return str(ipaddress.IPv4Address(host))
+        except ValueError:
+            raise _bad(key, text, f"bad IPv4 address; {_HOST_PORT_HELP}") from None
+    if len(host) > 253 or not all(_LABEL.fullmatch(label) for label in labels):
+        raise _bad(key, text, f"bad host name; {_HOST_PORT_HELP}")
+    return host
+
+
+# --- Sections ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Section:
+    """Runs each field's rule, then the section's own cross-field checks."""
+
+    SECTION: ClassVar[str] = ""
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            check: Check = f.metadata["check"]
+            value = check(f"{self.SECTION}.{f.name}", getattr(self, f.name))
+            object.__setattr__(self, f.name, value)
+        self._check()
+
+    def _check(self) -> None:
+        """Rules tying this section's fields together (none by default)."""
+
+    def _fail(self, name: str, allowed: str) -> ConfigError:
+        return _bad(f"{self.SECTION}.{name}", getattr(self, name), allowed)
+
+
+@dataclass(frozen=True, slots=True)
+class NodeConfig(_Section):
+    """Who this node is and where it listens."""
+
+    SECTION: ClassVar[str] = "node"
+
+    listen: str = field(default="127.0.0.1:6346", metadata=_listen())
+    """HOST:PORT to accept peers on; IPv6 as ``[::1]:6346``; port 0 picks a free port."""
+    advertise: str = field(default="", metadata=_advertise())
+    """IPV4:PORT announced in pongs and ``Listen-IP``; empty means the listen address."""
+    user_agent: str = field(default=f"gnutella-router/{__version__}", metadata=_user_agent())
+    """Sent in the ``User-Agent`` handshake header."""
+    guid: str = field(default="", metadata=_guid())
+    """Servent GUID as 32 hex digits; empty means a random one at each start."""
+    state_dir: str = field(default=".gnutella-router", metadata=_path())
+    """Directory for the host cache and dumps; created if missing."""
+
+    @property
+    def listen_address(self) -> tuple[str, int]:
+        """:attr:`listen` as ``(host, port)``."""
+        return parse_host_port(self.listen, key="node.listen")
+
+    @property
+    def guid_bytes(self) -> bytes | None:
+        """:attr:`guid` as 16 bytes, or ``None`` when one should be drawn at random."""
+        return bytes.fromhex(self.guid) if self.guid else None
+
+
+@dataclass(frozen=True, slots=True)
+class NetworkConfig(_Section):
+    """How many peers, and which of their messages are acceptable."""
+
+    SECTION: ClassVar[str] = "network"
+
+    max_connections: int = field(default=32, metadata=_int(1, 10_000))
+    """Peer connections allowed at once, incoming and outgoing together."""
+    max_ttl: int = field(default=7, metadata=_int(1, 15))
+    """Broadcast clamp: a forwarded message gets hops + TTL <= this (spec: 7)."""
+    hard_ttl_limit: int = field(default=15, metadata=_int(1, 255))
+    """Drop a message whose hops + TTL exceeds this; at least :attr:`max_ttl`."""
+    max_payload: int = field(default=65536, metadata=_int(1024, 65536))
+    """Largest payload accepted; a peer announcing more is disconnected."""
+    allow_private_addresses: bool = field(default=True, metadata=_bool())
+    """Keep loopback and private hosts from pongs and X-Try (true for test networks)."""
+    handshake_timeout: float = field(default=10.0, metadata=_number(0, 600, above=True))
+    """Seconds a peer has to complete the handshake."""
+    connects_per_ip_per_minute: int = field(default=60, metadata=_int(1, 100_000))
+    """Incoming connection attempts accepted from one IP per minute."""
+    deflate: bool = field(default=True, metadata=_bool())
+    """Offer and accept ``Content-Encoding: deflate``."""
+
+    def _check(self) -> None:
+        if self.hard_ttl_limit < self.max_ttl:
+            raise self._fail(
+                "hard_ttl_limit", f"must be at least network.max_ttl ({self.max_ttl}) and <= 255"
+            )
+
+
+@dataclass(frozen=True, slots=True)
+class SlowPeerConfig(_Section):
+    """What to do about a peer that reads more slowly than we write to it."""
+
+    SECTION: ClassVar[str] = "slow_peer"
+
+    policy: str = field(default="threshold", metadata=_choice(SLOW_PEER_POLICIES))
+    """``"threshold"`` closes a connection whose queue grows too long;
+    ``"flow-control"`` drops low-priority messages instead, for a while."""
+    threshold_messages: int = field(default=500, metadata=_int(0, 10_000_000))
+    """Threshold policy: messages queued for one peer before the connection is closed.
+    0 (no limit) only with :attr:`unbounded_experiment`."""
+    threshold_bytes: int = field(default=4 * 1024 * 1024, metadata=_int(1, 1 << 30))
+    """Threshold policy: the same in bytes, as a safety net (lifted too when
+    :attr:`threshold_messages` is 0)."""
+    queue_bytes: int = field(default=98304, metadata=_int(1, 1 << 30))
+    """Flow-control policy: size of a connection's outgoing queue."""
+    flow_control_enter: float = field(default=0.5, metadata=_number(0, 1, above=True))
+    """Flow-control policy: enter flow control above this fraction of :attr:`queue_bytes`."""
+    flow_control_leave: float = field(default=0.25, metadata=_number(0, 1, above=True))
+    """Flow-control policy: leave flow control below this fraction (< enter)."""
+    flow_control_timeout: float = field(default=180.0, metadata=_number(0, 86400, above=True))
+    """Flow-control policy: seconds in flow control before the peer gets Bye 405."""
+    unbounded_experiment: bool = field(default=False, metadata=_bool())
+    """Allow ``threshold_messages = 0`` (no limit). For overload experiments only: an
+    unbounded queue lets one slow peer eat all memory."""
+
+    def _check(self) -> None:
+        if self.flow_control_leave >= self.flow_control_enter:
+            raise self._fail(
+                "flow_control_leave",
+                f"must be below slow_peer.flow_control_enter ({self.flow_control_enter:g})",
+            )
+        if self.threshold_messages == 0 and not self.unbounded_experiment:
+            raise self._fail(
+                "threshold_messages",
+                "0 (no limit) needs slow_peer.unbounded_experiment = true; otherwise 1 or more",
+            )
+
+
+@dataclass(frozen=True, slots=True)
+class RouterConfig(_Section):
+    """The routing stage: its queue, its workers and its tables."""
+
+    SECTION: ClassVar[str] = "router"
+
+    queue_threshold: int = field(default=1000, metadata=_int(1, 1_000_000))
+    """Bound of the routing stage's event queue, in messages."""
+    batch_size: int = field(default=256, metadata=_int(1, 65536))
+    """Events a worker takes from the queue at once."""
+    threads: int = field(default=1, metadata=_int(1, 1024))
+    """Workers at start; the governor may add more up to :attr:`max_threads`."""
+    max_threads: int = field(default=20, metadata=_int(1, 1024))
+    """Largest worker pool the governor may grow to."""
+    query_delay_ms: float = field(default=0.0, metadata=_number(0, 60_000))
+    """Blocking delay injected per query, in milliseconds (the SEDA paper's experiment)."""
+    ping_route_seconds: float = field(default=120.0, metadata=_number(0, 86400, above=True))
+    """Generation length of the ping route table (routes live one to two generations)."""
+    query_route_seconds: float = field(default=300.0, metadata=_number(0, 86400, above=True))
+    """Generation length of the query route table."""
+    push_route_seconds: float = field(default=420.0, metadata=_number(0, 86400, above=True))
+    """Generation length of the push route table."""
+    route_table_capacity: int = field(default=50_000, metadata=_int(1, 10_000_000))
+    """Entries per route table generation; a full generation is rotated early."""
+    pong_cache_seconds: float = field(default=20.0, metadata=_number(0, 3600, above=True))
+    """How long a cached pong may be handed out."""
+    pongs_per_ping: int = field(default=10, metadata=_int(1, 255))
+    """Cached pongs sent in answer to one ping."""
+
+    def _check(self) -> None:
+        if self.threads > self.max_threads:
+            raise self._fail("threads", f"must not exceed router.max_threads ({self.max_threads})")
+
+
+@dataclass(frozen=True, slots=True)
+class CatcherConfig(_Section):
+    """Finding peers: seeds, a GWebCache, the host cache and dialing."""
+
+    SECTION: ClassVar[str] = "catcher"
+
+    seeds: tuple[str, ...] = field(default=(), metadata=_seeds())
+    """HOST:PORT addresses to dial first."""
+    gwebcache: str = field(default="", metadata=_gwebcache())
+    """A GWebCache v2 URL (http:// only) to ask for hosts; empty for none."""
+    min_connections: int = field(default=4, metadata=_int(0, 10_000))
+    """Dial out while fewer peers than this are connected; 0 never dials."""
+    host_cache_size: int = field(default=10_000, metadata=_int(1, 1_000_000))
+    """Known hosts kept."""
+    host_cache_file: str = field(default="hosts.txt", metadata=_path())
+    """Where the host cache is saved, relative to ``node.state_dir``."""
+    save_interval: float = field(default=60.0, metadata=_number(0, 86400, above=True))
+    """Seconds between host cache saves."""
+    dial_timeout: float = field(default=10.0, metadata=_number(0, 600, above=True))
+    """Seconds allowed for one outgoing TCP connect."""
+    backoff_initial: float = field(default=5.0, metadata=_number(0, 86400, above=True))
+    """First wait before redialing a failed host; doubles per failure."""
+    backoff_max: float = field(default=300.0, metadata=_number(0, 86400, above=True))
+    """Longest wait before redialing a failed host."""
+
+    def _check(self) -> None:
+        if self.backoff_initial > self.backoff_max:
+            raise self._fail(
+                "backoff_initial", f"must not exceed catcher.backoff_max ({self.backoff_max:g})"
+            )
+
+    @property
+    def seed_addresses(self) -> tuple[tuple[str, int], ...]:
+        """:attr:`seeds` as ``(host, port)`` pairs."""
+        return tuple(parse_host_port(s, key="catcher.seeds") for s in self.seeds)
+
+
+@dataclass(frozen=True, slots=True)
+class LogConfig(_Section):
+    """Log output; see :mod:`gnutella_router.logs`."""
+
+    SECTION: ClassVar[str] = "log"
+
+    format: str = field(default="auto", metadata=_choice(LOG_FORMATS))
+    """``"auto"`` (console on a TTY, JSON lines otherwise), ``"console"`` or ``"json"``."""
+    level: str = field(default="info", metadata=_choice(tuple(LOG_LEVELS)))
+    """Lowest level written: debug, info, warning or error (any case)."""
+
+
+_S = TypeVar("_S", bound=_Section)
+
+_SECTIONS: dict[str, type[_Section]] = {
+    cls.SECTION: cls
+    for cls in (NodeConfig, NetworkConfig, SlowPeerConfig, RouterConfig, CatcherConfig, LogConfig)
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    """Every setting of the daemon, validated; build it with :func:`load_config`."""
+
+    node: NodeConfig = field(default_factory=NodeConfig)
+    network: NetworkConfig = field(default_factory=NetworkConfig)
+    slow_peer: SlowPeerConfig = field(default_factory=SlowPeerConfig)
+    router: RouterConfig = field(default_factory=RouterConfig)
+    catcher: CatcherConfig = field(default_factory=CatcherConfig)
+    log: LogConfig = field(default_factory=LogConfig)
+
+    def __post_init__(self) -> None:
+        for name, cls in _SECTIONS.items():
+            if not isinstance(getattr(self, name), cls):
+                raise ConfigError(name, f"{name} must be a {cls.__name__}")
+        self._check()
+
+    def _check(self) -> None:
+        """Rules that span sections."""
+        max_connections = self.network.max_connections
+        if self.catcher.min_connections > max_connections:
+            raise _bad(
+                "catcher.min_connections",
+                self.catcher.min_connections,
+                f"must not exceed network.max_connections ({max_connections})",
+            )
+        largest = HEADER_SIZE + self.network.max_payload
+        for name in ("threshold_bytes", "queue_bytes"):
+            size = getattr(self.slow_peer, name)
+            if size < largest:
+                raise _bad(
+                    f"slow_peer.{name}",
+                    size,
+                    f"must hold one message of the largest size allowed ({largest} bytes: "
+                    "a 23-byte header and network.max_payload)",
+                )
+
+    @property
+    def state_path(self) -> Path:
+        """``node.state_dir`` as a path."""
+        return Path(self.node.state_dir)
+
+    @property
+    def host_cache_path(self) -> Path:
+        """Where the host cache is saved: ``catcher.host_cache_file`` under the state dir."""
+        return self.state_path / self.catcher.host_cache_file
+
+
+# --- Loading -------------------------------------------------------------------------
+
+
+def load_config(path: Path | None = None, overrides: Mapping[str, object] | None = None) -> Config:
+    """Build the configuration from the defaults, a TOML file and overrides.
+
+    Args:
+        path: a TOML file; ``None`` for the built-in defaults alone.
+        overrides: dotted keys and values (``{"network.max_ttl": 5,
+            "catcher.seeds": ["10.0.0.1:6346"]}``), applied after the file and
+            validated like it. A list value replaces the file's list.
+
+    Returns:
+        The validated, frozen configuration.
+
+    Raises:
+        ConfigError: the file cannot be read or parsed, a section or key is unknown, or
+            a value has the wrong type or is out of range.
+    """
+    tables: dict[str, dict[str, object]] = {name: {} for name in _SECTIONS}
+    if path is not None:
+        for section, values in _read_toml(path).items():
+            _known_section(section)
+            if not isinstance(values, dict):
+                raise ConfigError(section, f"{section} must be a table, as in [{section}]")
+            for name, value in values.items():
+                _known_key(section, name)
+                tables[section][name] = value
+    for dotted, value in (overrides or {}).items():
+        section, _, name = dotted.partition(".")
+        _known_section(section)
+        if not name:
+            raise ConfigError(dotted, f"override {dotted!r} names no setting; use SECTION.KEY")
+        _known_key(section, name)
+        tables[section][name] = value
+
+    def build(cls: type[_S]) -> _S:
+        return cls(**tables[cls.SECTION])
+
+    return Config(
+        node=build(NodeConfig),
+        network=build(NetworkConfig),
+        slow_peer=build(SlowPeerConfig),
+        router=build(RouterConfig),
+        catcher=build(CatcherConfig),
+        log=build(LogConfig),
+    )
+
+
+def _read_toml(path: Path) -> dict[str, object]:
+    try:
+        with Path(path).open("rb") as stream:
+            return tomllib.load(stream)
+    except OSError as exc:
+        raise ConfigError(None, f"cannot read config file {path}: {exc.strerror}") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(None, f"config file {path} is not valid TOML: {exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(None, f"config file {path} is not UTF-8: {exc}") from exc
+
+
+def _known_section(section: str) -> None:
+    if section in _SECTIONS:
+        return
+    owners = [name for name, cls in _SECTIONS.items() if section in _field_names(cls)]
+    hint = (
+        f" ({section} is a setting of [{owners[0]}]: {owners[0]}.{section})"
+        if owners
+        else _suggest(section, _SECTIONS)
+    )
+    raise ConfigError(
+        section, f"unknown section {section!r}{hint}; sections are {', '.join(_SECTIONS)}"
+    )
+
+
+def _known_key(section: str, name: str) -> None:
+    names = _field_names(_SECTIONS[section])
+    if name not in names:
+        key = f"{section}.{name}"
+        raise ConfigError(
+            key,
+            f"unknown setting {key}{_suggest(name, names, prefix=section + '.')}; "
+            f"[{section}] has {', '.join(names)}",
+        )
+
+
+def _field_names(cls: type[_Section]) -> list[str]:
+    return [f.name for f in fields(cls)]
+
+
+def _suggest(word: str, choices: Iterable[str], prefix: str = "") -> str:
+    close = difflib.get_close_matches(word, list(choices), n=1)
+    return f" (did you mean {prefix}{close[0]}?)" if close else ""
+
+
+def config_as_dict(config: Config) -> dict[str, dict[str, object]]:
+    """Every setting as plain TOML-shaped data: ``{"network": {"max_ttl": 7, ...}, ...}``.
+
+    Lists are lists, so the result dumps as JSON or TOML, and flattening it into dotted
+    keys gives overrides that rebuild the same configuration with :func:`load_config`.
+    """
+    result: dict[str, dict[str, object]] = {}
+    for name in _SECTIONS:
+        section = getattr(config, name)
+        result[name] = {
+            f.name: list(value) if isinstance(value := getattr(section, f.name), tuple) else value
+            for f in fields(section)
+        }
+    return result
+
+
+def config_as_toml(config: Config) -> str:
+    """The configuration as a TOML document that :func:`load_config` reads back."""
+    lines: list[str] = []
+    for section, values in config_as_dict(config).items():
+        lines.append(f"[{section}]")
+        lines.extend(f"{name} = {_toml_value(value)}" for name, value in values.items())
+        lines.append("")
+    return "\n".join(lines)
+
+
+def _toml_value(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return repr(value)  # finite by validation; repr is valid TOML
+    if isinstance(value, str):
+        return _toml_string(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_value(item) for item in value) + "]"
+    raise TypeError(f"no TOML form for {value!r}")
+
+
+def _toml_string(text: str) -> str:
+    """A TOML basic string: escape quotes, backslashes and control characters."""
+    out = []
+    for char in text:
+        if char in '"\\':
+            out.append("\\" + char)
+        elif char == "\t" or (char >= " " and char != "\x7f"):
+            out.append(char)
+        else:
+            out.append(f"\\u{ord(char):04x}")
+    return '"' + "".join(out) + '"'
+
+
+# --- Command line --------------------------------------------------------------------
+
+_FLAG_KEYS: dict[str, str] = {
+    "listen": "node.listen",
+    "state_dir": "node.state_dir",
+    "max_connections": "network.max_connections",
+    "max_ttl": "network.max_ttl",
+    "slow_peer": "slow_peer.policy",
+    "query_delay_ms": "router.query_delay_ms",
+    "min_connections": "catcher.min_connections",
+    "log_format": "log.format",
+    "log_level": "log.level",
+}
+"""argparse destination -> the dotted key it overrides. ``--seed`` appends instead."""
+
+
+def add_config_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add ``--config`` and the flags that override single settings to ``parser``.
+
+    Every flag defaults to ``None`` (``--seed`` to no list), meaning "not given", so the
+    file's value stands. Read the result with :func:`config_from_args`.
+    """
+    d = Config()
+    group = parser.add_argument_group(
+        "configuration", "settings come from --config FILE; these flags override it"
+    )
+    group.add_argument("--config", type=Path, metavar="FILE", help="TOML configuration file")
+    group.add_argument(
+        "--listen",
+        metavar="HOST:PORT",
+        help=f"address to accept peers on; port 0 picks one (default {d.node.listen})",
+    )
+    group.add_argument(
+        "--seed",
+        action="append",
+        metavar="HOST:PORT",
+        help="peer to dial first; repeatable, added to the file's seeds",
+    )
+    group.add_argument(
+        "--max-ttl",
+        type=int,
+        metavar="N",
+        help=f"broadcast clamp on hops + TTL, 1 to 15 (default {d.network.max_ttl})",
+    )
+    group.add_argument(
+        "--slow-peer",
+        choices=SLOW_PEER_POLICIES,
+        help=f"slow peer policy (default {d.slow_peer.policy})",
+    )
+    group.add_argument(
+        "--query-delay-ms",
+        type=float,
+        metavar="MS",
+        help="blocking delay injected per query, for overload experiments (default 0)",
+    )
+    group.add_argument(
+        "--log-format", choices=LOG_FORMATS, help=f"log output (default {d.log.format})"
+    )
+    group.add_argument(
+        "--log-level",
+        type=str.lower,
+        choices=tuple(LOG_LEVELS),
+        help=f"lowest level logged (default {d.log.level})",
+    )
+    group.add_argument(
+        "--state-dir",
+        metavar="DIR",
+        help=f"directory for the host cache and dumps (default {d.node.state_dir})",
+    )
+    group.add_argument(
+        "--min-connections",
+        type=int,
+        metavar="N",
+        help=f"dial out while fewer peers are connected (default {d.catcher.min_connections})",
+    )
+    group.add_argument(
+        "--max-connections",
+        type=int,
+        metavar="N",
+        help=f"most peer connections at once (default {d.network.max_connections})",
+    )
+
+
+def config_from_args(args: argparse.Namespace) -> Config:
+    """The configuration that the flags of :func:`add_config_arguments` describe.
+
+    Reads ``--config`` if given, applies the other flags that were given as
+    overrides, and appends ``--seed`` addresses to the file's seeds.
+
+    Raises:
+        ConfigError: as :func:`load_config`; callers usually pass the message to
+            ``parser.error``.
+    """
+    overrides = {
+        key: value
+        for dest, key in _FLAG_KEYS.items()
+        if (value := getattr(args, dest, None)) is not None
+    }
+    config = load_config(getattr(args, "config", None), overrides)
+    extra_seeds = getattr(args, "seed", None)
+    if extra_seeds:
+        seeds = (*config.catcher.seeds, *extra_seeds)
+        config = dataclasses.replace(
+            config, catcher=dataclasses.replace(config.catcher, seeds=seeds)
+        )
+    return config

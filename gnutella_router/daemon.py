@@ -1,0 +1,141 @@
+"""The daemon: three stages wired together, signals, and a graceful shutdown.
+
+The stages are the paper's: :class:`~gnutella_router.server.GnutellaServer` (sockets,
+handshakes, framing), :class:`~gnutella_router.router.GnutellaRouter` (the routing
+stage, with its bounded queue and worker pool) and
+:class:`~gnutella_router.catcher.GnutellaCatcher` (bootstrap). Each is registered by
+name so that tools can list them and read their statistics.
+
+Shutdown, on SIGTERM or SIGINT or :meth:`Daemon.request_stop`: the listeners close, every
+peer that announced ``Bye-Packet`` gets ``Bye 200``, the connections get up to two
+seconds to flush, the host cache is saved, and everything else is cancelled; the
+process is out well within five seconds. A second signal cancels at once.
+"""
+
+from __future__ import annotations
+
+import signal
+from typing import Self
+
+import structlog
+import trio
+
+from protocol.messages import random_guid
+
+from .catcher import GnutellaCatcher
+from .config import Config
+from .connection import format_address
+from .router import GnutellaRouter
+from .server import GnutellaServer
+from .stage import StageRegistry
+
+BYE_GRACE_SECONDS = 2.0
+
+
+class Daemon:
+    """One router: construct it, then ``await nursery.start(daemon.run)``."""
+
+    def __init__(self, config: Config, *, log: structlog.typing.FilteringBoundLogger | None = None) -> None:
+        self.config = config
+        self.guid = bytes.fromhex(config.node.guid) if config.node.guid else random_guid()
+        self.log = log or structlog.get_logger("gnutella-router")
+        self.registry = StageRegistry()
+        self.router = GnutellaRouter(
+            config.router,
+            connections=self._connections,
+            own_address=self._own_address,
+            own_guid=self.guid,
+            max_ttl=config.network.max_ttl,
+            hard_ttl_limit=config.network.hard_ttl_limit,
+            on_host_learned=self._learn,
+            log=self.log.bind(stage="router"),
+        )
+        self.server = GnutellaServer(
+            config,
+            router=self.router,
+            own_guid=self.guid,
+            try_hosts=self._try_hosts,
+            on_hosts_learned=self._learn_many,
+            log=self.log.bind(stage="server"),
+        )
+        self.catcher = GnutellaCatcher(
+            config, server=self.server, router=self.router, log=self.log.bind(stage="catcher")
+        )
+        self.registry.register("server", self.server)
+        self.registry.register("router", self.router.stage)
+        self.registry.register("catcher", self.catcher.stage)
+        self._stop = trio.Event()
+        self.stopped = trio.Event()
+
+    # Late-bound callbacks: the stages reference each other through the daemon.
+    def _connections(self) -> tuple[object, ...]:
+        return self.server.connections.snapshot()
+
+    def _own_address(self) -> tuple[str, int]:
+        return self.server.advertised_address()
+
+    def _learn(self, host: str, port: int, source: str) -> None:
+        self.catcher.learn(host, port, source)
+
+    def _learn_many(self, hosts: list[tuple[str, int]], source: str) -> None:
+        self.catcher.learn_many(hosts, source)
+
+    def _try_hosts(self) -> list[tuple[str, int]]:
+        return self.catcher.try_hosts()
+
+    @property
+    def address(self) -> tuple[str, int]:
+        """Where the daemon listens (the first address, if several)."""
+        return self.server.listen_addresses[0]
+
+    def request_stop(self) -> None:
+        self._stop.set()
+
+    async def run(
+        self, *, handle_signals: bool = False, task_status: trio.TaskStatus[Self] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Run until asked to stop, then shut down gracefully."""
+        try:
+            async with trio.open_nursery() as nursery:
+                await nursery.start(self.router.stage.serve)
+                await nursery.start(self.server.serve)
+                await nursery.start(self.catcher.serve)
+                if handle_signals:
+                    nursery.start_soon(self._watch_signals, nursery.cancel_scope)
+                self.log.info(
+                    "router started",
+                    listening=[format_address(*a) for a in self.server.listen_addresses],
+                    guid=self.guid.hex(),
+                    slow_peer_policy=self.config.slow_peer.policy,
+                    max_ttl=self.config.network.max_ttl,
+                )
+                task_status.started(self)
+                await self._stop.wait()
+                await self._shutdown()
+                nursery.cancel_scope.cancel()
+        finally:
+            self.stopped.set()
+
+    async def _shutdown(self) -> None:
+        started = trio.current_time()
+        await self.server.close_listeners()
+        peers = len(self.server.connections)
+        await self.server.say_goodbye(BYE_GRACE_SECONDS)
+        self.catcher.save()
+        self.log.info(
+            "router stopped",
+            peers_said_goodbye=peers,
+            seconds=round(trio.current_time() - started, 3),
+            received=sum(self.router.received),
+            dropped=self.router.total_dropped(),
+        )
+
+    async def _watch_signals(self, cancel_scope: trio.CancelScope) -> None:
+        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            async for signum in signals:
+                if self._stop.is_set():
+                    self.log.warning("second signal: stopping at once", signal=signum)
+                    cancel_scope.cancel()
+                    return
+                self.log.info("stopping", signal=signal.Signals(signum).name)
+                self.request_stop()

@@ -1,0 +1,165 @@
+"""Log output: structlog, configured once, for a person at a terminal or a log shipper.
+
+Output
+------
+``configure_logging(format, level)`` picks one renderer for the whole process:
+
+* ``"json"``: one JSON object per line, with ``event``, ``level`` and an ISO 8601 UTC
+  ``timestamp``; exceptions become structured data (``dict_tracebacks``), not text.
+* ``"console"``: structlog's ``ConsoleRenderer``, in colour only on a terminal.
+* ``"auto"``: console when the stream is a terminal, JSON otherwise.
+
+Lines go to standard error unless another stream is given. Records that reach stdlib
+:mod:`logging` (trio reports some errors there, under loggers such as
+``trio.serve_listeners``) come out of the same stream in the same format, with a
+``logger`` key, and through the same lock, so lines never interleave.
+
+Loggers filter by level before doing any work (``make_filtering_bound_logger``) and
+are cached on first use. :func:`get_logger` returns a lazy proxy, so module-level
+loggers made at import time pick up the configuration; calls through the proxy cost
+about 1.3 µs even when filtered. ``.bind()`` turns it into a concrete logger, whose
+filtered calls cost about 0.13 µs, so bind once wherever a loop starts. A logger
+bound before :func:`configure_logging` keeps the defaults it saw.
+
+Rules for callers
+-----------------
+* Take a logger per component, ``log = get_logger("router")``; it carries
+  ``component="router"``.
+* Event names are constant ``snake_case`` strings and everything variable goes in
+  key-value pairs: ``log.info("connection_closed", bye=200)``, never an f-string. Lines
+  stay greppable, and a filtered call does no formatting.
+* Bind connection context once per connection, at the top of its task
+  (``log = base.bind(conn_id=..., peer=...)``), and keep that logger with the
+  connection. Stage workers that serve many connections were started outside any
+  connection, so they pass ``conn_id=`` explicitly.
+* One summary line per closed connection: duration, bytes and messages each way,
+  drops by reason, Bye code. Stages log periodic summaries in the same spirit.
+* No per-message ``info`` lines. A rendered JSON line costs 7.5 to 13 µs (measured
+  on two machines), more than routing the message it describes; per-message detail
+  belongs at ``debug``, on a bound logger.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Mapping, Sequence
+from types import MappingProxyType
+from typing import TextIO
+
+import structlog
+from structlog.typing import FilteringBoundLogger, Processor
+
+__all__ = ["LOG_FORMATS", "LOG_LEVELS", "configure_logging", "get_logger"]
+
+LOG_FORMATS = ("auto", "console", "json")
+"""Accepted values of ``format``."""
+
+LOG_LEVELS: Mapping[str, int] = MappingProxyType(
+    {
+        "debug": logging.DEBUG,
+        "info": logging.INFO,
+        "warning": logging.WARNING,
+        "error": logging.ERROR,
+    }
+)
+"""Accepted values of ``level`` (any case), lowest first."""
+
+_installed: logging.Handler | None = None
+"""The stdlib handler of the last configure_logging call, replaced by the next one."""
+
+
+class _StdlibBridge(logging.Handler):
+    """Hands formatted stdlib records to structlog's writer, sharing its lock."""
+
+    def __init__(self, writer: structlog.WriteLogger, level: int) -> None:
+        super().__init__(level)
+        self._writer = writer
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            self._writer.msg(self.format(record))
+        except Exception:
+            self.handleError(record)
+
+
+def configure_logging(
+    format: str = "auto", level: str = "info", *, stream: TextIO | None = None
+) -> None:
+    """Set up structlog and the stdlib bridge for the whole process.
+
+    Calling it again replaces the previous setup (loggers already cached keep theirs).
+
+    Args:
+        format: ``"auto"``, ``"console"`` or ``"json"``; see the module docstring.
+        level: ``"debug"``, ``"info"``, ``"warning"`` or ``"error"``, in any case.
+        stream: where lines go; standard error by default.
+
+    Raises:
+        ValueError: for an unknown format or level.
+    """
+    if format not in LOG_FORMATS:
+        raise ValueError(f"log format {format!r}: expected one of {', '.join(LOG_FORMATS)}")
+    level_no = LOG_LEVELS.get(level.lower())
+    if level_no is None:
+        raise ValueError(f"log level {level!r}: expected one of {', '.join(LOG_LEVELS)}")
+    out = sys.stderr if stream is None else stream
+    tty = _isatty(out)
+
+    renderer: Sequence[Processor]
+    if format == "console" or (format == "auto" and tty):
+        renderer = [structlog.dev.ConsoleRenderer(colors=tty)]
+    else:
+        renderer = [structlog.processors.dict_tracebacks, structlog.processors.JSONRenderer()]
+    timestamper = structlog.processors.TimeStamper(fmt="iso", utc=True)
+
+    structlog.configure(
+        processors=[
+            structlog.contextvars.merge_contextvars,
+            structlog.processors.add_log_level,
+            timestamper,
+            structlog.processors.StackInfoRenderer(),
+            *renderer,
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(level_no),
+        logger_factory=structlog.WriteLoggerFactory(out),
+        cache_logger_on_first_use=True,
+    )
+
+    bridge = _StdlibBridge(structlog.WriteLogger(out), level_no)
+    bridge.setFormatter(
+        structlog.stdlib.ProcessorFormatter(
+            foreign_pre_chain=[
+                structlog.contextvars.merge_contextvars,
+                structlog.processors.add_log_level,
+                structlog.stdlib.add_logger_name,
+                timestamper,
+            ],
+            processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, *renderer],
+        )
+    )
+    global _installed
+    root = logging.getLogger()
+    if _installed is not None:
+        root.removeHandler(_installed)
+    root.addHandler(bridge)
+    root.setLevel(level_no)
+    _installed = bridge
+
+
+def get_logger(name: str) -> FilteringBoundLogger:
+    """A logger for one part of the daemon, carrying ``component=name`` on every line.
+
+    The result is lazy: it may be created at import time, before
+    :func:`configure_logging`. Hot loops should call ``.bind()`` on it once (adding
+    their own context) and log through that.
+    """
+    logger: FilteringBoundLogger = structlog.get_logger(component=name)
+    return logger
+
+
+def _isatty(stream: TextIO) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):  # no such method, or the stream is closed
+        return False

@@ -1,0 +1,387 @@
+"""Bounded GUID tables for reverse-path routing and duplicate detection.
+
+A router has to remember, for every ping, query and query hit it passes on, which
+connection the message came from, so that replies can retrace the path and repeats can
+be dropped. The network never says when such a memory may be forgotten, so the table
+must decide by itself, cheaply, on every message.
+
+Theory of operation: two generations, as in LimeWire. New entries go into the *current*
+dict; lookups try *current*, then *previous*. At each rotation *previous* is dropped
+whole, *current* becomes *previous* and a fresh *current* begins. Expiry therefore costs
+nothing per entry (no timestamps to scan, no heap to maintain): it is one dict thrown
+away now and then, and the per-message price is a float comparison against a deadline
+worked out at the last rotation.
+
+Rotations fall on a fixed grid of ``generation_seconds``, so with time as the only
+trigger an entry is kept for more than one and at most two generations. Memory is
+bounded as well: when the current generation holds ``capacity`` entries it is rotated
+early (and the grid restarts from that moment), so the table never holds more than
+``2 * capacity`` entries. Under a flood that shortens lifetimes instead of growing
+memory, which is the right trade for a router: a lost reverse route costs one reply, an
+unbounded table costs the process.
+
+Time is passed in as ``now`` (seconds on any monotonic clock); nothing here reads a
+clock, so tests can drive time directly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from itertools import islice
+from typing import Generic, Literal, TypeVar
+
+__all__ = [
+    "DEFAULT_CAPACITY",
+    "PING_GENERATION_SECONDS",
+    "PUSH_GENERATION_SECONDS",
+    "QUERY_GENERATION_SECONDS",
+    "RouteEntry",
+    "RouteTable",
+    "RouteTableStatistics",
+    "SeenTable",
+    "SeenTableStatistics",
+]
+
+V = TypeVar("V")
+
+#: Generation lengths used by LimeWire: pings live 2-4 minutes, queries 5-10 minutes,
+#: push routes 7-14 minutes (a download may start long after the hit arrived).
+PING_GENERATION_SECONDS = 120.0
+QUERY_GENERATION_SECONDS = 300.0
+PUSH_GENERATION_SECONDS = 420.0
+#: LimeWire's cap per generation; a table holds at most twice this.
+DEFAULT_CAPACITY = 50_000
+
+
+@dataclass(frozen=True, slots=True)
+class RouteTableStatistics:
+    """A snapshot of one table, taken after any rotation that ``now`` makes due."""
+
+    name: str
+    #: Entries held in both generations.
+    size: int
+    current_size: int
+    previous_size: int
+    #: Largest size of one generation; the table holds at most twice this.
+    capacity: int
+    generation_seconds: float
+    #: Entries inserted by ``record``.
+    recorded: int
+    #: ``record`` calls for a GUID the table already held (the first value was kept).
+    duplicates: int
+    #: ``refresh`` calls.
+    refreshed: int
+    #: Entries dropped by ``forget_value`` (their connection closed).
+    forgotten: int
+    lookups: int
+    #: Lookups that found nothing: the route expired or never existed.
+    misses: int
+    #: All rotations, whatever their trigger.
+    rotations: int
+    #: Rotations made early because the current generation was full; if this grows,
+    #: entries live shorter than the generation length promises.
+    rotations_for_capacity: int
+    #: Entries dropped by rotations.
+    expired: int
+    #: Age of the oldest entry held, or None when the table is empty.
+    oldest_age: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class RouteEntry(Generic[V]):
+    """One entry, as shown in dumps."""
+
+    guid: bytes
+    value: V
+    recorded_at: float
+    #: ``now - recorded_at`` for the ``now`` given to ``entries``.
+    age: float
+    generation: Literal["current", "previous"]
+
+
+class RouteTable(Generic[V]):
+    """GUID -> value for a limited time, in two generations.
+
+    The value is whatever the router wants back on a reply: normally the connection the
+    request arrived on, or a marker for requests this node originated. ``lookup``
+    returns None for an unknown GUID, so None should not be stored as a value unless
+    only membership matters (that is what `SeenTable` does).
+
+    ``now`` must not go backwards between calls.
+    """
+
+    __slots__ = (
+        "_capacity",
+        "_current",
+        "_deadline",
+        "_duplicates",
+        "_expired",
+        "_forgotten",
+        "_generation_seconds",
+        "_lookups",
+        "_misses",
+        "_name",
+        "_previous",
+        "_recorded",
+        "_refreshed",
+        "_rotations",
+        "_rotations_for_capacity",
+    )
+
+    def __init__(self, name: str, generation_seconds: float, capacity: int, now: float = 0.0):
+        if not generation_seconds > 0.0:
+            raise ValueError(f"generation_seconds must be positive, not {generation_seconds!r}")
+        if capacity < 1:
+            raise ValueError(f"capacity must be at least 1, not {capacity!r}")
+        self._name = name
+        self._generation_seconds = float(generation_seconds)
+        self._capacity = capacity
+        # Each entry is stored as (value, recorded_at). The tuple costs one small
+        # allocation per record (about 56 bytes, the float is the caller's object, not
+        # a copy) and makes ages available to dumps and statistics; a plain value
+        # would save that memory and a few tens of nanoseconds per record.
+        self._current: dict[bytes, tuple[V, float]] = {}
+        self._previous: dict[bytes, tuple[V, float]] = {}
+        self._deadline = now + self._generation_seconds
+        self._recorded = 0
+        self._duplicates = 0
+        self._refreshed = 0
+        self._forgotten = 0
+        self._lookups = 0
+        self._misses = 0
+        self._rotations = 0
+        self._rotations_for_capacity = 0
+        self._expired = 0
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def generation_seconds(self) -> float:
+        return self._generation_seconds
+
+    @property
+    def capacity(self) -> int:
+        return self._capacity
+
+    # -- the per-message path: keep these to a comparison and a couple of dict operations
+
+    def record(self, guid: bytes, value: V, now: float) -> bool:
+        """Remember where ``guid`` came from, unless it is already known.
+
+        Returns False for a GUID held in either generation: the message is a duplicate
+        and must not be forwarded again. The first value is kept, because replies
+        should follow the path the request took first (the fastest one).
+        """
+        if now >= self._deadline:
+            self._rotate_for_time(now)
+        current = self._current
+        if guid in current or guid in self._previous:
+            self._duplicates += 1
+            return False
+        if len(current) >= self._capacity:
+            self._rotate_for_capacity(now)
+            current = self._current
+        current[guid] = (value, now)
+        self._recorded += 1
+        return True
+
+    def lookup(self, guid: bytes, now: float) -> V | None:
+        """The value recorded for ``guid``, or None once it has expired or was never seen."""
+        if now >= self._deadline:
+            self._rotate_for_time(now)
+        self._lookups += 1
+        entry = self._current.get(guid)
+        if entry is None:
+            entry = self._previous.get(guid)
+            if entry is None:
+                self._misses += 1
+                return None
+        return entry[0]
+
+    # -- less frequent operations
+
+    def refresh(self, guid: bytes, value: V, now: float) -> None:
+        """Store ``value`` for ``guid`` as if just recorded, replacing any older entry.
+
+        Push routes are learned from query hits, and a servent that keeps answering
+        should stay reachable: refreshing moves its entry into the current generation
+        so it survives the next rotation, and points it at the latest connection.
+        """
+        if now >= self._deadline:
+            self._rotate_for_time(now)
+        self._refreshed += 1
+        current = self._current
+        if current.pop(guid, None) is None:
+            self._previous.pop(guid, None)
+            if len(current) >= self._capacity:
+                self._rotate_for_capacity(now)
+                current = self._current
+        # Re-inserting (rather than assigning in place) keeps each generation in
+        # recording order, which `entries` and ``oldest_age`` rely on.
+        current[guid] = (value, now)
+
+    def forget_value(self, value: V) -> int:
+        """Drop every entry whose value equals ``value``; return how many.
+
+        Called when a connection closes, so that replies for it are dropped at lookup
+        rather than handed to a dead object. Linear in the table size, which is fine
+        for an event that happens once per connection.
+        """
+        removed = 0
+        for table in (self._current, self._previous):
+            doomed = [guid for guid, entry in table.items() if entry[0] == value]
+            for guid in doomed:
+                del table[guid]
+            removed += len(doomed)
+        self._forgotten += removed
+        return removed
+
+    def __len__(self) -> int:
+        return len(self._current) + len(self._previous)
+
+    def __contains__(self, guid: object) -> bool:
+        # Without a ``now`` this cannot apply a due rotation: it answers for the table
+        # as of the last call that carried the time.
+        return guid in self._current or guid in self._previous
+
+    def entries(self, now: float, limit: int | None = None) -> Iterator[RouteEntry[V]]:
+        """The entries, newest first, for dumps.
+
+        The entries are copied when this is called, so the caller may walk them at
+        leisure (across awaits, say) while the router keeps changing the table.
+        """
+        if limit is not None and limit < 0:
+            raise ValueError(f"limit must not be negative, not {limit!r}")
+        if now >= self._deadline:
+            self._rotate_for_time(now)
+        snapshot = _newest(self._current, "current", now, limit)
+        rest = None if limit is None else limit - len(snapshot)
+        snapshot.extend(_newest(self._previous, "previous", now, rest))
+        return iter(snapshot)
+
+    def statistics(self, now: float) -> RouteTableStatistics:
+        if now >= self._deadline:
+            self._rotate_for_time(now)
+        oldest = self._previous or self._current
+        oldest_age = None
+        if oldest:
+            _, recorded_at = next(iter(oldest.values()))
+            oldest_age = now - recorded_at
+        return RouteTableStatistics(
+            name=self._name,
+            size=len(self),
+            current_size=len(self._current),
+            previous_size=len(self._previous),
+            capacity=self._capacity,
+            generation_seconds=self._generation_seconds,
+            recorded=self._recorded,
+            duplicates=self._duplicates,
+            refreshed=self._refreshed,
+            forgotten=self._forgotten,
+            lookups=self._lookups,
+            misses=self._misses,
+            rotations=self._rotations,
+            rotations_for_capacity=self._rotations_for_capacity,
+            expired=self._expired,
+            oldest_age=oldest_age,
+        )
+
+    # -- rotation
+
+    def _rotate(self) -> None:
+        self._expired += len(self._previous)
+        self._previous = self._current
+        self._current = {}
+        self._rotations += 1
+
+    def _rotate_for_time(self, now: float) -> None:
+        # Catch up with every grid point passed since the last call. After two or more
+        # of them both generations are stale: rotating twice drops everything, rather
+        # than letting a table that sat idle keep entries for longer than promised.
+        period = self._generation_seconds
+        passed = int((now - self._deadline) // period) + 1
+        self._rotate()
+        if passed >= 2:
+            self._rotate()
+        deadline = self._deadline + passed * period
+        if deadline <= now:  # rounding on very long idle periods
+            deadline = now + period
+        self._deadline = deadline
+
+    def _rotate_for_capacity(self, now: float) -> None:
+        self._rotate()
+        self._rotations_for_capacity += 1
+        self._deadline = now + self._generation_seconds
+
+
+def _newest(
+    table: dict[bytes, tuple[V, float]],
+    generation: Literal["current", "previous"],
+    now: float,
+    limit: int | None,
+) -> list[RouteEntry[V]]:
+    return [
+        RouteEntry(guid, value, recorded_at, now - recorded_at, generation)
+        for guid, (value, recorded_at) in islice(reversed(table.items()), limit)
+    ]
+
+
+@dataclass(frozen=True, slots=True)
+class SeenTableStatistics:
+    """A snapshot of a `SeenTable`; the fields mean what they mean for a route table."""
+
+    name: str
+    size: int
+    capacity: int
+    generation_seconds: float
+    added: int
+    duplicates: int
+    rotations: int
+    rotations_for_capacity: int
+    expired: int
+    oldest_age: float | None
+
+
+class SeenTable:
+    """Message GUIDs seen recently, for requests that are deduplicated but not routed back.
+
+    Pushes are routed by the target servent's GUID, so a repeated push can only be
+    recognised by its message GUID; this remembers those, with the same bounded
+    two-generation expiry as the route tables.
+    """
+
+    __slots__ = ("_table",)
+
+    def __init__(self, name: str, generation_seconds: float, capacity: int, now: float = 0.0):
+        self._table: RouteTable[None] = RouteTable(name, generation_seconds, capacity, now)
+
+    def add(self, guid: bytes, now: float) -> bool:
+        """Note ``guid``; False means it was already seen and the message is a repeat."""
+        return self._table.record(guid, None, now)
+
+    def __len__(self) -> int:
+        return len(self._table)
+
+    def __contains__(self, guid: object) -> bool:
+        return guid in self._table
+
+    def entries(self, now: float, limit: int | None = None) -> Iterator[RouteEntry[None]]:
+        return self._table.entries(now, limit)
+
+    def statistics(self, now: float) -> SeenTableStatistics:
+        s = self._table.statistics(now)
+        return SeenTableStatistics(
+            name=s.name,
+            size=s.size,
+            capacity=s.capacity,
+            generation_seconds=s.generation_seconds,
+            added=s.recorded,
+            duplicates=s.duplicates,
+            rotations=s.rotations,
+            rotations_for_capacity=s.rotations_for_capacity,
+            expired=s.expired,
+            oldest_age=s.oldest_age,
+        )
