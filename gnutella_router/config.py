@@ -63,6 +63,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import ClassVar, TypeVar
 
+from protocol.constants import HEADER_SIZE
+
 from . import __version__
 from .logs import LOG_FORMATS, LOG_LEVELS
 
@@ -82,9 +84,6 @@ __all__ = [
     "load_config",
     "parse_host_port",
 ]
-
-HEADER_SIZE = 23
-"""Bytes of Gnutella header in front of every payload."""
 
 SLOW_PEER_POLICIES = ("threshold", "flow-control")
 
@@ -472,7 +471,7 @@ class RouterConfig(_Section):
 
     queue_threshold: int = field(default=1000, metadata=_int(1, 1_000_000))
     """Bound of the routing stage's event queue, in messages."""
-    batch_size: int = field(default=256, metadata=_int(1, 65536))
+    batch_size: int = field(default=128, metadata=_int(1, 65536))
     """Events a worker takes from the queue at once."""
     threads: int = field(default=1, metadata=_int(1, 1024))
     """Workers at start; the governor may add more up to :attr:`max_threads`."""
@@ -580,6 +579,16 @@ class Config:
                 "catcher.min_connections",
                 self.catcher.min_connections,
                 f"must not exceed network.max_connections ({max_connections})",
+            )
+        threshold = self.slow_peer.threshold_messages
+        if threshold and threshold < 2 * self.router.batch_size:
+            # One router batch can land on a connection between two of its writes; a
+            # threshold below two batches would close healthy, fast peers.
+            raise _bad(
+                "slow_peer.threshold_messages",
+                threshold,
+                f"must be at least twice router.batch_size ({self.router.batch_size}), "
+                "or a burst from one router batch closes healthy peers",
             )
         largest = HEADER_SIZE + self.network.max_payload
         for name in ("threshold_bytes", "queue_bytes"):

@@ -21,6 +21,7 @@ once. trio's stream errors never leave this module: they become close reasons.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 from collections.abc import Awaitable, Callable
@@ -45,6 +46,7 @@ BYE_GRACE_SECONDS = 2.0
 _connection_ids = itertools.count(1)
 
 Deliver = Callable[["Connection", list[Frame]], Awaitable[None]]
+"""Hands one read's frames to the router; each frame's ``tag`` is its connection."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -104,7 +106,10 @@ class Connection:
         self.log = log.bind(conn=self.id, peer=self.peer_text, role=role)
         self._compressor = DeflateCompressor() if compress_outgoing else None
         self._decompressor = DeflateDecompressor() if decompress_incoming else None
-        self._decoder = FrameDecoder(max_payload=max_payload)
+        self._decoder = FrameDecoder(max_payload=max_payload, tag=self)
+        self.offer = outgoing.offer
+        """The outgoing queue's ``offer``, for the router's broadcast loop (see
+        :meth:`wake_writer`)."""
         self._trailing = trailing_data
         self._writer_lot = trio.lowlevel.ParkingLot()
         self._writer_waiting = False
@@ -125,6 +130,22 @@ class Connection:
         """When we last answered a ping from this peer (pong-caching throttle)."""
 
     # ------------------------------------------------------------------ router side
+
+    def wake_writer(self) -> None:
+        """Let the writer run if it waits and something is queued.
+
+        The router offers a whole batch through :attr:`offer` (the queue's own method,
+        one call per message) and wakes each writer once afterwards, instead of checking
+        on every message.
+        """
+        if self._writer_waiting and self.outgoing.pending_messages:
+            self._writer_waiting = False
+            self._writer_lot.unpark()
+
+    def refused(self, verdict: Verdict) -> None:
+        """Act on an :attr:`offer` that did not queue: close if the queue says so."""
+        if verdict is not Verdict.DROPPED and verdict is not Verdict.QUEUED:
+            self._act_on(verdict)
 
     def send_nowait(self, data: bytes, message_type: int, hops: int, now: float) -> bool:
         """Offer one encoded message; never waits. False when it was not queued."""
@@ -197,17 +218,15 @@ class Connection:
                 await self._aclose_stream()
 
     async def _aclose_stream(self) -> None:
-        try:
+        with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError, OSError):
             await self.stream.aclose()
-        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-            pass
 
     async def _read_loop(self, deliver: Deliver) -> None:
         try:
             trailing, self._trailing = self._trailing, b""
             if not trailing or await self._received(trailing, deliver):
                 while not self.closing:
-                    data = await self.stream.receive_some(READ_SIZE)
+                    data = bytes(await self.stream.receive_some(READ_SIZE))
                     if not data:
                         self.close("peer closed the connection")
                     elif not await self._received(data, deliver):

@@ -24,7 +24,7 @@ from protocol.messages import random_guid
 
 from .catcher import GnutellaCatcher
 from .config import Config
-from .connection import format_address
+from .connection import Connection, format_address
 from .router import GnutellaRouter
 from .server import GnutellaServer
 from .stage import StageRegistry
@@ -35,7 +35,9 @@ BYE_GRACE_SECONDS = 2.0
 class Daemon:
     """One router: construct it, then ``await nursery.start(daemon.run)``."""
 
-    def __init__(self, config: Config, *, log: structlog.typing.FilteringBoundLogger | None = None) -> None:
+    def __init__(
+        self, config: Config, *, log: structlog.typing.FilteringBoundLogger | None = None
+    ) -> None:
         self.config = config
         self.guid = bytes.fromhex(config.node.guid) if config.node.guid else random_guid()
         self.log = log or structlog.get_logger("gnutella-router")
@@ -68,7 +70,7 @@ class Daemon:
         self.stopped = trio.Event()
 
     # Late-bound callbacks: the stages reference each other through the daemon.
-    def _connections(self) -> tuple[object, ...]:
+    def _connections(self) -> tuple[Connection, ...]:
         return self.server.connections.snapshot()
 
     def _own_address(self) -> tuple[str, int]:
@@ -92,7 +94,10 @@ class Daemon:
         self._stop.set()
 
     async def run(
-        self, *, handle_signals: bool = False, task_status: trio.TaskStatus[Self] = trio.TASK_STATUS_IGNORED
+        self,
+        *,
+        handle_signals: bool = False,
+        task_status: trio.TaskStatus[Self] = trio.TASK_STATUS_IGNORED,
     ) -> None:
         """Run until asked to stop, then shut down gracefully."""
         try:

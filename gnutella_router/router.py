@@ -33,14 +33,14 @@ from __future__ import annotations
 import collections
 import dataclasses
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 import structlog
 import trio
 
-from protocol.codec import encode_message, parse_payload
-from protocol.constants import GUID_SIZE, HEADER_SIZE, MessageType
-from protocol.errors import MalformedPayloadError
+from protocol.codec import build_payload, encode_message, parse_payload
+from protocol.constants import GUID_SIZE, MessageType
+from protocol.errors import LocalProtocolError, MalformedPayloadError
 from protocol.framing import Frame
 from protocol.header import HEADER_STRUCT
 from protocol.ipv4 import pack_ipv4
@@ -48,6 +48,7 @@ from protocol.messages import Bye, Message, Ping, Pong, random_guid
 
 from .config import RouterConfig
 from .connection import Connection
+from .outqueue import Verdict
 from .route_table import RouteTable, RouteTableStatistics, SeenTable
 from .stage import Stage
 
@@ -60,8 +61,8 @@ QUERY_HIT = MessageType.QUERY_HIT
 HOP_BY_HOP = frozenset({MessageType.QRP, MessageType.VENDOR, MessageType.STANDARD_VENDOR})
 
 _pack_header = HEADER_STRUCT.pack
-
-Event = tuple[Connection, Frame]
+QUEUED = Verdict.QUEUED
+DROPPED = Verdict.DROPPED
 
 
 class LocalOrigin:
@@ -122,7 +123,9 @@ class PongCache:
         while len(self._pongs) > self.capacity:
             self._pongs.popitem(last=False)
 
-    def recent(self, limit: int, now: float, exclude: tuple[str, int] | None) -> list[tuple[bytes, int]]:
+    def recent(
+        self, limit: int, now: float, exclude: tuple[str, int] | None
+    ) -> list[tuple[bytes, int]]:
         """Up to ``limit`` unexpired pongs, newest first, skipping the asker's own."""
         out: list[tuple[bytes, int]] = []
         oldest = now - self.lifetime
@@ -174,12 +177,19 @@ class GnutellaRouter:
         self.push_seen = SeenTable("push-seen", config.push_route_seconds, capacity, now)
         self.pong_cache = PongCache(capacity=200, lifetime=config.pong_cache_seconds)
         self.query_delay = config.query_delay_ms / 1000.0
+        self._own_pong = b""
+        self._fan_datas: list[bytes] = []
+        self._fan_sources: list[Connection] = []
+        self._fan_types: list[int] = []
+        self._fan_hops: list[int] = []
+        self._fan_bytes = 0
+        self._own_pong_for: tuple[str, int] | None = None
         self.received = [0] * 256
         self.forwarded = [0] * 256
         self.generated = [0] * 256
         self.consumed = [0] * 256
         self.dropped: collections.Counter[tuple[str, int]] = collections.Counter()
-        self.stage: Stage[Event] = Stage(
+        self.stage: Stage[Frame] = Stage(
             "router",
             self.handle,
             threshold=config.queue_threshold,
@@ -187,9 +197,7 @@ class GnutellaRouter:
             max_pool_size=config.max_threads,
             batch_size=config.batch_size,
         )
-        self._handlers: list[Callable[[Connection, Frame, float], None]] = [
-            self._on_unknown
-        ] * 256
+        self._handlers: list[Callable[[Connection, Frame, float], None]] = [self._on_unknown] * 256
         self._handlers[PING] = self._on_ping
         self._handlers[PONG] = self._on_pong
         self._handlers[BYE] = self._on_bye
@@ -207,23 +215,23 @@ class GnutellaRouter:
         backpressure instead of loss or unbounded memory.
         """
         queue = self.stage.queue
-        events = [(connection, frame) for frame in frames]
-        admitted = queue.admit(events)
-        while admitted < len(events):
+        admitted = queue.admit(frames)
+        while admitted < len(frames):
             await queue.wait_for_space()
             if connection.closing:
-                self._drop_many("connection-closing", events[admitted:])
+                self._drop_many("connection-closing", frames[admitted:])
                 return
-            events = events[admitted:]
-            admitted = queue.admit(events)
+            frames = frames[admitted:]
+            admitted = queue.admit(frames)
 
     # ------------------------------------------------------------------ the handler
 
-    async def handle(self, batch: list[Event]) -> None:
+    async def handle(self, batch: list[Frame]) -> None:
         now = trio.current_time()
         received = self.received
         handlers = self._handlers
-        for connection, frame in batch:
+        for frame in batch:
+            connection: Connection = frame.tag  # type: ignore[assignment]
             message_type = frame.payload_type
             received[message_type] += 1
             if connection.closing:
@@ -233,17 +241,21 @@ class GnutellaRouter:
                 data = self._accept_query(connection, frame, now)
                 if data is not None:
                     if self.query_delay:
+                        # Nothing may wait in the shared broadcast buffer while this
+                        # worker sleeps: other workers use it meanwhile.
+                        self._flush_broadcasts(now)
                         await self.stage.run_blocking(time.sleep, self.query_delay)
                         now = trio.current_time()
                     self._broadcast(connection, data, QUERY, frame.hops + 1, now)
             else:
                 handlers[message_type](connection, frame, now)
+        self._flush_broadcasts(now)
 
     def _drop(self, reason: str, message_type: int) -> None:
         self.dropped[reason, message_type] += 1
 
-    def _drop_many(self, reason: str, events: list[Event]) -> None:
-        for _, frame in events:
+    def _drop_many(self, reason: str, frames: list[Frame]) -> None:
+        for frame in frames:
             self.dropped[reason, frame.payload_type] += 1
 
     def _ttl_ok(self, frame: Frame) -> bool:
@@ -267,14 +279,70 @@ class GnutellaRouter:
     def _broadcast(
         self, source: Connection, data: bytes, message_type: int, hops: int, now: float
     ) -> None:
-        forwarded = 0
-        for connection in self._connections():
-            if connection is not source and not connection.closing:
-                if connection.send_nowait(data, message_type, hops, now):
-                    forwarded += 1
+        """Queue one encoded message for every connection but its source.
+
+        Broadcasts are collected for the whole batch and handed out by
+        :meth:`_flush_broadcasts`: one call per destination instead of one per message
+        and destination, which is where a flooding router spends most of its time.
+        """
+        self._fan_datas.append(data)
+        self._fan_sources.append(source)
+        self._fan_types.append(message_type)
+        self._fan_hops.append(hops)
+        self._fan_bytes += len(data)
+
+    def _flush_broadcasts(self, now: float) -> None:
+        """Hand the batch's broadcasts to every connection, then wake the writers."""
+        datas = self._fan_datas
+        connections = self._connections()
+        if datas:
+            sources = self._fan_sources
+            types = self._fan_types
+            total_bytes = self._fan_bytes
+            senders = set(sources)
+            per_type = collections.Counter(types)
+            forwarded = self.forwarded
+            for connection in connections:
+                if connection.closing:
+                    continue
+                if connection in senders:
+                    keep = [i for i, source in enumerate(sources) if source is not connection]
+                    if not keep:
+                        continue
+                    mine = [datas[i] for i in keep]
+                    if connection.outgoing.offer_bulk(mine, sum(map(len, mine))):
+                        for message_type, count in collections.Counter(
+                            types[i] for i in keep
+                        ).items():
+                            forwarded[message_type] += count
+                    else:
+                        self._offer_each(connection, keep, now)
+                elif connection.outgoing.offer_bulk(datas, total_bytes):
+                    for message_type, count in per_type.items():
+                        forwarded[message_type] += count
                 else:
-                    self.dropped["outgoing-queue", message_type] += 1
-        self.forwarded[message_type] += forwarded
+                    self._offer_each(connection, range(len(datas)), now)
+            self._fan_datas = []
+            self._fan_sources = []
+            self._fan_types = []
+            self._fan_hops = []
+            self._fan_bytes = 0
+        for connection in connections:
+            connection.wake_writer()
+
+    def _offer_each(self, connection: Connection, indexes: Iterable[int], now: float) -> None:
+        """The careful path, for a queue that has to decide message by message."""
+        datas, types, hops = self._fan_datas, self._fan_types, self._fan_hops
+        offer = connection.offer
+        for i in indexes:
+            verdict = offer(datas[i], types[i], hops[i], now)
+            if verdict is QUEUED:
+                self.forwarded[types[i]] += 1
+            else:
+                self.dropped["outgoing-queue", types[i]] += 1
+                if verdict is not DROPPED:
+                    connection.refused(verdict)
+                    return
 
     def _forward_reply(self, route: Route, frame: Frame, now: float) -> None:
         """Send a pong, query hit or push one hop further along its recorded path."""
@@ -300,7 +368,9 @@ class GnutellaRouter:
     # ------------------------------------------------------------------ per type
 
     def _on_ping(self, connection: Connection, frame: Frame, now: float) -> None:
-        if not self._ttl_ok(frame):
+        ttl = frame.ttl
+        if not ttl or ttl + frame.hops > self.hard_ttl_limit:
+            self._ttl_ok(frame)  # counts the reason
             return
         payload = frame.payload
         if payload and payload[0] != 0xC3:
@@ -322,14 +392,25 @@ class GnutellaRouter:
         data = _pack_header(frame.guid, PING, ttl, frame.hops + 1, len(payload)) + payload
         self._broadcast(connection, data, PING, frame.hops + 1, now)
 
+    def _own_pong_payload(self) -> bytes:
+        """Our pong's payload; the advertised address is fixed once we listen."""
+        if self._own_pong:
+            return self._own_pong
+        address = self._own_address()
+        if address != self._own_pong_for:
+            host, port = address
+            try:
+                pack_ipv4(host)
+            except LocalProtocolError:
+                host = "0.0.0.0"  # an IPv6 or named address has no place in a pong
+            self._own_pong = build_payload(Pong(port=port, ip=host))
+            self._own_pong_for = address
+        return self._own_pong
+
     def _send_own_pong(self, connection: Connection, ping: Frame, now: float) -> None:
-        host, port = self._own_address()
-        try:
-            pack_ipv4(host)
-        except Exception:
-            host = "0.0.0.0"
-        pong = Message(ping.guid, ping.hops + 1, 0, Pong(port=port, ip=host))
-        if connection.send_message(pong, now):
+        payload = self._own_pong_payload()
+        data = _pack_header(ping.guid, PONG, ping.hops + 1, 0, len(payload)) + payload
+        if connection.send_nowait(data, PONG, 0, now):
             self.generated[PONG] += 1
 
     def _answer_from_cache(self, connection: Connection, ping: Frame, now: float) -> None:
@@ -341,7 +422,9 @@ class GnutellaRouter:
 
     def _accept_query(self, connection: Connection, frame: Frame, now: float) -> bytes | None:
         """Checks and route recording for a query; the bytes to broadcast, if any."""
-        if not self._ttl_ok(frame):
+        ttl = frame.ttl
+        if not ttl or ttl + frame.hops > self.hard_ttl_limit:
+            self._ttl_ok(frame)  # counts the reason
             return None
         if connection.outgoing.flow_controlled:
             self.dropped["source-flow-controlled", QUERY] += 1
@@ -497,6 +580,3 @@ def _current_time() -> float:
         return trio.current_time()
     except RuntimeError:
         return 0.0
-
-
-assert HEADER_SIZE == 23

@@ -13,6 +13,7 @@ to the router; its end is logged in one summary line.
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import ipaddress
 from collections.abc import Callable
@@ -50,6 +51,7 @@ class ConnectionTable:
     def __init__(self) -> None:
         self._by_id: dict[int, Connection] = {}
         self._snapshot: tuple[Connection, ...] = ()
+        self._emptied = trio.lowlevel.ParkingLot()
 
     def add(self, connection: Connection) -> None:
         self._by_id[connection.id] = connection
@@ -58,6 +60,13 @@ class ConnectionTable:
     def remove(self, connection: Connection) -> None:
         if self._by_id.pop(connection.id, None) is not None:
             self._snapshot = tuple(self._by_id.values())
+            if not self._by_id:
+                self._emptied.unpark_all()
+
+    async def wait_empty(self) -> None:
+        """Return once no connection is left (at shutdown, after the Byes)."""
+        while self._by_id:
+            await self._emptied.park()
 
     def snapshot(self) -> tuple[Connection, ...]:
         return self._snapshot
@@ -154,6 +163,7 @@ class GnutellaServer:
         self._nursery: trio.Nursery | None = None
         self._listeners: list[trio.SocketListener] = []
         self._handshaking = 0
+        self._advertised: tuple[str, int] | None = None
         self.accepted = 0
         self.closed = 0
         self.completed: collections.Counter[str] = collections.Counter()
@@ -162,15 +172,19 @@ class GnutellaServer:
     # ------------------------------------------------------------------ addresses
 
     def advertised_address(self) -> tuple[str, int]:
-        """What we tell peers: the configured advertise address, else where we listen."""
-        advertise = self.config.node.advertise
-        if advertise:
-            host, _, port = advertise.rpartition(":")
-            return host.strip("[]"), int(port)
-        if self.listen_addresses:
-            return self.listen_addresses[0]
-        host, _, port = self.config.node.listen.rpartition(":")
-        return host.strip("[]"), int(port)
+        """What we tell peers: the configured advertise address, else where we listen.
+
+        Asked for every ping answered, so it is worked out once, when listening starts.
+        """
+        if self._advertised is None:
+            advertise = self.config.node.advertise
+            if advertise:
+                host, _, port = advertise.rpartition(":")
+                return host.strip("[]"), int(port)
+            if self.listen_addresses:
+                return self.listen_addresses[0]
+            return self.config.node.listen_address
+        return self._advertised
 
     def _headers(self, remote_ip: str | None) -> list[tuple[str, str]]:
         host, port = self.advertised_address()
@@ -212,14 +226,14 @@ class GnutellaServer:
         self, *, task_status: trio.TaskStatus[list[tuple[str, int]]] = trio.TASK_STATUS_IGNORED
     ) -> None:
         """Listen, accept and serve connections until cancelled."""
-        host, _, port_text = self.config.node.listen.rpartition(":")
-        host = host.strip("[]")
+        host, port = self.config.node.listen_address
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
-            self._listeners = await trio.open_tcp_listeners(int(port_text), host=host or None)
+            self._listeners = await trio.open_tcp_listeners(port, host=host or None)
             self.listen_addresses = [
                 _sockname(listener.socket.getsockname()) for listener in self._listeners
             ]
+            self._advertised = self.advertised_address()
             nursery.start_soon(self._housekeeping)
             for listener in self._listeners:
                 nursery.start_soon(self._accept_loop, listener)
@@ -322,15 +336,16 @@ class GnutellaServer:
         return None
 
     def _try_hosts(self) -> list[tuple[str, int]]:
-        hosts: list[tuple[str, int]] = []
-        for connection in self.connections.snapshot():
-            if connection.capabilities.listen_address is not None:
-                hosts.append(connection.capabilities.listen_address)
+        hosts = [
+            c.capabilities.listen_address
+            for c in self.connections.snapshot()
+            if c.capabilities.listen_address is not None
+        ]
         if self.try_hosts is not None:
             hosts.extend(self.try_hosts())
         return hosts[:10]
 
-    async def dial(self, host: str, port: int, *, timeout: float) -> Connection:
+    async def dial(self, host: str, port: int, *, timeout: float) -> Connection:  # noqa: ASYNC109
         """Connect out and handshake as initiator; the connection is then served in the
         background. Raises :class:`DialError` with the reason on any failure."""
         if self._nursery is None:
@@ -404,7 +419,11 @@ class GnutellaServer:
         )
 
     async def _serve(
-        self, stream: trio.SocketStream, peer: tuple[str, int], role: str, complete: HandshakeComplete
+        self,
+        stream: trio.SocketStream,
+        peer: tuple[str, int],
+        role: str,
+        complete: HandshakeComplete,
     ) -> None:
         connection = self._connection(stream, peer, role, complete)
         self.connections.add(connection)
@@ -425,8 +444,7 @@ class GnutellaServer:
         for connection in self.connections.snapshot():
             connection.close("shutting down", bye_code=200)
         with trio.move_on_after(grace):
-            while len(self.connections):
-                await trio.sleep(0.02)
+            await self.connections.wait_empty()
 
     def statistics(self) -> ServerStatistics:
         return ServerStatistics(
@@ -473,11 +491,12 @@ async def _send_and_close(stream: trio.SocketStream, data: bytes) -> None:
 
 
 async def _close(stream: trio.SocketStream) -> None:
-    with trio.CancelScope(shield=True), trio.move_on_after(0.5):
-        try:
-            await stream.aclose()
-        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-            pass
+    with (
+        trio.CancelScope(shield=True),
+        trio.move_on_after(0.5),
+        contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError, OSError),
+    ):
+        await stream.aclose()
 
 
 def _sockname(address: object) -> tuple[str, int]:
@@ -490,5 +509,3 @@ def _literal_ip(host: str) -> str | None:
         return str(ipaddress.ip_address(host))
     except ValueError:
         return None
-
-

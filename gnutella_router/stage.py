@@ -223,7 +223,7 @@ class Stage(Generic[T]):
         threshold: int,
         pool_size: int = 1,
         max_pool_size: int = 20,
-        batch_size: int = 256,
+        batch_size: int = 128,
     ) -> None:
         if not 1 <= pool_size <= max_pool_size:
             raise ValueError(f"stage {name!r}: pool size must be within 1..{max_pool_size}")
@@ -311,6 +311,14 @@ class Stage(Generic[T]):
                             self._idle_since = trio.current_time()
                     self.batches += 1
                     self.events += len(batch)
+                    # Two schedule points, not one. trio runs each batch of runnable
+                    # tasks in a random order, so after a single yield this worker may
+                    # run again before the connection writers its batch woke up, and a
+                    # healthy peer's queue would grow by two batches before it is
+                    # drained. After the second yield every task woken during this
+                    # batch has run: a writer's queue grows by at most one batch per
+                    # worker between two of its writes.
+                    await trio.lowlevel.checkpoint()
                     await trio.lowlevel.checkpoint()
         finally:
             self._workers.remove(worker)

@@ -34,16 +34,30 @@ _unpack_header = HEADER_STRUCT.unpack_from
 
 
 class Frame:
-    """One message as it crossed the wire: header fields and undecoded payload bytes."""
+    """One message as it crossed the wire: header fields and undecoded payload bytes.
 
-    __slots__ = ("guid", "hops", "payload", "payload_type", "ttl")
+    ``tag`` is the caller's: whatever its :class:`FrameDecoder` was given (a router
+    puts the connection the frame arrived on there, so frames can travel between stages
+    without being wrapped). It takes no part in equality.
+    """
 
-    def __init__(self, guid: bytes, payload_type: int, ttl: int, hops: int, payload: bytes) -> None:
+    __slots__ = ("guid", "hops", "payload", "payload_type", "tag", "ttl")
+
+    def __init__(
+        self,
+        guid: bytes,
+        payload_type: int,
+        ttl: int,
+        hops: int,
+        payload: bytes,
+        tag: object = None,
+    ) -> None:
         self.guid = guid
         self.payload_type = payload_type
         self.ttl = ttl
         self.hops = hops
         self.payload = payload
+        self.tag = tag
 
     def message(self) -> Message:
         """Decode the payload into a typed :class:`~protocol.messages.Message`.
@@ -93,12 +107,14 @@ class Frame:
 class FrameDecoder:
     """Incremental framer: feed any chunking, get whole messages in batches."""
 
-    __slots__ = ("_ended", "_failure", "_needed", "_pending", "max_payload")
+    __slots__ = ("_ended", "_failure", "_needed", "_pending", "max_payload", "tag")
 
-    def __init__(self, max_payload: int = DEFAULT_MAX_PAYLOAD) -> None:
+    def __init__(self, max_payload: int = DEFAULT_MAX_PAYLOAD, *, tag: object = None) -> None:
+        """``tag`` is attached to every frame this decoder produces (see :class:`Frame`)."""
         if max_payload < 0:
             raise ValueError("max_payload must not be negative")
         self.max_payload = max_payload
+        self.tag = tag
         self._pending = bytearray()
         self._needed = HEADER_SIZE
         self._failure: FrameTooLargeError | TruncatedStreamError | None = None
@@ -144,6 +160,7 @@ class FrameDecoder:
             buffer = data if isinstance(data, bytes) else bytes(data)
         available = len(buffer)
         limit = self.max_payload
+        tag = self.tag
         frames: list[Frame] = []
         append = frames.append
         position = 0
@@ -159,7 +176,7 @@ class FrameDecoder:
             if end > available:
                 needed = end - position
                 break
-            append(Frame(guid, payload_type, ttl, hops, buffer[start:end]))
+            append(Frame(guid, payload_type, ttl, hops, buffer[start:end], tag))
             position = end
         if position < available:
             self._pending = bytearray(buffer[position:])

@@ -50,7 +50,7 @@ deflate = false
 
 [slow_peer]
 policy = "flow-control"
-threshold_messages = 100
+threshold_messages = 200
 threshold_bytes = 1_000_000
 queue_bytes = 200_000
 flow_control_enter = 0.75
@@ -156,7 +156,7 @@ class TestFile:
         )
         assert config.slow_peer == SlowPeerConfig(
             policy="flow-control",
-            threshold_messages=100,
+            threshold_messages=200,
             threshold_bytes=1_000_000,
             queue_bytes=200_000,
             flow_control_enter=0.75,

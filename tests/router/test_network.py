@@ -32,13 +32,16 @@ async def build_mesh(daemons: list[Daemon]) -> tuple[Peer, list[Peer]]:
         degree[a] += 1
         degree[b] += 1
     for daemon, expected in zip(daemons, degree, strict=True):
-        await wait_until(lambda d=daemon, n=expected: len(d.server.connections) == n)
+        await wait_for_connections(daemon, expected)
     edge = await Peer.connect(daemons[0].address)
     sinks = [await Peer.connect(d.address) for d in daemons]
     for index, daemon in enumerate(daemons):
-        expected = degree[index] + 1 + (index == 0)
-        await wait_until(lambda d=daemon, n=expected: len(d.server.connections) == n)
+        await wait_for_connections(daemon, degree[index] + 1 + (index == 0))
     return edge, sinks
+
+
+async def wait_for_connections(daemon: Daemon, count: int) -> None:
+    await wait_until(lambda: len(daemon.server.connections) == count)
 
 
 def duplicates(daemons: list[Daemon], message_type: int) -> int:

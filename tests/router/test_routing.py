@@ -215,7 +215,9 @@ async def test_pong_caching_peers_get_cached_pongs_instead_of_a_broadcast(tmp_pa
         cached_ping = message(Ping(), ttl=3)
         await caching.send(cached_ping)
         answers = [f for f in await caching.collect(0.4) if f.guid == cached_ping.guid]
-        hosts = {(p.ip, p.port) for p in (f.message().payload for f in answers) if isinstance(p, Pong)}
+        hosts = {
+            (p.ip, p.port) for p in (f.message().payload for f in answers) if isinstance(p, Pong)
+        }
         assert daemon.address in hosts
         assert ("10.9.9.9", 6346) in hosts
         others = await pinger.collect(0.1) + await answerer.collect(0.1)
@@ -241,7 +243,8 @@ async def test_deflated_links_route_like_plain_ones(tmp_path: Path) -> None:
         a = await Peer.connect(daemon.address, deflate=True)
         b = await Peer.connect(daemon.address, deflate=True)
         await wait_until(lambda: len(daemon.server.connections) == 2)
-        assert a.complete.compress_outgoing and a.complete.decompress_incoming
+        assert a.complete.compress_outgoing
+        assert a.complete.decompress_incoming
         ggep = GGEPBlock((GGEPExtension("NP"),))
         query = message(Query(b"compressed", extensions=(ggep,)), ttl=2)
         await a.send(query)

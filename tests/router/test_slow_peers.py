@@ -30,7 +30,7 @@ async def flood_through_stalled_peer(daemon: Daemon) -> tuple[int, list[int]]:
     connection ids before it was dropped."""
     source = await Peer.connect(daemon.address)
     healthy = await Peer.connect(daemon.address)
-    stalled = await Peer.connect(daemon.address, receive_buffer=4096)
+    await Peer.connect(daemon.address, receive_buffer=4096)  # connects, then never reads
     await wait_until(lambda: len(daemon.server.connections) == 3)
     stalled_id = max(c.id for c in daemon.server.connections.snapshot())
     received = 0
@@ -46,7 +46,7 @@ async def flood_through_stalled_peer(daemon: Daemon) -> tuple[int, list[int]]:
         nursery.start_soon(drain_healthy)
         for _ in range(FLOOD // 50):
             await source.send(*(message(Query(QUERY_TEXT), ttl=2) for _ in range(50)))
-            await trio.sleep(0)
+            await trio.lowlevel.checkpoint()
     return received, [stalled_id]
 
 
