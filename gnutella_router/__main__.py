@@ -83,10 +83,14 @@ def cmd_run(args: argparse.Namespace) -> int:
         async with trio.open_nursery() as nursery:
             await nursery.start(partial(daemon.run, handle_signals=True))
 
+    failure: OSError | None = None
     try:
         trio.run(main)
-    except OSError as exc:
-        print(f"gnutella-router: cannot start: {exc}", file=sys.stderr)
+    except* OSError as group:
+        # Binding the listener is what fails in practice (port taken, no permission).
+        failure = group.exceptions[0]  # type: ignore[assignment]
+    if failure is not None:
+        print(f"gnutella-router: cannot start: {failure}", file=sys.stderr)
         return 1
     return 0
 

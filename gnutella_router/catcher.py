@@ -17,6 +17,7 @@ at shutdown.
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 from pathlib import Path
 
 import structlog
@@ -109,10 +110,14 @@ class GnutellaCatcher:
 
     async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         now = trio.current_time()
-        loaded = self.hosts.load(self.cache_path, now)
-        for seed in self.settings.seeds:
-            host, _, port = seed.rpartition(":")
-            self.hosts.add(host.strip("[]"), int(port), "seed", now)
+        try:
+            loaded = self.hosts.load(self.cache_path, now)
+        except OSError as exc:
+            loaded = 0
+            self.log.warning("host cache not read", path=str(self.cache_path), error=str(exc))
+        for host, port in self.settings.seed_addresses:
+            for address in await self._resolve(host, port):
+                self.hosts.add(address, port, "seed", now)
         self.log.info(
             "catcher started",
             seeds=len(self.settings.seeds),
@@ -124,6 +129,31 @@ class GnutellaCatcher:
             nursery.start_soon(self._maintain, nursery)
             nursery.start_soon(self._save_periodically)
             task_status.started()
+
+    async def _resolve(self, host: str, port: int) -> list[str]:
+        """A seed's addresses: itself if it is an IP, else what the resolver says.
+
+        The host cache holds only literal addresses; a seed may be a name
+        ("localhost:6346"). A name that does not resolve is logged and skipped.
+        """
+        try:
+            ipaddress.ip_address(host)
+        except ValueError:
+            pass
+        else:
+            return [host]
+        try:
+            with trio.fail_after(self.settings.dial_timeout):
+                infos = await trio.socket.getaddrinfo(host, port, type=trio.socket.SOCK_STREAM)
+        except (OSError, trio.TooSlowError) as exc:
+            self.log.warning("seed does not resolve", seed=f"{host}:{port}", error=str(exc))
+            return []
+        addresses: list[str] = []
+        for *_, sockaddr in infos:
+            address = str(sockaddr[0])
+            if address not in addresses:
+                addresses.append(address)
+        return addresses
 
     def _excluded(self) -> set[tuple[str, int]]:
         excluded = self.server.connections.addresses() | self._dialing

@@ -230,7 +230,7 @@ class GnutellaRouter:
         now = trio.current_time()
         received = self.received
         handlers = self._handlers
-        for frame in batch:
+        for index, frame in enumerate(batch):
             connection: Connection = frame.tag  # type: ignore[assignment]
             message_type = frame.payload_type
             received[message_type] += 1
@@ -241,15 +241,30 @@ class GnutellaRouter:
                 data = self._accept_query(connection, frame, now)
                 if data is not None:
                     if self.query_delay:
-                        # Nothing may wait in the shared broadcast buffer while this
-                        # worker sleeps: other workers use it meanwhile.
-                        self._flush_broadcasts(now)
-                        await self.stage.run_blocking(time.sleep, self.query_delay)
-                        now = trio.current_time()
+                        await self._delayed_broadcast(batch, index, connection, data, now)
+                        return
                     self._broadcast(connection, data, QUERY, frame.hops + 1, now)
             else:
                 handlers[message_type](connection, frame, now)
         self._flush_broadcasts(now)
+
+    async def _delayed_broadcast(
+        self, batch: list[Frame], index: int, source: Connection, data: bytes, now: float
+    ) -> None:
+        """Run the injected query delay as blocking work, then broadcast the query.
+
+        The query's route is already recorded, so replies racing the delay find their
+        way. The rest of the batch goes back to the queue first: another worker routes
+        it while this one is blocked, and with a single worker it waits, exactly like the
+        paper's single-threaded router. Nothing may stay in the shared broadcast buffer
+        while this worker is away either.
+        """
+        self.stage.queue.requeue(batch[index + 1 :])
+        self._flush_broadcasts(now)
+        await self.stage.run_blocking(time.sleep, self.query_delay)
+        hops = batch[index].hops + 1
+        self._broadcast(source, data, QUERY, hops, trio.current_time())
+        self._flush_broadcasts(trio.current_time())
 
     def _drop(self, reason: str, message_type: int) -> None:
         self.dropped[reason, message_type] += 1
@@ -414,11 +429,37 @@ class GnutellaRouter:
             self.generated[PONG] += 1
 
     def _answer_from_cache(self, connection: Connection, ping: Frame, now: float) -> None:
+        """Up to ``pongs_per_ping`` pongs: cached ones first, then our neighbours.
+
+        The cache only holds pongs that crossed this router, which is nothing at all
+        on a young network; what we know first-hand (where our neighbours listen) is
+        always worth telling, as gtk-gnutella does for a TTL 2 ping.
+        """
         asker = connection.capabilities.listen_address
-        for payload, hops in self.pong_cache.recent(self.config.pongs_per_ping, now, asker):
+        limit = self.config.pongs_per_ping
+        answers = self.pong_cache.recent(limit, now, asker)
+        if len(answers) < limit:
+            answers.extend(self._neighbour_pongs(connection, asker, limit - len(answers)))
+        for payload, hops in answers:
             data = _pack_header(ping.guid, PONG, ping.hops + 1, hops + 1, len(payload)) + payload
             if connection.send_nowait(data, PONG, hops + 1, now):
                 self.generated[PONG] += 1
+
+    def _neighbour_pongs(
+        self, asker: Connection, asker_address: tuple[str, int] | None, limit: int
+    ) -> list[tuple[bytes, int]]:
+        pongs: list[tuple[bytes, int]] = []
+        for neighbour in self._connections():
+            address = neighbour.capabilities.listen_address
+            if neighbour is asker or address is None or address == asker_address:
+                continue
+            try:
+                pongs.append((build_payload(Pong(port=address[1], ip=address[0])), 0))
+            except LocalProtocolError:
+                continue  # an IPv6 neighbour cannot be described in a pong
+            if len(pongs) >= limit:
+                break
+        return pongs
 
     def _accept_query(self, connection: Connection, frame: Frame, now: float) -> bytes | None:
         """Checks and route recording for a query; the bytes to broadcast, if any."""

@@ -227,17 +227,22 @@ class GnutellaServer:
     ) -> None:
         """Listen, accept and serve connections until cancelled."""
         host, port = self.config.node.listen_address
-        async with trio.open_nursery() as nursery:
-            self._nursery = nursery
-            self._listeners = await trio.open_tcp_listeners(port, host=host or None)
-            self.listen_addresses = [
-                _sockname(listener.socket.getsockname()) for listener in self._listeners
-            ]
-            self._advertised = self.advertised_address()
-            nursery.start_soon(self._housekeeping)
-            for listener in self._listeners:
-                nursery.start_soon(self._accept_loop, listener)
-            task_status.started(self.listen_addresses)
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                self._listeners = await trio.open_tcp_listeners(port, host=host or None)
+                self.listen_addresses = [
+                    _sockname(listener.socket.getsockname()) for listener in self._listeners
+                ]
+                self._advertised = self.advertised_address()
+                nursery.start_soon(self._housekeeping)
+                for listener in self._listeners:
+                    nursery.start_soon(self._accept_loop, listener)
+                task_status.started(self.listen_addresses)
+        finally:
+            # Cancelled instead of stopped (a crash elsewhere, a test giving up): the
+            # listening sockets must not outlive the server.
+            await self.close_listeners()
 
     async def _accept_loop(self, listener: trio.SocketListener) -> None:
         assert self._nursery is not None

@@ -148,6 +148,20 @@ class StageQueue(Generic[T]):
             self._consumers.unpark()
         return batch
 
+    def requeue(self, events: Sequence[T]) -> None:
+        """Put taken events back at the front, in order, for another worker.
+
+        A worker about to block hands back the rest of its batch this way, so only the
+        event that needs the blocking work waits for it. The queue may briefly hold up
+        to one batch more than its threshold: these events were admitted already.
+        """
+        if not events:
+            return
+        self._events.extendleft(reversed(events))
+        self.taken -= len(events)
+        if self._consumers:
+            self._consumers.unpark()
+
     async def wait_for_events(self) -> None:
         """Return once the queue holds at least one event."""
         while not self._events:

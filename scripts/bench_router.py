@@ -21,24 +21,35 @@ What is measured, and why:
 2. Latency at a fixed offered rate (10,000 messages/s by default, sent in bursts every
    millisecond). Bytes 0-7 of each GUID hold the send time (``perf_counter_ns``,
    big-endian); the sinks frame what they receive and record arrival minus send time
-   in an HDR histogram. One hop, client to router to client.
+   in an HDR histogram. One hop, client to router to client, including the client's
+   own wake-ups (the baseline's figures bound that share). These runs follow the
+   throughput runs on the same server process, so the router's route and duplicate
+   tables are full, as on a busy node.
 3. Memory per idle connection: the router's resident set size (``VmRSS``) before and
    after 1,000 idle connections are opened and seen to be served, divided by 1,000.
 4. Side by side: the same throughput and latency runs (and the memory run) against
    ``scripts/baseline_forwarder.py``, a plain asyncio forwarder, interleaved with the
    router's runs in the same invocation, so the ratio holds on a noisy machine.
 
-Every figure is the median of several runs. The router is one single-threaded process;
-this client is another, so on a two-core machine each has a core. The client does no
-per-message work on the throughput path (it counts bytes), and its own CPU use is
-reported next to the server's, so a reader can see which side was the limit.
+Every figure is the median of several runs. The router routes on one thread; this
+client is another process, so on a two-core machine each can have a core. The client
+does no per-message work on the throughput path (it counts bytes), and the CPU used in
+each timed window by the server, by the client and by every other process on the
+machine is reported, so a reader can see which side was the limit and whether the
+machine was shared. A run that fails (a connection closed, a phase over its time limit)
+is run once more; the reason is printed either way.
+
+Flags: ``--repeats`` (runs per figure, 3), ``--duration`` (throughput window, 3 s),
+``--latency-duration`` (5 s), ``--warmup`` (1 s), ``--rate`` (10,000 msgs/s),
+``--connections`` (1,000), ``--skip-baseline``, ``--skip-memory``, ``--write``.
 
 The peers announce ``User-Agent``, ``X-Ultrapeer: True``, ``Bye-Packet`` and a GUID, and
 neither ``Pong-Caching`` (a caching peer's pings are answered from the cache and not
 broadcast) nor ``Accept-Encoding`` (no deflate). All 1,000 memory-run connections come
 from 127.0.0.1, so the router started here gets a configuration file that lifts its
 per-IP limit on connection attempts (60 a minute by default); nothing else is changed
-from the defaults except ``--max-connections 1100`` for the memory run.
+from the defaults except ``--max-connections`` (1,100 for 1,000 connections) for the
+memory run.
 
 ``--target HOST:PORT`` (loopback only) measures a router that is already running, for
 throughput and latency only; the baseline still runs beside it unless
@@ -74,7 +85,7 @@ from hdrh.histogram import HdrHistogram
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from protocol.codec import encode_message
-from protocol.constants import HEADER_SIZE
+from protocol.constants import HEADER_SIZE, MessageType
 from protocol.framing import FrameDecoder
 from protocol.ggep import GGEPBlock, GGEPExtension
 from protocol.handshake import (
@@ -85,6 +96,7 @@ from protocol.handshake import (
     HandshakeResponse,
     Initiator,
 )
+from protocol.header import HEADER_STRUCT
 from protocol.messages import Message, Ping, Query, random_guid
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -114,6 +126,7 @@ OTHERS_NOTICEABLE = 0.1
 """Other processes' CPU (share of one core) worth a warning beside the figures."""
 USER_AGENT = "bench-router/1.0"
 LATENCY_HIGHEST_US = 60_000_000
+BYE = MessageType.BYE
 
 T = TypeVar("T")
 
@@ -215,6 +228,7 @@ class Peer:
     """One handshaken connection and what it has received."""
 
     stream: trio.SocketStream
+    name: str
     received: int = 0
     closed: str | None = None
 
@@ -248,7 +262,7 @@ async def _next_event(stream: trio.SocketStream, initiator: Initiator) -> Handsh
         initiator.receive_data(data)
 
 
-async def connect(address: tuple[str, int]) -> Peer:
+async def connect(address: tuple[str, int], name: str) -> Peer:
     """TCP connect and the 0.6 handshake as an ultrapeer, without deflate."""
     stream = await trio.open_tcp_stream(*address)
     try:
@@ -264,24 +278,38 @@ async def connect(address: tuple[str, int]) -> Peer:
         if complete.decompress_incoming:
             raise BenchError("the router deflates although deflate was not offered")
     except BaseException:
-        await Peer(stream).aclose()
+        await Peer(stream, name).aclose()
         raise
-    return Peer(stream, received=len(complete.trailing_data))
+    return Peer(stream, name, received=len(complete.trailing_data))
+
+
+def final_bye(data: bytes | bytearray) -> str:
+    """Describe the Bye that ends ``data`` (the last bytes read before the end), if any."""
+    end = len(data)
+    for start in range(max(0, end - HEADER_SIZE - 512), end - HEADER_SIZE - 1):
+        _, payload_type, _, _, length = HEADER_STRUCT.unpack_from(data, start)
+        if payload_type == BYE and start + HEADER_SIZE + length == end and length >= 2:
+            payload = bytes(data[start + HEADER_SIZE : end])
+            reason = payload[2:].split(b"\x00", 1)[0].decode("utf-8", "replace")
+            return f" after Bye {int.from_bytes(payload[:2], 'little')} {reason!r}"
+    return ""
 
 
 async def count_bytes(peer: Peer) -> None:
     """Read and count until the connection ends; one reused buffer, no parsing."""
     sock = peer.stream.socket
     buffer = bytearray(RECEIVE_SIZE)
+    last = 0
     try:
         while True:
             n = await sock.recv_into(buffer)
             if not n:
-                peer.closed = "closed by the server"
+                peer.closed = f"{peer.name} closed by the server{final_bye(buffer[:last])}"
                 return
             peer.received += n
+            last = n
     except (trio.ClosedResourceError, OSError) as exc:
-        peer.closed = f"connection lost: {exc.__class__.__name__}"
+        peer.closed = f"{peer.name} lost: {exc.__class__.__name__}"
 
 
 async def read_until(peer: Peer, size: int, reached: Callable[[], None]) -> None:
@@ -290,11 +318,11 @@ async def read_until(peer: Peer, size: int, reached: Callable[[], None]) -> None
         while peer.received < size:
             data = await peer.stream.receive_some(4096)
             if not data:
-                peer.closed = "closed by the server"
+                peer.closed = f"{peer.name} closed by the server"
                 return
             peer.received += len(data)
     except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
-        peer.closed = f"connection lost: {exc.__class__.__name__}"
+        peer.closed = f"{peer.name} lost: {exc.__class__.__name__}"
         return
     reached()
 
@@ -545,8 +573,8 @@ async def throughput_run(
     address: tuple[str, int], pid: int | None, wire: Wire, blast: Blast, args: argparse.Namespace
 ) -> ThroughputRun:
     with trio.fail_after(args.warmup + args.duration + 30):
-        sinks = [await connect(address) for _ in range(SINKS)]
-        source = await connect(address)
+        sinks = [await connect(address, f"sink {i}") for i in range(1, SINKS + 1)]
+        source = await connect(address, "source")
         peers = [*sinks, source]
         sent = [0]
 
@@ -605,8 +633,8 @@ async def latency_run(
     record = histogram.record_value
     window_ns = int(args.latency_duration * 1e9)
     with trio.fail_after(args.warmup + args.latency_duration + 30):
-        sinks = [await connect(address) for _ in range(SINKS)]
-        source = await connect(address)
+        sinks = [await connect(address, f"sink {i}") for i in range(1, SINKS + 1)]
+        source = await connect(address, "source")
         peers = [*sinks, source]
         window = [0, 0]  # send times of the timed window, in perf_counter_ns
         sent_in_window = [0]
@@ -616,21 +644,23 @@ async def latency_run(
         async def time_arrivals(peer: Peer) -> None:
             decoder = FrameDecoder()
             stream = peer.stream
+            last = b""
             try:
                 while True:
                     data = await stream.receive_some(RECEIVE_SIZE)
                     arrived = time.perf_counter_ns()
                     if not data:
-                        peer.closed = "closed by the server"
+                        peer.closed = f"{peer.name} closed by the server{final_bye(last)}"
                         return
                     peer.received += len(data)
+                    last = data
                     start, end = window
                     for frame in decoder.receive_data(data):
                         sent = int.from_bytes(frame.guid[:8], "big")
                         if start <= sent < end and frame.hops == 1:
                             record(max(1, (arrived - sent) // 1000))
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
-                peer.closed = f"connection lost: {exc.__class__.__name__}"
+                peer.closed = f"{peer.name} lost: {exc.__class__.__name__}"
 
         async def paced_send() -> None:
             stream = source.stream
@@ -695,21 +725,21 @@ async def memory_run(
     address: tuple[str, int], pid: int, wire: Wire, count: int, batch: int
 ) -> MemoryRun:
     with trio.fail_after(180):
-        sender = await connect(address)
+        sender = await connect(address, "probe sender")
         idle: list[Peer] = []
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(count_bytes, sender)
                 # One connection opened, served and closed first, so that costs paid
                 # once (lazily imported code, first-use caches) are not counted.
-                warm = await connect(address)
+                warm = await connect(address, "warm-up connection")
                 await _reach(sender, [warm], wire)
                 await warm.aclose()
                 await trio.sleep(SETTLE_SECONDS)
                 before = rss_bytes(pid)
 
                 async def open_one() -> None:
-                    idle.append(await connect(address))
+                    idle.append(await connect(address, f"idle connection {len(idle) + 1}"))
 
                 for first in range(0, count, batch):
                     async with trio.open_nursery() as openers:
@@ -755,7 +785,6 @@ class Figures:
     throughput: list[ThroughputRun] = field(default_factory=list)
     latency: list[LatencyRun] = field(default_factory=list)
     memory: MemoryRun | None = None
-    exit_status: str | None = None
 
 
 def median_of(runs: Sequence[T], value: Callable[[T], float | None]) -> float | None:
@@ -763,14 +792,31 @@ def median_of(runs: Sequence[T], value: Callable[[T], float | None]) -> float | 
     return statistics.median(values) if values else None
 
 
-def attempt(failures: list[str], what: str, run: Callable[[], T]) -> T | None:
-    """Run one measurement; a failure is reported and recorded, and the benchmark goes on."""
-    try:
-        return run()
-    except (BenchError, trio.TooSlowError, OSError) as exc:
-        failures.append(f"{what}: {exc or exc.__class__.__name__}")
-        print(f"  {what}: FAILED: {exc or exc.__class__.__name__}")
-        return None
+@dataclass(slots=True)
+class Problems:
+    """Runs that failed or missed a floor (exit status 1), and runs that needed a retry."""
+
+    failures: list[str] = field(default_factory=list)
+    retried: list[str] = field(default_factory=list)
+
+    def fail(self, text: str) -> None:
+        self.failures.append(text)
+
+
+def attempt(problems: Problems, what: str, run: Callable[[], T], retries: int = 1) -> T | None:
+    """Run one measurement, once more if it fails; a failure is reported and recorded."""
+    for tries_left in range(retries, -1, -1):
+        try:
+            return run()
+        except (BenchError, trio.TooSlowError, OSError) as exc:
+            reason = str(exc) or exc.__class__.__name__
+            if tries_left:
+                problems.retried.append(f"{what}: {reason}")
+                print(f"  {what}: failed ({reason}); running it again")
+            else:
+                problems.fail(f"{what}: {reason}")
+                print(f"  {what}: FAILED: {reason}")
+    return None
 
 
 def loopback_target(text: str) -> tuple[str, int]:
@@ -786,13 +832,15 @@ def loopback_target(text: str) -> tuple[str, int]:
     return host, int(port)
 
 
-def stop_server(server: Server, failures: list[str]) -> str:
+def stop_server(server: Server, problems: Problems) -> str:
     """SIGTERM, then the exit status as text; anything but 0 is a failure."""
     status = server.stop()
     text = "killed after 10 s" if status is None else str(status)
     if status != 0:
-        failures.append(f"{server.name} did not exit 0 on SIGTERM ({text})")
-        print(f"{server.name}: exit status {text} after SIGTERM{server.tail()}")
+        problems.fail(f"{server.name} did not exit 0 on SIGTERM ({text})")
+        print(f"  {server.name}: exit status {text} after SIGTERM{server.tail()}")
+    else:
+        print(f"  {server.name}: stopped by SIGTERM, exit status 0")
     return text
 
 
@@ -810,7 +858,7 @@ def run_speed(
     wire: Wire,
     kinds: Sequence[bool],
     args: argparse.Namespace,
-    failures: list[str],
+    problems: Problems,
 ) -> None:
     """Throughput, then latency, the servers' runs interleaved repetition by repetition."""
     blast = Blast(wire, kinds)
@@ -819,7 +867,7 @@ def run_speed(
         for figures, address, pid in targets:
             what = f"{figures.name} throughput run {rep}"
             run = attempt(
-                failures, what, partial(trio.run, throughput_run, address, pid, wire, blast, args)
+                problems, what, partial(trio.run, throughput_run, address, pid, wire, blast, args)
             )
             if run is not None:
                 figures.throughput.append(run)
@@ -832,7 +880,7 @@ def run_speed(
         for figures, address, pid in targets:
             what = f"{figures.name} latency run {rep}"
             lat = attempt(
-                failures, what, partial(trio.run, latency_run, address, pid, wire, stamper, args)
+                problems, what, partial(trio.run, latency_run, address, pid, wire, stamper, args)
             )
             if lat is not None:
                 figures.latency.append(lat)
@@ -851,13 +899,13 @@ def run_memory(
     workdir: Path,
     wire: Wire,
     args: argparse.Namespace,
-    failures: list[str],
+    problems: Problems,
 ) -> None:
     """One server started for the memory run alone, then stopped."""
     name = figures.name
     with started(name, argv, port, workdir) as server:
         run = attempt(
-            failures,
+            problems,
             f"{name} memory run",
             partial(trio.run, memory_run, server.address, server.pid, wire, args.connections, 100),
         )
@@ -868,7 +916,7 @@ def run_memory(
                 f"with {run.connections:,} idle connections open: "
                 f"{run.per_connection / 1000:.1f} KB per connection"
             )
-        stop_server(server, failures)
+        stop_server(server, problems)
 
 
 # ---------------------------------------------------------------------------------------
@@ -903,14 +951,14 @@ def cpu_cell(runs: Sequence[ThroughputRun] | Sequence[LatencyRun]) -> str:
     return f"{_share(server)} / {_share(client)} / {_share(others)}"
 
 
-def _floor(ok: bool, text: str, failures: list[str], what: str) -> str:
+def _floor(ok: bool, text: str, problems: Problems, what: str) -> str:
     if not ok:
-        failures.append(f"{what} below floor")
+        problems.fail(f"{what} below floor")
     return f"floor {text}" + ("" if ok else " MISSED")
 
 
 def build_rows(
-    ours: Figures, base: Figures | None, args: argparse.Namespace, failures: list[str]
+    ours: Figures, base: Figures | None, args: argparse.Namespace, problems: Problems
 ) -> list[Row]:
     rows: list[Row] = []
     base_tp: list[ThroughputRun] = base.throughput if base else []
@@ -920,9 +968,9 @@ def build_rows(
     btp = median_of(base_tp, lambda r: r.per_sink)
     note = ""
     if tp is not None:
-        note = _floor(tp >= THROUGHPUT_FLOOR, f"{THROUGHPUT_FLOOR:,}/s", failures, "throughput")
+        note = _floor(tp >= THROUGHPUT_FLOOR, f"{THROUGHPUT_FLOOR:,}/s", problems, "throughput")
     elif ours.name:
-        failures.append("no throughput figure")
+        problems.fail("no throughput figure")
     rows.append(
         ("throughput: routed msgs/s in, per sink", _rate(tp), _rate(btp), _ratio(tp, btp), note)
     )
@@ -954,10 +1002,10 @@ def build_rows(
         if label == "p99":
             if value is not None:
                 note = _floor(
-                    value <= LATENCY_P99_FLOOR_US, f"{LATENCY_P99_FLOOR_US:,} µs", failures, "p99"
+                    value <= LATENCY_P99_FLOOR_US, f"{LATENCY_P99_FLOOR_US:,} µs", problems, "p99"
                 )
             else:
-                failures.append("no latency figure")
+                problems.fail("no latency figure")
         rows.append(
             (
                 f"latency {label} at {offered:,.0f} msgs/s",
@@ -993,9 +1041,9 @@ def build_rows(
         bmem = base.memory.per_connection if base and base.memory else None
         note = ""
         if mem is not None:
-            note = _floor(mem <= MEMORY_FLOOR_BYTES, "50 KB", failures, "memory")
+            note = _floor(mem <= MEMORY_FLOOR_BYTES, "50 KB", problems, "memory")
         else:
-            failures.append("no memory figure")
+            problems.fail("no memory figure")
 
         def kb(value: float | None) -> str:
             return "n/a" if value is None else f"{value / 1000:,.1f} KB"
@@ -1099,33 +1147,40 @@ def write_section(
         "## Router (`scripts/bench_router.py`)",
         "",
         f"Measured {today} on {machine()}. Two processes over loopback TCP: the server "
-        "under test (one process, one thread, so at most one core) and the benchmark "
-        "client (trio), which has the other core.",
+        "under test (one process, routing on one thread, so at most one core) and the "
+        "benchmark client (trio); on two cores each can have one.",
         "",
         f"- Load: one source and {SINKS} sink peers, each an ultrapeer after a 0.6 "
         f"handshake; {ping} % pings and {100 - ping} % queries, TTL {SEND_TTL} hops 0, every "
         f"GUID unique, {wire.size} bytes each (the pings carry a {wire.size - HEADER_SIZE}-byte "
         "GGEP block so that both types are the same size and the sinks only count bytes). "
-        "The server forwards each message to every sink and the router answers each ping "
-        "with a pong, which the source reads and discards.",
+        "The server forwards each message once to every sink (TTL 1, hops 1); the router "
+        "also answers each ping with a pong, which the source reads and discards.",
         "- Throughput: the source writes pre-encoded 64 KiB chunks as fast as the server "
         "reads them; the figure is the messages per second each sink receives over a "
         f"{args.duration:g} s window after {args.warmup:g} s of warm-up. CPU is the share of "
-        "one core each process used in that window (from /proc and `time.process_time`).",
+        'one core each process used in that window, and "others" what the rest of the '
+        "machine used (from /proc).",
         f"- Latency: {args.rate:,.0f} msgs/s offered in 1 ms bursts; the send time is in the "
         "GUID, and each sink records arrival minus send time for every copy in an HDR "
         f"histogram over a {args.latency_duration:g} s window after {args.warmup:g} s of "
-        "warm-up (one hop: client, server, client).",
+        "warm-up (one hop: client, server, client, with the client's own wake-ups "
+        "included; the baseline's figures bound that share). The latency runs follow the "
+        "throughput runs on the same server process, so the router's route and duplicate "
+        "tables are full, as on a busy node.",
         f"- Memory: the server's VmRSS before and after {args.connections:,} idle connections "
         "(opened 100 at a time, each seen to be served by a probe ping that reaches it), "
-        "divided by their number; 1 KB = 1,000 bytes. A connection opened and closed before "
-        "the first reading keeps one-time costs out. All connections come from 127.0.0.1, "
-        "so the router gets a configuration file lifting its per-IP limit on connection "
-        "attempts, and `--max-connections 1100`; otherwise it runs with its defaults.",
+        "divided by their number; 1 KB = 1,000 bytes. RSS is the process's own memory, not "
+        "the kernel's socket buffers. A connection opened and closed before the first "
+        "reading keeps one-time costs out. All connections come from 127.0.0.1, so the "
+        "router gets a configuration file lifting its per-IP limit on connection attempts, "
+        f"and `--max-connections {args.connections + 100}`; otherwise it runs with its "
+        "defaults.",
         f"- Each figure is the median of {args.repeats} runs. The baseline is "
         "`scripts/baseline_forwarder.py`, a plain asyncio forwarder (per-read `struct` "
         "framing, a duplicate dict, one write per destination per read, no replies); its "
-        "runs alternate with the router's in the same invocation.",
+        "runs alternate with the router's in the same invocation. Ratio = "
+        "gnutella-router / baseline.",
         "",
         "| what | gnutella-router | baseline forwarder | ratio | note |",
         "|---|---:|---:|---:|---|",
@@ -1166,23 +1221,49 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--skip-baseline", action="store_true", help="do not run the baseline")
     parser.add_argument("--skip-memory", action="store_true", help="do not run the memory part")
     parser.add_argument(
-        "--duration", type=float, default=3.0, help="throughput window, seconds (default 3)"
+        "--duration",
+        type=float,
+        default=3.0,
+        metavar="SECONDS",
+        help="throughput window, seconds (default 3)",
     )
     parser.add_argument(
-        "--latency-duration", type=float, default=5.0, help="latency window, seconds (default 5)"
+        "--latency-duration",
+        type=float,
+        default=5.0,
+        metavar="SECONDS",
+        help="latency window, seconds (default 5)",
     )
     parser.add_argument(
-        "--warmup", type=float, default=1.0, help="seconds before each window (default 1)"
-    )
-    parser.add_argument("--repeats", type=int, default=3, help="runs per figure (default 3)")
-    parser.add_argument(
-        "--rate", type=float, default=10_000, help="offered msgs/s in the latency runs"
-    )
-    parser.add_argument(
-        "--connections", type=int, default=1_000, help="idle connections in the memory run"
+        "--warmup",
+        type=float,
+        default=1.0,
+        metavar="SECONDS",
+        help="seconds before each window (default 1)",
     )
     parser.add_argument(
-        "--query-share", type=float, default=0.15, help="share of queries in the load (0.15)"
+        "--repeats", type=int, default=3, metavar="N", help="runs per figure (default 3)"
+    )
+    parser.add_argument(
+        "--rate",
+        type=float,
+        default=10_000,
+        metavar="MSGS",
+        help="offered msgs/s in the latency runs (default 10,000)",
+    )
+    parser.add_argument(
+        "--connections",
+        type=int,
+        default=1_000,
+        metavar="N",
+        help="idle connections in the memory run (default 1,000)",
+    )
+    parser.add_argument(
+        "--query-share",
+        type=float,
+        default=0.15,
+        metavar="SHARE",
+        help="share of queries in the load (default 0.15)",
     )
     parser.add_argument("--seed", type=int, default=1, help="seed of the ping/query order")
     parser.add_argument("--write", action="store_true", help="update docs/benchmarks.md")
@@ -1204,7 +1285,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     wire = Wire.build()
     kinds = message_kinds(BLAST_MESSAGES, args.query_share, args.seed)
-    failures: list[str] = []
+    problems = Problems()
     if args.target:
         host, port = args.target
         ours = Figures(f"router at {host}:{port}")
@@ -1239,35 +1320,43 @@ def main(argv: Sequence[str] | None = None) -> int:
                         started(base.name, baseline_argv(port), port, workdir)
                     )
                     targets.append((base, baseline.address, baseline.pid))
-                run_speed(targets, wire, kinds, args, failures)
+                run_speed(targets, wire, kinds, args, problems)
                 for server in (router, baseline):
                     if server is not None:
-                        stop_server(server, failures)
+                        stop_server(server, problems)
 
             if not args.skip_memory and not args.target:
                 port = free_port()
                 state = workdir / "state-memory"
                 state.mkdir()
                 run_memory(
-                    ours, router_argv(port, state, 1100), port, workdir, wire, args, failures
+                    ours,
+                    router_argv(port, state, args.connections + 100),
+                    port,
+                    workdir,
+                    wire,
+                    args,
+                    problems,
                 )
                 if base is not None:
                     port = free_port()
-                    run_memory(base, baseline_argv(port), port, workdir, wire, args, failures)
+                    run_memory(base, baseline_argv(port), port, workdir, wire, args, problems)
         except BenchError as exc:
-            failures.append(str(exc))
+            problems.fail(str(exc))
             print(f"FAILED: {exc}")
 
-    rows = build_rows(ours, base, args, failures)
+    rows = build_rows(ours, base, args, problems)
     notes = limits(ours, base)
+    notes += [f"Repeated after a failure: {text}." for text in problems.retried]
+    notes += [f"Failed: {text}." for text in problems.failures if not text.endswith("floor")]
     print()
     print_rows(rows, ours, base)
     for note in notes:
         print(note)
     if args.write:
         write_section(rows, notes, wire, args)
-    if failures:
-        print("below floor or failed: " + "; ".join(dict.fromkeys(failures)))
+    if problems.failures:
+        print("below floor or failed: " + "; ".join(dict.fromkeys(problems.failures)))
         return 1
     return 0
 

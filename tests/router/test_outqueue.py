@@ -511,6 +511,12 @@ MAX_BYTES = 4096
 ENTER, LEAVE = 2048, 1024
 FC_SECONDS = 60.0
 TYPES = [PING, PONG, QUERY, HIT, PUSH, VENDOR, QRP, BYE, 0xCD]
+LARGEST = 3000
+# Round sizes and whole seconds land exactly on the marks and limits now and then.
+SIZES = st.one_of(
+    st.sampled_from([HEADER_SIZE, 64, 256, 512, 1024]), st.integers(HEADER_SIZE, LARGEST)
+)
+SECONDS = st.one_of(st.integers(0, 30).map(float), st.floats(0.0, 30.0))
 
 
 def queued_in_send_order(queue: FlowControlQueue) -> list[bytes]:
@@ -541,7 +547,7 @@ class FlowControlMachine(RuleBasedStateMachine):
 
     @rule(
         message_type=st.sampled_from(TYPES),
-        size=st.integers(HEADER_SIZE, 1500),
+        size=SIZES,
         hops=st.integers(0, 9),
     )
     def offer(self, message_type: int, size: int, hops: int) -> None:
@@ -605,7 +611,10 @@ class FlowControlMachine(RuleBasedStateMachine):
                 assert sum(map(len, before)) - lower_bytes + size > MAX_BYTES
         else:
             assert verdict is Verdict.QUEUED
-            if not (was_fc and droppable) and sum(map(len, before)) + size <= MAX_BYTES:
+            if was_fc and droppable:
+                # It had to displace at least its own size, even if it would have fitted.
+                assert sum(map(len, evicted)) >= size
+            elif sum(map(len, before)) + size <= MAX_BYTES:
                 assert evicted == []
         self._track_flow_control(was_fc)
 
@@ -631,7 +640,7 @@ class FlowControlMachine(RuleBasedStateMachine):
         self.live = [d for d in self.live if d not in set(batch)]
         self._track_flow_control(was_fc)
 
-    @rule(seconds=st.floats(0.0, 40.0))
+    @rule(seconds=SECONDS)
     def check(self, seconds: float) -> None:
         self.now += seconds
         verdict = self.queue.check(self.now)
@@ -682,7 +691,7 @@ class FlowControlMachine(RuleBasedStateMachine):
     @invariant()
     def memory_is_bounded(self) -> None:
         # The budget holds outright; only the farewell Bye may go past it.
-        limit = MAX_BYTES + (1500 if self.bye_admitted else 0)
+        limit = MAX_BYTES + (LARGEST if self.bye_admitted else 0)
         assert self.queue.pending_bytes <= limit
 
     @invariant()
