@@ -1077,6 +1077,7 @@ def limits(ours: Figures, base: Figures | None) -> list[str]:
         cpus = [r.cpu for r in figures.throughput]
         server = median_of(cpus, lambda c: c.server)
         client = median_of(cpus, lambda c: c.client)
+        others = median_of(cpus, lambda c: c.others)
         assert client is not None
         if client >= CLIENT_BOUND_SHARE:
             notes.append(
@@ -1093,11 +1094,18 @@ def limits(ours: Figures, base: Figures | None) -> list[str]:
                 f"{figures.name}: the server was the limit in the throughput window "
                 f"({server:.0%} of a core, the client {client:.0%})."
             )
+        elif others is not None and server + client + others >= 0.9 * (os.cpu_count() or 1):
+            notes.append(
+                f"{figures.name}: the machine was saturated in the throughput window (server "
+                f"{server:.0%} of a core, client {client:.0%}, other processes {others:.0%}), "
+                "so the server was held back by the other processes: its figure is below "
+                "what it does with a core of its own."
+            )
         else:
             notes.append(
                 f"{figures.name}: neither process used a whole core in the throughput window "
-                f"(server {server:.0%}, client {client:.0%}): the server was kept from its "
-                "core (by other processes, or waiting on loopback TCP)."
+                f"(server {server:.0%}, client {client:.0%}) and cores were free: the server "
+                "was waiting on loopback TCP or on the client."
             )
     ours_tp = median_of(ours.throughput, lambda r: r.per_sink)
     base_tp = median_of(base.throughput, lambda r: r.per_sink) if base else None

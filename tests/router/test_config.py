@@ -625,3 +625,8 @@ class TestHostPort:
     ) -> None:
         text = f"[{address}]:{port}" if address.version == 6 else f"{address}:{port}"
         assert parse_host_port(text, key="k") == (str(address), port)
+
+
+def test_the_documented_example_is_the_defaults() -> None:
+    example = Path(__file__).resolve().parents[2] / "docs" / "router.example.toml"
+    assert load_config(example) == load_config()

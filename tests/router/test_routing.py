@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 import trio
 
 from gnutella_router.daemon import Daemon
@@ -250,3 +251,24 @@ async def test_deflated_links_route_like_plain_ones(tmp_path: Path) -> None:
         await a.send(query)
         frame = await b.receive_matching(of_type(QUERY))
         assert frame.message().payload == query.payload
+
+
+def _ipv6_loopback() -> bool:
+    import socket
+
+    try:
+        with socket.socket(socket.AF_INET6) as probe:
+            probe.bind(("::1", 0))
+    except OSError:
+        return False
+    return True
+
+
+@pytest.mark.skipif(not _ipv6_loopback(), reason="no IPv6 loopback here")
+async def test_routes_over_ipv6(tmp_path: Path) -> None:
+    async with running_daemons(tmp_path, overrides={"node.listen": "[::1]:0"}) as (daemon,):
+        assert daemon.address[0] == "::1"
+        a, b = await peers(daemon, 2)
+        query = message(Query(b"over IPv6"), ttl=2)
+        await a.send(query)
+        assert (await b.receive_matching(of_type(QUERY))).guid == query.guid
