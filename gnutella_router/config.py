@@ -471,7 +471,7 @@ class RouterConfig(_Section):
 
     queue_threshold: int = field(default=1000, metadata=_int(1, 1_000_000))
     """Bound of the routing stage's event queue, in messages."""
-    batch_size: int = field(default=128, metadata=_int(1, 65536))
+    batch_size: int = field(default=250, metadata=_int(1, 65536))
     """Events a worker takes from the queue at once."""
     threads: int = field(default=1, metadata=_int(1, 1024))
     """Workers at start; the governor may add more up to :attr:`max_threads`."""

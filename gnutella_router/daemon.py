@@ -14,6 +14,7 @@ process is out well within five seconds. A second signal cancels at once.
 
 from __future__ import annotations
 
+import gc
 import signal
 from typing import Self
 
@@ -30,6 +31,8 @@ from .server import GnutellaServer
 from .stage import StageRegistry
 
 BYE_GRACE_SECONDS = 2.0
+YOUNG_COLLECTION_THRESHOLD = 10_000
+"""Allocations between young collections (CPython's default is 700)."""
 
 
 class Daemon:
@@ -45,6 +48,7 @@ class Daemon:
         self.router = GnutellaRouter(
             config.router,
             connections=self._connections,
+            connection_by_id=self._connection_by_id,
             own_address=self._own_address,
             own_guid=self.guid,
             max_ttl=config.network.max_ttl,
@@ -72,6 +76,9 @@ class Daemon:
     # Late-bound callbacks: the stages reference each other through the daemon.
     def _connections(self) -> tuple[Connection, ...]:
         return self.server.connections.snapshot()
+
+    def _connection_by_id(self, connection_id: int) -> Connection | None:
+        return self.server.connections.get(connection_id)
 
     def _own_address(self) -> tuple[str, int]:
         return self.server.advertised_address()
@@ -114,6 +121,14 @@ class Daemon:
                     slow_peer_policy=self.config.slow_peer.policy,
                     max_ttl=self.config.network.max_ttl,
                 )
+                # Everything alive now (modules, stages, tables) lives as long as the
+                # process: moved out of the collector's sight, a full collection no
+                # longer walks it, which keeps its pauses short under load.
+                gc.freeze()
+                # Nearly every object a router makes (frames, encoded messages) dies
+                # young, freed by reference counting; fewer young collections means
+                # less total collector work at no cost in memory.
+                gc.set_threshold(YOUNG_COLLECTION_THRESHOLD, *gc.get_threshold()[1:])
                 task_status.started(self)
                 await self._stop.wait()
                 await self._shutdown()

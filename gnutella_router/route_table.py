@@ -114,6 +114,7 @@ class RouteTable(Generic[V]):
     __slots__ = (
         "_capacity",
         "_current",
+        "_current_at",
         "_deadline",
         "_duplicates",
         "_expired",
@@ -123,6 +124,7 @@ class RouteTable(Generic[V]):
         "_misses",
         "_name",
         "_previous",
+        "_previous_at",
         "_recorded",
         "_refreshed",
         "_rotations",
@@ -137,12 +139,14 @@ class RouteTable(Generic[V]):
         self._name = name
         self._generation_seconds = float(generation_seconds)
         self._capacity = capacity
-        # Each entry is stored as (value, recorded_at). The tuple costs one small
-        # allocation per record (about 56 bytes, the float is the caller's object, not
-        # a copy) and makes ages available to dumps and statistics; a plain value
-        # would save that memory and a few tens of nanoseconds per record.
-        self._current: dict[bytes, tuple[V, float]] = {}
-        self._previous: dict[bytes, tuple[V, float]] = {}
+        # Values and recording times live in parallel dicts with the same keys in the
+        # same order. A (value, time) tuple per entry would cost an allocation on every
+        # record, and tuples are objects the cyclic garbage collector has to look at
+        # (until it untracks them); two plain inserts cost neither.
+        self._current: dict[bytes, V] = {}
+        self._current_at: dict[bytes, float] = {}
+        self._previous: dict[bytes, V] = {}
+        self._previous_at: dict[bytes, float] = {}
         self._deadline = now + self._generation_seconds
         self._recorded = 0
         self._duplicates = 0
@@ -177,14 +181,24 @@ class RouteTable(Generic[V]):
         """
         if now >= self._deadline:
             self._rotate_for_time(now)
-        current = self._current
-        if guid in current or guid in self._previous:
+        if guid in self._previous:
             self._duplicates += 1
             return False
-        if len(current) >= self._capacity:
+        current = self._current
+        size = len(current)
+        if size >= self._capacity:
+            if guid in current:  # only checked here, at the rare rotation point
+                self._duplicates += 1
+                return False
             self._rotate_for_capacity(now)
             current = self._current
-        current[guid] = (value, now)
+            size = 0
+        # One probe of a large, cache-cold dict instead of a lookup then an insert.
+        current.setdefault(guid, value)
+        if len(current) == size:
+            self._duplicates += 1
+            return False
+        self._current_at[guid] = now
         self._recorded += 1
         return True
 
@@ -193,13 +207,12 @@ class RouteTable(Generic[V]):
         if now >= self._deadline:
             self._rotate_for_time(now)
         self._lookups += 1
-        entry = self._current.get(guid)
-        if entry is None:
-            entry = self._previous.get(guid)
-            if entry is None:
+        value = self._current.get(guid)
+        if value is None:
+            value = self._previous.get(guid)
+            if value is None:
                 self._misses += 1
-                return None
-        return entry[0]
+        return value
 
     # -- less frequent operations
 
@@ -214,14 +227,20 @@ class RouteTable(Generic[V]):
             self._rotate_for_time(now)
         self._refreshed += 1
         current = self._current
-        if current.pop(guid, None) is None:
-            self._previous.pop(guid, None)
+        if guid in current:
+            del current[guid]
+            del self._current_at[guid]
+        else:
+            if guid in self._previous:
+                del self._previous[guid]
+                del self._previous_at[guid]
             if len(current) >= self._capacity:
                 self._rotate_for_capacity(now)
                 current = self._current
         # Re-inserting (rather than assigning in place) keeps each generation in
         # recording order, which `entries` and ``oldest_age`` rely on.
-        current[guid] = (value, now)
+        current[guid] = value
+        self._current_at[guid] = now
 
     def forget_value(self, value: V) -> int:
         """Drop every entry whose value equals ``value``; return how many.
@@ -231,10 +250,14 @@ class RouteTable(Generic[V]):
         for an event that happens once per connection.
         """
         removed = 0
-        for table in (self._current, self._previous):
-            doomed = [guid for guid, entry in table.items() if entry[0] == value]
+        for table, times in (
+            (self._current, self._current_at),
+            (self._previous, self._previous_at),
+        ):
+            doomed = [guid for guid, stored in table.items() if stored == value]
             for guid in doomed:
                 del table[guid]
+                del times[guid]
             removed += len(doomed)
         self._forgotten += removed
         return removed
@@ -257,19 +280,18 @@ class RouteTable(Generic[V]):
             raise ValueError(f"limit must not be negative, not {limit!r}")
         if now >= self._deadline:
             self._rotate_for_time(now)
-        snapshot = _newest(self._current, "current", now, limit)
+        snapshot = _newest(self._current, self._current_at, "current", now, limit)
         rest = None if limit is None else limit - len(snapshot)
-        snapshot.extend(_newest(self._previous, "previous", now, rest))
+        snapshot.extend(_newest(self._previous, self._previous_at, "previous", now, rest))
         return iter(snapshot)
 
     def statistics(self, now: float) -> RouteTableStatistics:
         if now >= self._deadline:
             self._rotate_for_time(now)
-        oldest = self._previous or self._current
+        oldest = self._previous_at or self._current_at
         oldest_age = None
         if oldest:
-            _, recorded_at = next(iter(oldest.values()))
-            oldest_age = now - recorded_at
+            oldest_age = now - next(iter(oldest.values()))
         return RouteTableStatistics(
             name=self._name,
             size=len(self),
@@ -294,7 +316,9 @@ class RouteTable(Generic[V]):
     def _rotate(self) -> None:
         self._expired += len(self._previous)
         self._previous = self._current
+        self._previous_at = self._current_at
         self._current = {}
+        self._current_at = {}
         self._rotations += 1
 
     def _rotate_for_time(self, now: float) -> None:
@@ -318,14 +342,15 @@ class RouteTable(Generic[V]):
 
 
 def _newest(
-    table: dict[bytes, tuple[V, float]],
+    table: dict[bytes, V],
+    times: dict[bytes, float],
     generation: Literal["current", "previous"],
     now: float,
     limit: int | None,
 ) -> list[RouteEntry[V]]:
     return [
-        RouteEntry(guid, value, recorded_at, now - recorded_at, generation)
-        for guid, (value, recorded_at) in islice(reversed(table.items()), limit)
+        RouteEntry(guid, value, times[guid], now - times[guid], generation)
+        for guid, value in islice(reversed(table.items()), limit)
     ]
 
 

@@ -32,8 +32,9 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import operator
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 
 import structlog
 import trio
@@ -61,21 +62,15 @@ QUERY_HIT = MessageType.QUERY_HIT
 HOP_BY_HOP = frozenset({MessageType.QRP, MessageType.VENDOR, MessageType.STANDARD_VENDOR})
 
 _pack_header = HEADER_STRUCT.pack
+_TYPE_BYTE = operator.itemgetter(16)
+"""The payload type's offset in an encoded message."""
 QUEUED = Verdict.QUEUED
 DROPPED = Verdict.DROPPED
 
 
-class LocalOrigin:
-    """The route of a message this router originated: replies are consumed here."""
+LOCAL = 0
+"""The route of a message this router originated (connection ids start at 1)."""
 
-    alive = True
-
-    def __repr__(self) -> str:
-        return "<local>"
-
-
-LOCAL = LocalOrigin()
-Route = Connection | LocalOrigin
 HostLearned = Callable[[str, int, str], None]
 
 
@@ -148,6 +143,7 @@ class GnutellaRouter:
         config: RouterConfig,
         *,
         connections: Callable[[], tuple[Connection, ...]],
+        connection_by_id: Callable[[int], Connection | None],
         own_address: Callable[[], tuple[str, int]],
         own_guid: bytes,
         max_ttl: int,
@@ -158,6 +154,7 @@ class GnutellaRouter:
     ) -> None:
         self.config = config
         self._connections = connections
+        self._connection_by_id = connection_by_id
         self._own_address = own_address
         self.own_guid = own_guid
         self.max_ttl = max_ttl
@@ -165,13 +162,17 @@ class GnutellaRouter:
         self.on_host_learned = on_host_learned
         self.log = log or structlog.get_logger("router")
         capacity = config.route_table_capacity
-        self.ping_routes: RouteTable[Route] = RouteTable(
+        # Routes hold connection ids, not connections: an (int, float) entry is
+        # untracked by the cyclic garbage collector after its first young collection,
+        # so hundreds of thousands of routes cost full collections nothing (holding the
+        # objects themselves made each full collection take 100 ms and more).
+        self.ping_routes: RouteTable[int] = RouteTable(
             "ping", config.ping_route_seconds, capacity, now
         )
-        self.query_routes: RouteTable[Route] = RouteTable(
+        self.query_routes: RouteTable[int] = RouteTable(
             "query", config.query_route_seconds, capacity, now
         )
-        self.push_routes: RouteTable[Route] = RouteTable(
+        self.push_routes: RouteTable[int] = RouteTable(
             "push", config.push_route_seconds, capacity, now
         )
         self.push_seen = SeenTable("push-seen", config.push_route_seconds, capacity, now)
@@ -180,9 +181,7 @@ class GnutellaRouter:
         self._own_pong = b""
         self._fan_datas: list[bytes] = []
         self._fan_sources: list[Connection] = []
-        self._fan_types: list[int] = []
-        self._fan_hops: list[int] = []
-        self._fan_bytes = 0
+        self._fan_queries = 0
         self._own_pong_for: tuple[str, int] | None = None
         self.received = [0] * 256
         self.forwarded = [0] * 256
@@ -243,7 +242,7 @@ class GnutellaRouter:
                     if self.query_delay:
                         await self._delayed_broadcast(batch, index, connection, data, now)
                         return
-                    self._broadcast(connection, data, QUERY, frame.hops + 1, now)
+                    self._broadcast(connection, data)
             else:
                 handlers[message_type](connection, frame, now)
         self._flush_broadcasts(now)
@@ -262,8 +261,7 @@ class GnutellaRouter:
         self.stage.queue.requeue(batch[index + 1 :])
         self._flush_broadcasts(now)
         await self.stage.run_blocking(time.sleep, self.query_delay)
-        hops = batch[index].hops + 1
-        self._broadcast(source, data, QUERY, hops, trio.current_time())
+        self._broadcast(source, data)
         self._flush_broadcasts(trio.current_time())
 
     def _drop(self, reason: str, message_type: int) -> None:
@@ -283,28 +281,17 @@ class GnutellaRouter:
             return False
         return True
 
-    def _broadcast_ttl(self, frame: Frame) -> int:
-        """TTL to forward a broadcast with: clamped to max_ttl, then one hop spent."""
-        ttl = frame.ttl
-        room = self.max_ttl - frame.hops
-        if ttl > room:
-            ttl = room
-        return ttl - 1
-
-    def _broadcast(
-        self, source: Connection, data: bytes, message_type: int, hops: int, now: float
-    ) -> None:
+    def _broadcast(self, source: Connection, data: bytes) -> None:
         """Queue one encoded message for every connection but its source.
 
         Broadcasts are collected for the whole batch and handed out by
         :meth:`_flush_broadcasts`: one call per destination instead of one per message
-        and destination, which is where a flooding router spends most of its time.
+        and destination, which is where a flooding router spends most of its time. The
+        message type and hop count stay readable in the header bytes themselves.
         """
         self._fan_datas.append(data)
         self._fan_sources.append(source)
-        self._fan_types.append(message_type)
-        self._fan_hops.append(hops)
-        self._fan_bytes += len(data)
+        self._fan_queries += 1  # only queries come through here; pings are inlined
 
     def _flush_broadcasts(self, now: float) -> None:
         """Hand the batch's broadcasts to every connection, then wake the writers."""
@@ -312,61 +299,58 @@ class GnutellaRouter:
         connections = self._connections()
         if datas:
             sources = self._fan_sources
-            types = self._fan_types
-            total_bytes = self._fan_bytes
+            queries = self._fan_queries
+            self._fan_datas = []
+            self._fan_sources = []
+            self._fan_queries = 0
             senders = set(sources)
-            per_type = collections.Counter(types)
+            total_bytes = sum(map(len, datas))
+            pings = len(datas) - queries
             forwarded = self.forwarded
             for connection in connections:
                 if connection.closing:
                     continue
                 if connection in senders:
-                    keep = [i for i, source in enumerate(sources) if source is not connection]
-                    if not keep:
+                    mine = [d for d, s in zip(datas, sources, strict=True) if s is not connection]
+                    if not mine:
                         continue
-                    mine = [datas[i] for i in keep]
                     if connection.outgoing.offer_bulk(mine, sum(map(len, mine))):
                         for message_type, count in collections.Counter(
-                            types[i] for i in keep
+                            map(_TYPE_BYTE, mine)
                         ).items():
                             forwarded[message_type] += count
                     else:
-                        self._offer_each(connection, keep, now)
+                        self._offer_each(connection, mine, now)
                 elif connection.outgoing.offer_bulk(datas, total_bytes):
-                    for message_type, count in per_type.items():
-                        forwarded[message_type] += count
+                    forwarded[PING] += pings
+                    forwarded[QUERY] += queries
                 else:
-                    self._offer_each(connection, range(len(datas)), now)
-            self._fan_datas = []
-            self._fan_sources = []
-            self._fan_types = []
-            self._fan_hops = []
-            self._fan_bytes = 0
+                    self._offer_each(connection, datas, now)
         for connection in connections:
             connection.wake_writer()
 
-    def _offer_each(self, connection: Connection, indexes: Iterable[int], now: float) -> None:
+    def _offer_each(self, connection: Connection, datas: list[bytes], now: float) -> None:
         """The careful path, for a queue that has to decide message by message."""
-        datas, types, hops = self._fan_datas, self._fan_types, self._fan_hops
         offer = connection.offer
-        for i in indexes:
-            verdict = offer(datas[i], types[i], hops[i], now)
+        for data in datas:
+            message_type = data[16]
+            verdict = offer(data, message_type, data[18], now)
             if verdict is QUEUED:
-                self.forwarded[types[i]] += 1
+                self.forwarded[message_type] += 1
             else:
-                self.dropped["outgoing-queue", types[i]] += 1
+                self.dropped["outgoing-queue", message_type] += 1
                 if verdict is not DROPPED:
                     connection.refused(verdict)
                     return
 
-    def _forward_reply(self, route: Route, frame: Frame, now: float) -> None:
+    def _forward_reply(self, route_id: int, frame: Frame, now: float) -> None:
         """Send a pong, query hit or push one hop further along its recorded path."""
         message_type = frame.payload_type
-        if route is LOCAL:
+        if route_id == LOCAL:
             self.consumed[message_type] += 1
             return
-        assert isinstance(route, Connection)
-        if route.closing:
+        route = self._connection_by_id(route_id)
+        if route is None or route.closing:
             self.dropped["route-closed", message_type] += 1
             return
         ttl = frame.ttl - 1
@@ -383,8 +367,10 @@ class GnutellaRouter:
     # ------------------------------------------------------------------ per type
 
     def _on_ping(self, connection: Connection, frame: Frame, now: float) -> None:
+        # The busiest path of all: checks, dedup, our pong, the broadcast, inlined.
         ttl = frame.ttl
-        if not ttl or ttl + frame.hops > self.hard_ttl_limit:
+        hops = frame.hops
+        if not ttl or ttl + hops > self.hard_ttl_limit:
             self._ttl_ok(frame)  # counts the reason
             return
         payload = frame.payload
@@ -392,20 +378,31 @@ class GnutellaRouter:
             self.dropped["malformed", PING] += 1
             connection.malformed_in += 1
             return
-        if not self.ping_routes.record(frame.guid, connection, now):
+        guid = frame.guid
+        if not self.ping_routes.record(guid, connection.id, now):
             self.dropped["duplicate", PING] += 1
             return
-        self._send_own_pong(connection, frame, now)
+        pong = self._own_pong or self._own_pong_payload()
+        verdict = connection.offer(
+            _pack_header(guid, PONG, hops + 1, 0, len(pong)) + pong, PONG, 0, now
+        )
+        if verdict is QUEUED:
+            self.generated[PONG] += 1  # the writer is woken when the batch is flushed
+        else:
+            connection.refused(verdict)
         if connection.capabilities.pong_caching:
-            if frame.ttl > 1 and now - connection.last_ping_answered >= 1.0:
+            if ttl > 1 and now - connection.last_ping_answered >= 1.0:
                 connection.last_ping_answered = now
                 self._answer_from_cache(connection, frame, now)
             return
-        ttl = self._broadcast_ttl(frame)
-        if ttl <= 0:
-            return
-        data = _pack_header(frame.guid, PING, ttl, frame.hops + 1, len(payload)) + payload
-        self._broadcast(connection, data, PING, frame.hops + 1, now)
+        room = self.max_ttl - hops
+        if ttl > room:
+            ttl = room
+        if ttl > 1:
+            self._fan_datas.append(
+                _pack_header(guid, PING, ttl - 1, hops + 1, len(payload)) + payload
+            )
+            self._fan_sources.append(connection)
 
     def _own_pong_payload(self) -> bytes:
         """Our pong's payload; the advertised address is fixed once we listen."""
@@ -421,12 +418,6 @@ class GnutellaRouter:
             self._own_pong = build_payload(Pong(port=port, ip=host))
             self._own_pong_for = address
         return self._own_pong
-
-    def _send_own_pong(self, connection: Connection, ping: Frame, now: float) -> None:
-        payload = self._own_pong_payload()
-        data = _pack_header(ping.guid, PONG, ping.hops + 1, 0, len(payload)) + payload
-        if connection.send_nowait(data, PONG, 0, now):
-            self.generated[PONG] += 1
 
     def _answer_from_cache(self, connection: Connection, ping: Frame, now: float) -> None:
         """Up to ``pongs_per_ping`` pongs: cached ones first, then our neighbours.
@@ -475,13 +466,16 @@ class GnutellaRouter:
             self.dropped["malformed", QUERY] += 1
             connection.malformed_in += 1
             return None
-        if not self.query_routes.record(frame.guid, connection, now):
+        if not self.query_routes.record(frame.guid, connection.id, now):
             self.dropped["duplicate", QUERY] += 1
             return None
-        ttl = self._broadcast_ttl(frame)
-        if ttl <= 0:
+        hops = frame.hops
+        room = self.max_ttl - hops
+        if ttl > room:
+            ttl = room
+        if ttl <= 1:
             return None
-        return _pack_header(frame.guid, QUERY, ttl, frame.hops + 1, len(payload)) + payload
+        return _pack_header(frame.guid, QUERY, ttl - 1, hops + 1, len(payload)) + payload
 
     def _on_pong(self, connection: Connection, frame: Frame, now: float) -> None:
         if not self._ttl_ok(frame):
@@ -511,7 +505,7 @@ class GnutellaRouter:
             self.dropped["malformed", QUERY_HIT] += 1
             connection.malformed_in += 1
             return
-        self.push_routes.refresh(payload[-GUID_SIZE:], connection, now)
+        self.push_routes.refresh(payload[-GUID_SIZE:], connection.id, now)
         route = self.query_routes.lookup(frame.guid, now)
         if route is None:
             self.dropped["no-route", QUERY_HIT] += 1
@@ -606,7 +600,7 @@ class GnutellaRouter:
     def total_dropped(self) -> int:
         return sum(self.dropped.values())
 
-    def route_tables(self) -> Iterator[RouteTable[Route]]:
+    def route_tables(self) -> Iterator[RouteTable[int]]:
         yield self.ping_routes
         yield self.query_routes
         yield self.push_routes

@@ -237,7 +237,7 @@ class Stage(Generic[T]):
         threshold: int,
         pool_size: int = 1,
         max_pool_size: int = 20,
-        batch_size: int = 128,
+        batch_size: int = 250,
     ) -> None:
         if not 1 <= pool_size <= max_pool_size:
             raise ValueError(f"stage {name!r}: pool size must be within 1..{max_pool_size}")
@@ -252,6 +252,8 @@ class Stage(Generic[T]):
         self._workers: list[_Worker] = []
         self._nursery: trio.Nursery | None = None
         self.limiter = trio.CapacityLimiter(pool_size)
+        self._turn = trio.Lock()
+        """Held by the worker running the non-blocking part of a batch (see _work)."""
         self.batches = 0
         self.events = 0
         self._busy = 0
@@ -307,43 +309,54 @@ class Stage(Generic[T]):
     async def _work(self, worker: _Worker) -> None:
         queue = self.queue
         handler = self.handler
+        turn = self._turn
         try:
             with worker.cancel_scope:
                 while not worker.retire:
-                    batch = queue.take(self.batch_size)
-                    if not batch:
+                    if not queue:
                         await queue.wait_for_events()
                         continue
-                    worker.busy = True
-                    self._busy += 1
-                    try:
-                        await handler(batch)
-                    finally:
-                        worker.busy = False
-                        self._busy -= 1
-                        if not self._busy:
-                            self._idle_since = trio.current_time()
-                    self.batches += 1
-                    self.events += len(batch)
-                    # Two schedule points, not one. trio runs each batch of runnable
-                    # tasks in a random order, so after a single yield this worker may
-                    # run again before the connection writers its batch woke up, and a
-                    # healthy peer's queue would grow by two batches before it is
-                    # drained. After the second yield every task woken during this
-                    # batch has run: a writer's queue grows by at most one batch per
-                    # worker between two of its writes.
-                    await trio.lowlevel.checkpoint()
-                    await trio.lowlevel.checkpoint()
+                    async with turn:
+                        batch = queue.take(self.batch_size)
+                        if not batch:
+                            continue
+                        worker.busy = True
+                        self._busy += 1
+                        try:
+                            await handler(batch)
+                        finally:
+                            worker.busy = False
+                            self._busy -= 1
+                            if not self._busy:
+                                self._idle_since = trio.current_time()
+                        self.batches += 1
+                        self.events += len(batch)
+                        # Two schedule points, still holding the turn. trio runs each
+                        # round of runnable tasks in a random order, so after a single
+                        # yield a worker may run again before the connection writers
+                        # its batch woke up; after the second, every task woken during
+                        # the batch has run. With the turn held, no other worker slips
+                        # a batch in meanwhile either: between two of its writes a
+                        # healthy peer's queue grows by at most one batch, whatever the
+                        # pool size, which is what the slow-peer threshold relies on.
+                        await trio.lowlevel.checkpoint()
+                        await trio.lowlevel.checkpoint()
         finally:
             self._workers.remove(worker)
 
     async def run_blocking(self, function: Callable[..., R], *args: object) -> R:
-        """Run blocking work in a thread, at most one per worker at a time."""
+        """Run blocking work in a thread, at most one per worker at a time.
+
+        Called from the handler, while the worker holds the stage's turn: the turn is
+        given up for the wait, so other workers route meanwhile, and taken back after.
+        """
         self._blocking += 1
+        self._turn.release()
         try:
             return await trio.to_thread.run_sync(function, *args, limiter=self.limiter)
         finally:
             self._blocking -= 1
+            await self._turn.acquire()
 
     def statistics(self) -> StageStatistics:
         idle = 0.0 if self._busy else max(0.0, _now() - self._idle_since)
