@@ -25,7 +25,7 @@ import trio
 
 from .config import Config
 from .gwebcache import GWebCacheError, fetch_hosts
-from .host_cache import HostCache, HostCacheStatistics
+from .host_cache import HostCache, HostCacheStatistics, write_atomically
 from .router import GnutellaRouter
 from .server import DialError, GnutellaServer
 from .stage import Stage, StageStatistics
@@ -214,18 +214,26 @@ class GnutellaCatcher:
     async def _save_periodically(self) -> None:
         while True:
             await trio.sleep(self.settings.save_interval)
-            self.save()
+            await self.save()
 
-    def save(self) -> None:
-        """Write the host cache atomically; a failure is logged, never fatal."""
+    async def save(self) -> None:
+        """Write the host cache atomically; a failure is logged, never fatal.
+
+        The snapshot is taken here, on the event loop; the write and its fsyncs run in
+        a worker thread, so routing does not stall on the disk.
+        """
+        text, count = self.hosts.render(trio.current_time())
         try:
-            self.cache_path.parent.mkdir(parents=True, exist_ok=True)
-            count = self.hosts.save(self.cache_path, trio.current_time())
+            await trio.to_thread.run_sync(self._write, text)
         except OSError as exc:
             self.log.warning("host cache not saved", path=str(self.cache_path), error=str(exc))
             return
         self.saves += 1
         self.log.debug("host cache saved", path=str(self.cache_path), hosts=count)
+
+    def _write(self, text: str) -> None:
+        self.cache_path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomically(self.cache_path, text)
 
     def statistics(self) -> CatcherStatistics:
         return CatcherStatistics(

@@ -141,7 +141,8 @@ class Daemon:
         await self.server.close_listeners()
         peers = len(self.server.connections)
         await self.server.say_goodbye(BYE_GRACE_SECONDS)
-        self.catcher.save()
+        with trio.CancelScope(shield=True), trio.move_on_after(2.0):
+            await self.catcher.save()
         self.log.info(
             "router stopped",
             peers_said_goodbye=peers,

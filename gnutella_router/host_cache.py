@@ -471,27 +471,23 @@ class HostCache:
         Hosts are written most promising first, so that a smaller cache loading the
         file keeps the best of them.
         """
+        text, count = self.render(now)
+        write_atomically(path, text)
+        return count
+
+    def render(self, now: float) -> tuple[str, int]:
+        """The file's text and the number of hosts in it.
+
+        Separate from the write so that a daemon can take the snapshot on its event loop
+        and leave the slow part (the write and its fsyncs) to a worker thread.
+        """
         records = sorted(self._records.values(), key=_promise)
         lines = [FILE_HEADER]
         lines.extend(
             f"{r.host} {r.port} {r.source} {max(0.0, now - r.last_seen):.3f} {r.failures}"
             for r in records
         )
-        text = "\n".join(lines) + "\n"
-        directory = path.parent
-        fd, temp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as stream:
-                stream.write(text)
-                stream.flush()
-                os.fsync(stream.fileno())
-            os.replace(temp_name, path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(temp_name)
-            raise
-        _fsync_directory(directory)
-        return len(records)
+        return "\n".join(lines) + "\n", len(records)
 
     def load(self, path: Path, now: float) -> int:
         """Merge hosts saved by `save`; return how many new hosts were taken in.
@@ -545,3 +541,24 @@ def _fsync_directory(directory: Path) -> None:
         pass
     finally:
         os.close(fd)
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """Replace ``path`` with ``text`` so that a crash leaves the old or the new file.
+
+    Written to a temporary file in the same directory, flushed to disk, renamed over
+    the old one, and the directory synced so the rename itself survives a power cut.
+    """
+    directory = path.parent
+    fd, temp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as stream:
+            stream.write(text)
+            stream.flush()
+            os.fsync(stream.fileno())
+        os.replace(temp_name, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temp_name)
+        raise
+    _fsync_directory(directory)
