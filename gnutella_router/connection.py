@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import itertools
+import os
 from collections.abc import Awaitable, Callable
 
 import structlog
@@ -115,6 +116,9 @@ class Connection:
         self._writer_waiting = False
         self._cancel_scope = trio.CancelScope()
         self._final: bytes | None = None
+        self._unsent: bytes | memoryview = b""
+        self._fd = stream.socket.fileno() if isinstance(stream, trio.SocketStream) else -1
+        """The socket for direct writes (see wake_writer); -1 for other streams."""
         self.connected_at = trio.current_time()
         self.alive = True
         self.closing = False
@@ -132,15 +136,37 @@ class Connection:
     # ------------------------------------------------------------------ router side
 
     def wake_writer(self) -> None:
-        """Let the writer run if it waits and something is queued.
+        """Send what is queued now if the writer is idle; otherwise leave it to the writer.
 
         The router offers a whole batch through :attr:`offer` (the queue's own method,
-        one call per message) and wakes each writer once afterwards, instead of checking
-        on every message.
+        one call per message) and calls this once per connection afterwards. When the
+        writer is parked, nothing else is using the socket, so the queued bytes go
+        straight to the non-blocking socket: one task switch and one scheduler round
+        saved per batch, which is a good part of a router's latency. Whatever the kernel
+        does not take right away is left for the writer, which is the only code that
+        ever waits on the socket.
         """
-        if self._writer_waiting and self.outgoing.pending_messages:
-            self._writer_waiting = False
-            self._writer_lot.unpark()
+        if not self._writer_waiting or not self.outgoing.pending_messages:
+            return
+        if self._fd >= 0 and not self.closing:
+            chunks = self.outgoing.take(WRITE_SIZE)
+            data = b"".join(chunks)
+            if self._compressor is not None:
+                data = self._compressor.compress(data)
+            try:
+                sent = os.write(self._fd, data)
+            except BlockingIOError:
+                sent = 0
+            except OSError as exc:
+                self.close(f"connection lost: {exc.__class__.__name__}")
+                return
+            self.messages_out += len(chunks)
+            self.bytes_out += sent
+            if sent == len(data) and not self.outgoing.pending_messages:
+                return
+            self._unsent = memoryview(data)[sent:]
+        self._writer_waiting = False
+        self._writer_lot.unpark()
 
     def refused(self, verdict: Verdict) -> None:
         """Act on an :attr:`offer` that did not queue: close if the queue says so."""
@@ -274,6 +300,12 @@ class Connection:
         compressor = self._compressor
         try:
             while not self.closing:
+                if self._unsent:
+                    # The tail of a direct write (see wake_writer) goes first.
+                    unsent, self._unsent = self._unsent, b""
+                    await stream.send_all(unsent)
+                    self.bytes_out += len(unsent)
+                    continue
                 chunks = outgoing.take(WRITE_SIZE)
                 if not chunks:
                     self._writer_waiting = True

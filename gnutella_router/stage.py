@@ -316,7 +316,13 @@ class Stage(Generic[T]):
                     if not queue:
                         await queue.wait_for_events()
                         continue
-                    async with turn:
+                    try:
+                        # Without waiting when the turn is free: Lock.acquire() always
+                        # yields, and a scheduler round per batch is latency for nothing.
+                        turn.acquire_nowait()
+                    except trio.WouldBlock:
+                        await turn.acquire()
+                    try:
                         batch = queue.take(self.batch_size)
                         if not batch:
                             continue
@@ -341,6 +347,8 @@ class Stage(Generic[T]):
                         # pool size, which is what the slow-peer threshold relies on.
                         await trio.lowlevel.checkpoint()
                         await trio.lowlevel.checkpoint()
+                    finally:
+                        turn.release()
         finally:
             self._workers.remove(worker)
 

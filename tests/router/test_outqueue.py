@@ -6,7 +6,7 @@ import itertools
 import struct
 
 import pytest
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
@@ -175,6 +175,89 @@ def test_threshold_admits_one_bye_after_the_close() -> None:
     assert stats.dropped["closed"] == 1
     assert stats.queued_total == 2
     assert stats.sent_total == 1
+
+
+def test_threshold_offer_bulk_queues_all_or_nothing() -> None:
+    queue = ThresholdQueue(max_messages=5, max_bytes=1000)
+    first = [message(QUERY) for _ in range(3)]
+    assert queue.offer_bulk(first, 300)
+    too_many = [message(QUERY) for _ in range(3)]
+    assert not queue.offer_bulk(too_many, 300)  # 6 > 5: the caller must offer one by one
+    too_big = [message(HIT, 400), message(HIT, 400)]
+    assert not queue.offer_bulk(too_big, 800)  # 1100 bytes > 1000
+    assert (queue.pending_messages, queue.pending_bytes) == (3, 300)
+    assert not queue.closed  # a bulk refusal decides nothing
+    assert queue.offer_bulk(too_many[:2], 200)
+    assert drain(queue) == first + too_many[:2]
+    assert queue.statistics(0.0).queued_total == 5
+
+
+def test_offer_bulk_refuses_once_closed_and_for_flow_control() -> None:
+    queue = ThresholdQueue(max_messages=1)
+    offer(queue, QUERY)
+    assert offer(queue, QUERY)[0] is Verdict.CLOSE
+    queue.clear()
+    assert not queue.offer_bulk([message(QUERY)], 100)
+    assert queue.pending_messages == 0
+    flow = FlowControlQueue()
+    assert not flow.offer_bulk([message(QUERY)], 100)  # every message needs its level
+    assert flow.pending_messages == 0
+
+
+@settings(max_examples=150)
+@given(
+    st.lists(
+        st.one_of(
+            st.tuples(st.just("offer"), st.integers(HEADER_SIZE, 400)),
+            st.tuples(st.just("bulk"), st.lists(st.integers(HEADER_SIZE, 400), max_size=4)),
+            st.tuples(st.just("take"), st.integers(0, 1500)),
+        ),
+        max_size=40,
+    )
+)
+def test_threshold_queue_matches_a_plain_fifo(
+    steps: list[tuple[str, int] | tuple[str, list[int]]],
+) -> None:
+    limit_messages, limit_bytes = 8, 2000
+    queue = ThresholdQueue(max_messages=limit_messages, max_bytes=limit_bytes)
+    model: list[bytes] = []
+    closed = False
+    for step in steps:
+        if step[0] == "offer":
+            assert isinstance(step[1], int)
+            verdict, data = offer(queue, QUERY, step[1])
+            fits = len(model) < limit_messages and sum(map(len, model)) + step[1] <= limit_bytes
+            if closed:
+                assert verdict is Verdict.DROPPED
+            elif fits:
+                assert verdict is Verdict.QUEUED
+                model.append(data)
+            else:
+                assert verdict is Verdict.CLOSE
+                closed = True
+        elif step[0] == "bulk":
+            assert isinstance(step[1], list)
+            datas = [message(QUERY, size) for size in step[1]]
+            total = sum(step[1])
+            fits = (
+                len(model) + len(datas) <= limit_messages
+                and sum(map(len, model)) + total <= limit_bytes
+            )
+            assert queue.offer_bulk(datas, total) is (fits and not closed)
+            if fits and not closed:
+                model.extend(datas)
+        else:
+            assert isinstance(step[1], int)
+            batch = queue.take(step[1])
+            assert batch == model[: len(batch)]
+            assert bool(batch) == bool(model)
+            if len(batch) > 1:
+                assert sum(map(len, batch)) <= step[1]
+            if len(batch) < len(model):
+                assert sum(map(len, batch)) + len(model[len(batch)]) > step[1]
+            del model[: len(batch)]
+        assert queue.pending_messages == len(model)
+        assert queue.pending_bytes == sum(map(len, model))
 
 
 # -- flow control: the hysteresis -----------------------------------------------------
@@ -525,6 +608,14 @@ def queued_in_send_order(queue: FlowControlQueue) -> list[bytes]:
 
 
 class FlowControlMachine(RuleBasedStateMachine):
+    """Random offers, takes, clock ticks and clears against a model of what is queued.
+
+    Each step checks the verdict against the queue's state before it (free room, bytes
+    below the message's level, flow control, closed), which messages were evicted, and
+    the batch ``take`` handed out; the invariants check the books, the memory bound and
+    the hysteresis after every step.
+    """
+
     def __init__(self) -> None:
         super().__init__()
         self.queue = FlowControlQueue(MAX_BYTES, max_flow_control_seconds=FC_SECONDS)
@@ -737,9 +828,3 @@ FlowControlMachine.TestCase.settings = settings(
     suppress_health_check=[HealthCheck.too_slow],
 )
 test_flow_control_machine = FlowControlMachine.TestCase
-
-
-def test_model_helpers_round_trip() -> None:
-    data = message(HIT, 60, hops=3)
-    assert len(data) == 60
-    assert header_of(data)[1:] == (HIT, 3)
