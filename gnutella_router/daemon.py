@@ -53,6 +53,7 @@ class Daemon:
             own_guid=self.guid,
             max_ttl=config.network.max_ttl,
             hard_ttl_limit=config.network.hard_ttl_limit,
+            allow_private=config.network.allow_private_addresses,
             on_host_learned=self._learn,
             log=self.log.bind(stage="router"),
         )

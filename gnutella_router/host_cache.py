@@ -130,7 +130,7 @@ class HostCacheStatistics:
 
 
 @functools.lru_cache(maxsize=4096)
-def _classify(host: str) -> tuple[str, str | None]:
+def classify_address(host: str) -> tuple[str, str | None]:
     """``(canonical host, None)`` for a public address, ``(canonical, "private")``, or
     ``("", reason)`` for an address that is never dialable.
 
@@ -183,7 +183,7 @@ def _canonical_key(host: object, port: object) -> tuple[str, int] | None:
     """The key a host is stored under, or None if it could never have been stored."""
     if not isinstance(host, str) or _port_problem(port) is not None:
         return None
-    canonical, _ = _classify(host)
+    canonical, _ = classify_address(host)
     if not canonical:
         return None
     assert isinstance(port, int)
@@ -291,7 +291,7 @@ class HostCache:
         reason = _port_problem(port)
         canonical = ""
         if isinstance(host, str):
-            canonical, address_reason = _classify(host)
+            canonical, address_reason = classify_address(host)
             if address_reason == "private" and self._allow_private:
                 address_reason = None
         else:

@@ -49,6 +49,7 @@ from protocol.messages import Bye, Message, Ping, Pong, random_guid
 
 from .config import RouterConfig
 from .connection import Connection
+from .host_cache import classify_address
 from .outqueue import Verdict
 from .route_table import RouteTable, RouteTableStatistics, SeenTable
 from .stage import Stage
@@ -86,6 +87,9 @@ class RouterStatistics:
     """reason -> message type -> count."""
     tables: dict[str, RouteTableStatistics]
     pong_cache_size: int
+    pongs_not_cached: dict[str, int]
+    """Pongs routed but not cached, by reason: private addresses on a public network,
+    unspecified, multicast or reserved ones anywhere."""
 
 
 def type_name(message_type: int) -> str:
@@ -148,6 +152,7 @@ class GnutellaRouter:
         own_guid: bytes,
         max_ttl: int,
         hard_ttl_limit: int,
+        allow_private: bool = True,
         on_host_learned: HostLearned | None = None,
         log: structlog.typing.FilteringBoundLogger | None = None,
         now: float = 0.0,
@@ -159,6 +164,9 @@ class GnutellaRouter:
         self.own_guid = own_guid
         self.max_ttl = max_ttl
         self.hard_ttl_limit = hard_ttl_limit
+        self.allow_private = allow_private
+        self.pongs_not_cached: collections.Counter[str] = collections.Counter()
+        """Pongs routed but kept out of the pong cache, by reason (e.g. "private")."""
         self.on_host_learned = on_host_learned
         self.log = log or structlog.get_logger("router")
         capacity = config.route_table_capacity
@@ -487,8 +495,13 @@ class GnutellaRouter:
             connection.malformed_in += 1
             return
         assert isinstance(pong, Pong)
-        if pong.port and pong.ip != "0.0.0.0":
-            self.pong_cache.add(pong.ip, pong.port, frame.payload, frame.hops, now)
+        if pong.port:
+            _, problem = classify_address(pong.ip)
+            if problem is None or (problem == "private" and self.allow_private):
+                self.pong_cache.add(pong.ip, pong.port, frame.payload, frame.hops, now)
+            else:
+                # Still routed back to whoever pinged; just not handed out again.
+                self.pongs_not_cached[problem] += 1
             if self.on_host_learned is not None:
                 self.on_host_learned(pong.ip, pong.port, "pong")
         route = self.ping_routes.lookup(frame.guid, now)
@@ -595,6 +608,7 @@ class GnutellaRouter:
                 for table in (self.ping_routes, self.query_routes, self.push_routes)
             },
             pong_cache_size=len(self.pong_cache),
+            pongs_not_cached=dict(self.pongs_not_cached),
         )
 
     def total_dropped(self) -> int:

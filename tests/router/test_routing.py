@@ -272,3 +272,26 @@ async def test_routes_over_ipv6(tmp_path: Path) -> None:
         query = message(Query(b"over IPv6"), ttl=2)
         await a.send(query)
         assert (await b.receive_matching(of_type(QUERY))).guid == query.guid
+
+
+async def test_public_networks_keep_private_pongs_out_of_the_cache(tmp_path: Path) -> None:
+    overrides = {"network.allow_private_addresses": False}
+    async with running_daemons(tmp_path, overrides=overrides) as (daemon,):
+        pinger, answerer = await peers(daemon, 2)
+        ping = message(Ping(), ttl=2)
+        await pinger.send(ping)
+        await answerer.receive_matching(of_type(PING))
+        await answerer.send(
+            message(Pong(6346, "192.168.1.7"), ttl=2, guid=ping.guid),
+            message(Pong(6346, "203.0.113.9"), ttl=2, guid=ping.guid),
+        )
+        routed = {
+            f.message().payload.ip  # type: ignore[union-attr]
+            for f in await pinger.collect(0.4)
+            if f.payload_type == PONG and f.hops == 1
+        }
+        assert routed == {"192.168.1.7", "203.0.113.9"}  # both still routed back
+        assert len(daemon.router.pong_cache) == 1
+        assert daemon.router.pongs_not_cached["private"] == 1
+        assert ("192.168.1.7", 6346) not in daemon.catcher.hosts
+        assert daemon.catcher.hosts.statistics().rejected["private"] == 1
