@@ -14,7 +14,6 @@ from pathlib import Path
 
 import trio
 
-from gnutella_router.daemon import Daemon
 from protocol.capabilities import Capabilities
 from protocol.codec import encode_message
 from protocol.compression import DeflateCompressor, DeflateDecompressor
@@ -177,7 +176,7 @@ async def serve_as_gtk(
     opening, ping_guid = gtk_opening_messages()
     await link.send(*opening)
     pong = await link.receive(MessageType.PONG)
-    record.append((pong.guid == ping_guid and b"pong") or b"wrong pong")
+    record.append(b"pong" if pong.guid == ping_guid else b"wrong pong")
     await stream.aclose()
 
 
@@ -198,6 +197,3 @@ async def test_the_daemon_dialing_gtk_gnutella(tmp_path: Path) -> None:
         assert step3.startswith(b"GNUTELLA/0.6 200")
         assert b"\r\nContent-Encoding: deflate\r\n" in step3  # gtk offered deflate
         assert verdict == b"pong"
-
-
-__all__ = ["Daemon"]
