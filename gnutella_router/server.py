@@ -132,6 +132,8 @@ class ServerStatistics:
     refused: dict[str, int]
     """Connection attempts turned away or failed before the first message, by reason."""
     closed: int
+    failed_connections: int
+    """Connections ended by an unexpected exception in their tasks (each one logged)."""
 
 
 class DialError(Exception):
@@ -166,6 +168,7 @@ class GnutellaServer:
         self._advertised: tuple[str, int] | None = None
         self.accepted = 0
         self.closed = 0
+        self.failed_connections = 0
         self.completed: collections.Counter[str] = collections.Counter()
         self.refused: collections.Counter[str] = collections.Counter()
 
@@ -439,6 +442,10 @@ class GnutellaServer:
         connection.log.debug("connected", user_agent=connection.capabilities.user_agent)
         try:
             await connection.run(self.router.deliver)
+        except Exception:
+            # A bug in this connection's tasks must cost this connection, not the node.
+            self.failed_connections += 1
+            connection.log.exception("connection task failed")
         finally:
             self.connections.remove(connection)
             self.closed += 1
@@ -462,6 +469,7 @@ class GnutellaServer:
             completed=dict(self.completed),
             refused=dict(self.refused),
             closed=self.closed,
+            failed_connections=self.failed_connections,
         )
 
 

@@ -32,6 +32,7 @@ import math
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Generic, Protocol, TypeVar
 
+import structlog
 import trio
 
 T = TypeVar("T")
@@ -207,6 +208,8 @@ class StageStatistics:
     """Handlers waiting on a thread right now."""
     batches: int
     events: int
+    handler_errors: int
+    """Batches lost to an unexpected exception in the handler (each one logged)."""
     idle_seconds: float
     """Since the last time any worker was busy (0 while one is)."""
 
@@ -256,6 +259,8 @@ class Stage(Generic[T]):
         """Held by the worker running the non-blocking part of a batch (see _work)."""
         self.batches = 0
         self.events = 0
+        self.handler_errors = 0
+        self.log = structlog.get_logger("stage").bind(stage=name)
         self._busy = 0
         self._idle_since = 0.0
         self._blocking = 0
@@ -330,6 +335,11 @@ class Stage(Generic[T]):
                         self._busy += 1
                         try:
                             await handler(batch)
+                        except Exception:
+                            # A bug, not bad input (bad input is counted, never raised):
+                            # lose this batch, say so loudly, keep the stage running.
+                            self.handler_errors += 1
+                            self.log.exception("stage handler failed", batch=len(batch))
                         finally:
                             worker.busy = False
                             self._busy -= 1
@@ -377,6 +387,7 @@ class Stage(Generic[T]):
             blocking_in_progress=self._blocking,
             batches=self.batches,
             events=self.events,
+            handler_errors=self.handler_errors,
             idle_seconds=idle,
         )
 

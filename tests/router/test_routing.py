@@ -295,3 +295,21 @@ async def test_public_networks_keep_private_pongs_out_of_the_cache(tmp_path: Pat
         assert daemon.router.pongs_not_cached["private"] == 1
         assert ("192.168.1.7", 6346) not in daemon.catcher.hosts
         assert daemon.catcher.hosts.statistics().rejected["private"] == 1
+
+
+async def test_a_handler_bug_costs_a_batch_not_the_daemon(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with running_daemons(tmp_path) as (daemon,):
+        a, b = await peers(daemon, 2)
+
+        def broken(connection: object, frame: object, now: float) -> None:
+            raise RuntimeError("a bug")
+
+        monkeypatch.setattr(daemon.router, "_handlers", [broken] * 256)
+        await a.send(message(Ping(), ttl=2))
+        await wait_until(lambda: daemon.router.stage.handler_errors == 1)
+        monkeypatch.undo()
+        query = message(Query(b"after the bug"), ttl=2)
+        await a.send(query)
+        assert (await b.receive_matching(of_type(QUERY))).guid == query.guid
