@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import platform
 import statistics
 import sys
 import time
@@ -22,6 +21,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from benchdocs import machine, replace_section
 
 from protocol.codec import encode_message, parse_payload, parse_payload_spec
 from protocol.constants import MessageType
@@ -32,8 +34,6 @@ from traffic_models.samples import TRACE_LIKE_MIX, SampleFactory
 
 FRAMING_FLOOR = 500_000
 PARSE_FLOORS: dict[int, int] = {MessageType.PONG: 50_000, MessageType.QUERY: 50_000}
-SECTION_START = "<!-- bench_protocol:start -->"
-SECTION_END = "<!-- bench_protocol:end -->"
 
 
 def median_rate(count: int, run: Callable[[], object], repeats: int) -> float:
@@ -90,18 +90,6 @@ def bench_parse(message_type: int, payloads: Sequence[bytes], repeats: int) -> t
             parse_payload_spec(message_type, p)
 
     return median_rate(len(payloads), fast, repeats), median_rate(len(few), spec, repeats)
-
-
-def machine() -> str:
-    cpu = platform.processor() or "unknown CPU"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"{cpu}; CPython {platform.python_version()}; {platform.system()}"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -184,7 +172,6 @@ def write_section(
 ) -> None:
     today = datetime.date.today().isoformat()
     lines = [
-        SECTION_START,
         "## Wire format (`scripts/bench_protocol.py`)",
         "",
         f"Measured {today} on {machine()}, one core, data in memory.",
@@ -199,18 +186,8 @@ def write_section(
         "",
         "Rerun: `.venv/bin/python scripts/bench_protocol.py --write`"
         " (exits 1 if a floor is missed).",
-        SECTION_END,
     ]
-    path = Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md"
-    text = path.read_text() if path.exists() else "# Benchmarks\n\n"
-    if SECTION_START in text and SECTION_END in text:
-        before, rest = text.split(SECTION_START, 1)
-        after = rest.split(SECTION_END, 1)[1]
-        text = before + "\n".join(lines) + after
-    else:
-        text = text.rstrip("\n") + "\n\n" + "\n".join(lines) + "\n"
-    path.write_text(text)
-    print(f"wrote {path}")
+    print(f"wrote {replace_section('bench_protocol', lines)}")
 
 
 if __name__ == "__main__":

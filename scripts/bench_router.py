@@ -66,7 +66,6 @@ import datetime
 import ipaddress
 import itertools
 import os
-import platform
 import random
 import signal
 import socket
@@ -101,6 +100,9 @@ from protocol.handshake import (
 from protocol.header import HEADER_STRUCT
 from protocol.messages import Message, Ping, Query, random_guid
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from benchdocs import machine, replace_section
+
 ROOT = Path(__file__).resolve().parent.parent
 
 THROUGHPUT_FLOOR = 250_000
@@ -110,8 +112,6 @@ LATENCY_P99_FLOOR_US = 1_000
 MEMORY_FLOOR_BYTES = 50_000
 """Per idle connection, with 1,000 open (1 KB = 1,000 bytes throughout)."""
 
-SECTION_START = "<!-- bench_router:start -->"
-SECTION_END = "<!-- bench_router:end -->"
 
 SINKS = 3
 SEND_CHUNK = 64 * 1024
@@ -1132,18 +1132,6 @@ def limits(ours: Figures, base: Figures | None) -> list[str]:
     return notes
 
 
-def machine() -> str:
-    cpu = platform.processor() or "unknown CPU"
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    return (
-        f"{cpu}, {os.cpu_count()} cores; CPython {platform.python_version()}; {platform.system()}"
-    )
-
-
 def print_rows(rows: Sequence[Row], ours: Figures, base: Figures | None) -> None:
     header: Row = ("what", ours.name, base.name if base else "", "ratio" if base else "", "note")
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(4)]
@@ -1158,7 +1146,6 @@ def write_section(
     today = datetime.date.today().isoformat()
     ping = 100 - round(args.query_share * 100)
     lines = [
-        SECTION_START,
         "## Router (`scripts/bench_router.py`)",
         "",
         f"Measured {today} on {machine()}. Two processes over loopback TCP: the server "
@@ -1208,18 +1195,8 @@ def write_section(
         "Rerun: `.venv/bin/python scripts/bench_router.py --write` (a few minutes; exits 1 "
         "if a floor is missed). `--target HOST:PORT` measures another router already "
         "listening on loopback, beside the same baseline; `--help` lists the other knobs.",
-        SECTION_END,
     ]
-    path = ROOT / "docs" / "benchmarks.md"
-    text = path.read_text() if path.exists() else "# Benchmarks\n\n"
-    if SECTION_START in text and SECTION_END in text:
-        before, rest = text.split(SECTION_START, 1)
-        after = rest.split(SECTION_END, 1)[1]
-        text = before + "\n".join(lines) + after
-    else:
-        text = text.rstrip("\n") + "\n\n" + "\n".join(lines) + "\n"
-    path.write_text(text)
-    print(f"wrote {path}")
+    print(f"wrote {replace_section('bench_router', lines)}")
 
 
 # ---------------------------------------------------------------------------------------

@@ -1,0 +1,45 @@
+"""What every benchmark script shares: naming the machine, and its part of the docs.
+
+Each script owns one section of docs/benchmarks.md between its own markers and
+replaces only that, so the scripts can be rerun in any order.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import platform
+from collections.abc import Sequence
+from pathlib import Path
+
+BENCHMARKS_DOC = Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md"
+
+
+def machine() -> str:
+    """CPU model, core count, Python and OS: enough to compare figures across runs."""
+    cpu = platform.processor() or "unknown CPU"
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    return (
+        f"{cpu}, {os.cpu_count()} cores; CPython {platform.python_version()}; {platform.system()}"
+    )
+
+
+def replace_section(name: str, lines: Sequence[str], path: Path = BENCHMARKS_DOC) -> Path:
+    """Replace the section marked ``<!-- NAME:start -->`` .. ``<!-- NAME:end -->``.
+
+    A missing section is appended; a missing file is started with a title.
+    """
+    start, end = f"<!-- {name}:start -->", f"<!-- {name}:end -->"
+    body = "\n".join([start, *lines, end])
+    text = path.read_text() if path.exists() else "# Benchmarks\n\n"
+    if start in text and end in text:
+        before, rest = text.split(start, 1)
+        text = before + body + rest.split(end, 1)[1]
+    else:
+        text = text.rstrip("\n") + "\n\n" + body + "\n"
+    path.write_text(text)
+    return path
