@@ -32,7 +32,6 @@ import trio
 
 from protocol.codec import encode_message
 from protocol.compression import DeflateCompressor, DeflateDecompressor
-from protocol.constants import MessageType
 from protocol.errors import CompressionError, FrameTooLargeError, RemoteProtocolError
 from protocol.framing import Frame, FrameDecoder
 from protocol.handshake import Capabilities
@@ -120,7 +119,6 @@ class Connection:
         self._fd = stream.socket.fileno() if isinstance(stream, trio.SocketStream) else -1
         """The socket for direct writes (see wake_writer); -1 for other streams."""
         self.connected_at = trio.current_time()
-        self.alive = True
         self.closing = False
         self.close_reason: str | None = None
         self.bye_code_sent: int | None = None
@@ -181,8 +179,7 @@ class Connection:
                 self._writer_waiting = False
                 self._writer_lot.unpark()
             return True
-        if verdict is not Verdict.DROPPED:
-            self._act_on(verdict)
+        self.refused(verdict)
         return False
 
     def send_message(self, message: Message, now: float) -> bool:
@@ -191,9 +188,7 @@ class Connection:
 
     def check(self, now: float) -> None:
         """Let the outgoing queue apply its time limits (called about once a second)."""
-        verdict = self.outgoing.check(now)
-        if verdict is not Verdict.QUEUED and verdict is not Verdict.DROPPED:
-            self._act_on(verdict)
+        self.refused(self.outgoing.check(now))
 
     def _act_on(self, verdict: Verdict) -> None:
         reason = self.outgoing.close_reason or "slow peer"
@@ -235,7 +230,6 @@ class Connection:
                     nursery.start_soon(self._write_loop, nursery.cancel_scope)
                     await self._read_loop(deliver)
         finally:
-            self.alive = False
             self.closing = True
             if self.close_reason is None:
                 self.close_reason = "cancelled"
@@ -381,8 +375,3 @@ class Connection:
 def _bye_text(reason: str) -> str:
     text = " ".join(reason.replace("\x00", " ").split())
     return text[:200]
-
-
-HOP_BY_HOP_TYPES = frozenset(
-    {MessageType.BYE, MessageType.QRP, MessageType.VENDOR, MessageType.STANDARD_VENDOR}
-)

@@ -398,7 +398,11 @@ class ThresholdQueue(OutgoingQueue):
     def offer_bulk(self, datas: list[bytes], total_bytes: int) -> bool:
         queue = self._queue
         pending = self._pending_bytes + total_bytes
-        if len(queue) + len(datas) <= self._limit_messages and pending <= self._limit_bytes:
+        if (
+            len(queue) + len(datas) <= self._limit_messages
+            and pending <= self._limit_bytes
+            and not self._closed
+        ):
             queue.extend(datas)
             self._pending_bytes = pending
             return True

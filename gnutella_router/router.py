@@ -170,10 +170,10 @@ class GnutellaRouter:
         self.on_host_learned = on_host_learned
         self.log = log or structlog.get_logger("router")
         capacity = config.route_table_capacity
-        # Routes hold connection ids, not connections: an (int, float) entry is
-        # untracked by the cyclic garbage collector after its first young collection,
-        # so hundreds of thousands of routes cost full collections nothing (holding the
-        # objects themselves made each full collection take 100 ms and more).
+        # Routes hold connection ids, not connections: ints and floats are invisible to
+        # the cyclic garbage collector, so hundreds of thousands of routes cost its full
+        # collections nothing (holding the connection objects made each one take 100 ms
+        # and more). A closed connection's id simply no longer resolves.
         self.ping_routes: RouteTable[int] = RouteTable(
             "ping", config.ping_route_seconds, capacity, now
         )
@@ -190,7 +190,6 @@ class GnutellaRouter:
         self._fan_datas: list[bytes] = []
         self._fan_sources: list[Connection] = []
         self._fan_queries = 0
-        self._own_pong_for: tuple[str, int] | None = None
         self.received = [0] * 256
         self.forwarded = [0] * 256
         self.generated = [0] * 256
@@ -271,9 +270,6 @@ class GnutellaRouter:
         await self.stage.run_blocking(time.sleep, self.query_delay)
         self._broadcast(source, data)
         self._flush_broadcasts(trio.current_time())
-
-    def _drop(self, reason: str, message_type: int) -> None:
-        self.dropped[reason, message_type] += 1
 
     def _drop_many(self, reason: str, frames: list[Frame]) -> None:
         for frame in frames:
@@ -413,9 +409,16 @@ class GnutellaRouter:
             self._fan_sources.append(connection)
 
     def _own_pong_payload(self) -> bytes:
-        """Our pong's payload; the advertised address is fixed once we listen."""
-        if self._own_pong:
-            return self._own_pong
+        """Our pong's payload, built on first use: the advertised address is fixed once
+        the server listens, and pings only arrive after that."""
+        if not self._own_pong:
+            host, port = self._own_address()
+            try:
+                pack_ipv4(host)
+            except LocalProtocolError:
+                host = "0.0.0.0"  # an IPv6 or named address has no place in a pong
+            self._own_pong = build_payload(Pong(port=port, ip=host))
+        return self._own_pong
         address = self._own_address()
         if address != self._own_pong_for:
             host, port = address
