@@ -319,7 +319,7 @@ class GnutellaServer:
         request = await _next_event(stream, acceptor)
         assert isinstance(request, ConnectRequest)
         capabilities = request.capabilities
-        reason = self._refusal_reason(capabilities, request.legacy)
+        reason = self._refusal_reason(capabilities)
         if reason is not None:
             code, text = reason
             self.refused[text.lower().replace(" ", "-")] += 1
@@ -336,7 +336,7 @@ class GnutellaServer:
                 self.refused["peer-declined"] += 1
                 return None
 
-    def _refusal_reason(self, capabilities: Capabilities, legacy: bool) -> tuple[int, str] | None:
+    def _refusal_reason(self, capabilities: Capabilities) -> tuple[int, str] | None:
         if capabilities.guid is not None and capabilities.guid == self.own_guid:
             return 409, "Connected to self"
         if len(self.connections) >= self.config.network.max_connections:
