@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import math
+import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import partial
 from pathlib import Path
 
@@ -15,6 +17,7 @@ from protocol.framing import FrameDecoder
 from . import __version__
 from .config import add_config_arguments
 from .describe import describe_frame
+from .load_command import add_load_parser
 
 READ_SIZE = 64 * 1024
 
@@ -95,6 +98,128 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+# --- trace recording, replay and summary ---------------------------------------------
+
+
+def _absolute_path(text: str) -> str:
+    """A path given on the command line is relative to where the command runs."""
+    return os.path.abspath(text)
+
+
+def _positive(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a positive number")
+    return value
+
+
+def _count(low: int, high: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        if not text.isdigit() or not low <= int(text) <= high:
+            raise argparse.ArgumentTypeError(f"{text!r}: expected a whole number {low} to {high}")
+        return int(text)
+
+    return parse
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    from .replay import run_replay
+
+    return run_replay(
+        Path(args.trace),
+        args.target,
+        speed=args.speed,
+        loops=args.loop,
+        peers=args.peers,
+        warn=lambda text: print(text, file=sys.stderr),
+    )
+
+
+def cmd_trace_summary(args: argparse.Namespace) -> int:
+    from traffic_models.trace import TraceFormatError
+    from traffic_models.trace_summary import (
+        PlotUnavailableError,
+        format_summary,
+        plot_summary,
+        summarize_trace,
+    )
+
+    try:
+        summary = summarize_trace(Path(args.trace), bucket=args.bucket)
+    except (TraceFormatError, OSError) as exc:
+        print(f"gnutella-router trace-summary: {exc}", file=sys.stderr)
+        return 1
+    print(format_summary(summary))
+    if args.png is not None:
+        try:
+            plot_summary(summary, Path(args.png), title=Path(args.trace).name)
+        except (PlotUnavailableError, OSError) as exc:
+            print(f"gnutella-router trace-summary: {exc}", file=sys.stderr)
+            return 1
+        print(f"wrote {args.png}")
+    return 0
+
+
+def _add_trace_commands(
+    commands: argparse._SubParsersAction[argparse.ArgumentParser], run: argparse.ArgumentParser
+) -> None:
+    run.add_argument(
+        "--record",
+        metavar="FILE",
+        type=_absolute_path,
+        help="record every message peers send into this trace file (relative to the "
+        "current directory; overrides trace.record)",
+    )
+    replay = commands.add_parser(
+        "replay", help="replay a recorded trace into a router on this machine"
+    )
+    replay.add_argument("trace", help="trace file (a rotated set is read from its base name)")
+    replay.add_argument(
+        "--target", required=True, metavar="HOST:PORT", help="the router (loopback only)"
+    )
+    replay.add_argument(
+        "--speed",
+        type=_positive,
+        default=1.0,
+        metavar="X",
+        help="play X times as fast as recorded (default 1)",
+    )
+    replay.add_argument(
+        "--loop",
+        type=_count(1, 1_000_000),
+        default=1,
+        metavar="N",
+        help="play the trace N times, with fresh GUIDs each pass (default 1)",
+    )
+    replay.add_argument(
+        "--peers",
+        type=_count(1, 256),
+        default=None,
+        metavar="K",
+        help="connections to open (default: one per connection in the trace, at most 16)",
+    )
+    replay.set_defaults(handler=cmd_replay)
+    summary = commands.add_parser(
+        "trace-summary", help="counts, rates and TTL/hops histograms of a trace"
+    )
+    summary.add_argument("trace", help="trace file (a rotated set is read from its base name)")
+    summary.add_argument("--png", metavar="FILE", help="also draw the figures into a PNG file")
+    summary.add_argument(
+        "--bucket",
+        type=_positive,
+        default=1.0,
+        metavar="SECONDS",
+        help="time bucket for rates (default 1)",
+    )
+    summary.set_defaults(handler=cmd_trace_summary)
+
+
+# --- end of trace commands -----------------------------------------------------------
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="gnutella-router", description="A Gnutella 0.6 packet router and its tools."
@@ -125,6 +250,8 @@ def build_parser() -> argparse.ArgumentParser:
     sample.add_argument("--count", type=int, default=1000)
     sample.add_argument("--seed", type=int, default=1)
     sample.set_defaults(handler=cmd_sample)
+    _add_trace_commands(commands, run)
+    add_load_parser(commands)
     return parser
 
 

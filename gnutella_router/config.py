@@ -2,10 +2,11 @@
 
 Theory of operation
 -------------------
-Settings come in six sections, one frozen dataclass each (:class:`NodeConfig`,
+Settings come in seven sections, one frozen dataclass each (:class:`NodeConfig`,
 :class:`NetworkConfig`, :class:`SlowPeerConfig`, :class:`RouterConfig`,
-:class:`CatcherConfig`, :class:`LogConfig`), gathered in :class:`Config`. The TOML file
-uses the same names: a ``[network]`` table holds :class:`NetworkConfig`'s fields.
+:class:`CatcherConfig`, :class:`LogConfig`, :class:`TraceConfig`), gathered in
+:class:`Config`. The TOML file uses the same names: a ``[network]`` table holds
+:class:`NetworkConfig`'s fields.
 
 Precedence, lowest first: the built-in defaults, the file, then overrides given as
 dotted keys (``{"network.max_ttl": 5}``), which is how command-line flags arrive. The
@@ -23,9 +24,9 @@ default in place.
 
 Types: integers are accepted where a float is expected, booleans are never accepted
 as numbers, floats must be finite, and a string never stands in for a list. Paths
-(``node.state_dir``, ``catcher.host_cache_file``) are kept as strings, as in the file;
-relative ones are relative to the working directory and to ``node.state_dir``
-respectively.
+(``node.state_dir``, ``catcher.host_cache_file``, ``trace.record``) are kept as
+strings, as in the file; relative ones are relative to the working directory and to
+``node.state_dir`` respectively.
 
 Ranges, beyond the obvious "positive":
 
@@ -77,6 +78,7 @@ __all__ = [
     "NodeConfig",
     "RouterConfig",
     "SlowPeerConfig",
+    "TraceConfig",
     "add_config_arguments",
     "config_as_dict",
     "config_as_toml",
@@ -194,6 +196,18 @@ def _path() -> Mapping[str, Check]:
         text = _string(key, os.fspath(value) if isinstance(value, os.PathLike) else value, what)
         if not text or "\0" in text:
             raise _bad(key, value, f"expected {what} without NUL characters")
+        return text
+
+    return _rule(check)
+
+
+def _optional_path() -> Mapping[str, Check]:
+    what = 'a path, or "" for none'
+
+    def check(key: str, value: object) -> str:
+        text = _string(key, os.fspath(value) if isinstance(value, os.PathLike) else value, what)
+        if "\0" in text:
+            raise _bad(key, value, f"expected {what}, without NUL characters")
         return text
 
     return _rule(check)
@@ -546,11 +560,42 @@ class LogConfig(_Section):
     """Lowest level written: debug, info, warning or error (any case)."""
 
 
+# --- [trace]: packet trace recording (see gnutella_router.recorder) ---
+
+
+@dataclass(frozen=True, slots=True)
+class TraceConfig(_Section):
+    """Recording what peers send into a trace file (off unless :attr:`record` is set)."""
+
+    SECTION: ClassVar[str] = "trace"
+
+    record: str = field(default="", metadata=_optional_path())
+    """Trace file to write, relative to ``node.state_dir`` unless absolute; "" records
+    nothing."""
+    max_bytes: int = field(default=64 * 1024 * 1024, metadata=_int(1024 * 1024, 1 << 40))
+    """Largest trace file; a full file is rotated to ``FILE.1``, ``FILE.2``, ..."""
+    max_files: int = field(default=4, metadata=_int(1, 1000))
+    """Trace files kept, the one being written included; the oldest is deleted."""
+    buffer_bytes: int = field(default=1024 * 1024, metadata=_int(64 * 1024, 1 << 30))
+    """Records held in memory until a worker thread writes them; when the disk falls
+    this far behind, records are dropped (and counted) rather than memory grown."""
+
+
+# --- end [trace] ---
+
 _S = TypeVar("_S", bound=_Section)
 
 _SECTIONS: dict[str, type[_Section]] = {
     cls.SECTION: cls
-    for cls in (NodeConfig, NetworkConfig, SlowPeerConfig, RouterConfig, CatcherConfig, LogConfig)
+    for cls in (
+        NodeConfig,
+        NetworkConfig,
+        SlowPeerConfig,
+        RouterConfig,
+        CatcherConfig,
+        LogConfig,
+        TraceConfig,
+    )
 }
 
 
@@ -564,6 +609,7 @@ class Config:
     router: RouterConfig = field(default_factory=RouterConfig)
     catcher: CatcherConfig = field(default_factory=CatcherConfig)
     log: LogConfig = field(default_factory=LogConfig)
+    trace: TraceConfig = field(default_factory=TraceConfig)
 
     def __post_init__(self) -> None:
         for name, cls in _SECTIONS.items():
@@ -610,6 +656,12 @@ class Config:
     def host_cache_path(self) -> Path:
         """Where the host cache is saved: ``catcher.host_cache_file`` under the state dir."""
         return self.state_path / self.catcher.host_cache_file
+
+    @property
+    def trace_path(self) -> Path | None:
+        """Where to record a trace (``trace.record`` under the state dir unless absolute),
+        or ``None`` when recording is off."""
+        return self.state_path / self.trace.record if self.trace.record else None
 
 
 # --- Loading -------------------------------------------------------------------------
@@ -658,6 +710,7 @@ def load_config(path: Path | None = None, overrides: Mapping[str, object] | None
         router=build(RouterConfig),
         catcher=build(CatcherConfig),
         log=build(LogConfig),
+        trace=build(TraceConfig),
     )
 
 
@@ -772,6 +825,7 @@ _FLAG_KEYS: dict[str, str] = {
     "min_connections": "catcher.min_connections",
     "log_format": "log.format",
     "log_level": "log.level",
+    "record": "trace.record",
 }
 """argparse destination -> the dotted key it overrides. ``--seed`` appends instead."""
 

@@ -26,6 +26,7 @@ import dataclasses
 import itertools
 import os
 from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
 
 import structlog
 import trio
@@ -38,6 +39,9 @@ from protocol.handshake import Capabilities
 from protocol.messages import Bye, Message, random_guid
 
 from .outqueue import OutgoingQueue, OutgoingQueueStatistics, Verdict
+
+if TYPE_CHECKING:
+    from .recorder import Recorder
 
 READ_SIZE = 64 * 1024
 WRITE_SIZE = 64 * 1024
@@ -95,8 +99,11 @@ class Connection:
         trailing_data: bytes,
         max_payload: int,
         log: structlog.typing.FilteringBoundLogger,
+        recorder: Recorder | None = None,
     ) -> None:
         self.id = next(_connection_ids)
+        self.recorder = recorder
+        """Gets every read's frames when a trace is being recorded; ``None`` otherwise."""
         self.stream = stream
         self.peer = peer
         self.peer_text = format_address(*peer)
@@ -277,6 +284,8 @@ class Connection:
         except FrameTooLargeError as exc:
             if exc.frames:
                 self.messages_in += len(exc.frames)
+                if self.recorder is not None:
+                    self.recorder.record(self.id, exc.frames)
                 await deliver(self, list(exc.frames))
             self.close(exc.reason, bye_code=exc.bye_code)
             return False
@@ -285,6 +294,8 @@ class Connection:
             return False
         if frames:
             self.messages_in += len(frames)
+            if self.recorder is not None:
+                self.recorder.record(self.id, frames)
             await deliver(self, frames)
         return not self.closing
 

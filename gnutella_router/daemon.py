@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import gc
 import signal
+from pathlib import Path
 from typing import Self
 
 import structlog
@@ -26,6 +27,7 @@ from protocol.messages import random_guid
 from .catcher import GnutellaCatcher
 from .config import Config
 from .connection import Connection, format_address
+from .recorder import Recorder
 from .router import GnutellaRouter
 from .server import GnutellaServer
 from .stage import StageRegistry
@@ -71,6 +73,8 @@ class Daemon:
         self.registry.register("server", self.server)
         self.registry.register("router", self.router.stage)
         self.registry.register("catcher", self.catcher.stage)
+        self.recorder: Recorder | None = None
+        """The trace recorder while ``trace.record`` is set (see :mod:`.recorder`)."""
         self._stop = trio.Event()
         self.stopped = trio.Event()
 
@@ -110,6 +114,8 @@ class Daemon:
         """Run until asked to stop, then shut down gracefully."""
         try:
             async with trio.open_nursery() as nursery:
+                if self.config.trace_path is not None:
+                    await self._start_recording(nursery, self.config.trace_path)
                 await nursery.start(self.router.stage.serve)
                 await nursery.start(self.server.serve)
                 await nursery.start(self.catcher.serve)
@@ -144,6 +150,8 @@ class Daemon:
         await self.server.say_goodbye(BYE_GRACE_SECONDS)
         with trio.CancelScope(shield=True), trio.move_on_after(2.0):
             await self.catcher.save()
+        if self.recorder is not None:
+            await self.recorder.aclose()
         self.log.info(
             "router stopped",
             peers_said_goodbye=peers,
@@ -151,6 +159,19 @@ class Daemon:
             received=sum(self.router.received),
             dropped=self.router.total_dropped(),
         )
+
+    async def _start_recording(self, nursery: trio.Nursery, path: Path) -> None:
+        trace = self.config.trace
+        # Opening is a few small file operations, once: done on the loop, before peers.
+        self.recorder = Recorder.open(
+            path,
+            max_bytes=trace.max_bytes,
+            max_files=trace.max_files,
+            buffer_bytes=trace.buffer_bytes,
+            log=self.log.bind(stage="recorder"),
+        )
+        self.server.recorder = self.recorder
+        await nursery.start(self.recorder.run)
 
     async def _watch_signals(self, cancel_scope: trio.CancelScope) -> None:
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:

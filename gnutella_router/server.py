@@ -40,6 +40,7 @@ from protocol.handshake import (
 from .config import Config
 from .connection import Connection, format_address
 from .outqueue import OutgoingQueue, make_outgoing_queue
+from .recorder import Recorder
 from .router import GnutellaRouter
 
 HANDSHAKE_READ_SIZE = 4096
@@ -166,11 +167,14 @@ class GnutellaServer:
         self._listeners: list[trio.SocketListener] = []
         self._handshaking = 0
         self._advertised: tuple[str, int] | None = None
+        self._admitting: set[Acceptor] = set()
         self.accepted = 0
         self.closed = 0
         self.failed_connections = 0
         self.completed: collections.Counter[str] = collections.Counter()
         self.refused: collections.Counter[str] = collections.Counter()
+        self.recorder: Recorder | None = None
+        """Handed to every new connection; the daemon sets it when recording a trace."""
 
     # ------------------------------------------------------------------ addresses
 
@@ -308,6 +312,8 @@ class GnutellaServer:
             return
         finally:
             self._handshaking -= 1
+            # No await between here and the connection's registration in _serve.
+            self._admitting.discard(acceptor)
         if complete is None:
             await _close(stream)
             return
@@ -326,6 +332,7 @@ class GnutellaServer:
             headers = busy_response_headers(self._try_hosts()) if code == 503 else []
             await stream.send_all(acceptor.reject(code, text, headers))
             return None
+        self._admitting.add(acceptor)
         reply = acceptor.accept(self._headers(peer[0]), deflate=self.config.network.deflate)
         await stream.send_all(reply)
         while True:
@@ -339,7 +346,9 @@ class GnutellaServer:
     def _refusal_reason(self, capabilities: Capabilities) -> tuple[int, str] | None:
         if capabilities.guid is not None and capabilities.guid == self.own_guid:
             return 409, "Connected to self"
-        if len(self.connections) >= self.config.network.max_connections:
+        # Handshakes already accepted but not yet registered hold a slot too: several
+        # peers handshaking at once must not all slip under the limit.
+        if len(self.connections) + len(self._admitting) >= self.config.network.max_connections:
             return 503, "Too many connections"
         return None
 
@@ -424,6 +433,7 @@ class GnutellaServer:
             trailing_data=complete.trailing_data,
             max_payload=self.config.network.max_payload,
             log=self.log,
+            recorder=self.recorder,
         )
 
     async def _serve(

@@ -53,6 +53,9 @@ per-IP limit on connection attempts (60 a minute by default); nothing else is ch
 from the defaults except ``--max-connections`` (1,100 for 1,000 connections) for the
 memory run.
 
+``--router-arg ARG`` (repeatable) passes ARG to the router started here, e.g.
+``--router-arg=--record=/tmp/bench.trace`` to measure the cost of recording a trace.
+
 ``--target HOST:PORT`` (loopback only) measures a router that is already running, for
 throughput and latency only; the baseline still runs beside it unless
 ``--skip-baseline``. Exit status 1 when a floor is missed or a run failed.
@@ -468,7 +471,9 @@ def started(name: str, argv: list[str], port: int, workdir: Path) -> Iterator[Se
         server.close()
 
 
-def router_argv(port: int, state_dir: Path, max_connections: int | None) -> list[str]:
+def router_argv(
+    port: int, state_dir: Path, max_connections: int | None, extra: Sequence[str] = ()
+) -> list[str]:
     config = state_dir / "bench.toml"
     config.write_text("[network]\nconnects_per_ip_per_minute = 100000\n")
     executable = Path(sys.executable).parent / "gnutella-router"
@@ -489,7 +494,7 @@ def router_argv(port: int, state_dir: Path, max_connections: int | None) -> list
     ]
     if max_connections is not None:
         argv += ["--max-connections", str(max_connections)]
-    return argv
+    return [*argv, *extra]
 
 
 def baseline_argv(port: int) -> list[str]:
@@ -1261,9 +1266,19 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--seed", type=int, default=1, help="seed of the ping/query order")
     parser.add_argument("--write", action="store_true", help="update docs/benchmarks.md")
+    parser.add_argument(
+        "--router-arg",
+        action="append",
+        default=[],
+        metavar="ARG",
+        help="extra argument for the router started here, repeatable "
+        "(e.g. --router-arg=--record=/tmp/bench.trace)",
+    )
     args = parser.parse_args(argv)
     if args.write and args.target:
         parser.error("--write records gnutella-router's own figures; it cannot go with --target")
+    if args.router_arg and (args.write or args.target):
+        parser.error("--router-arg changes the router measured; not with --write or --target")
     if args.repeats < 1 or args.duration <= 0 or args.latency_duration <= 0 or args.warmup < 0:
         parser.error("--repeats, --duration and --latency-duration must be positive")
     if not 0 < args.rate <= 1_000_000:
@@ -1305,7 +1320,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                     state = workdir / "state"
                     state.mkdir()
                     router = stack.enter_context(
-                        started(ours.name, router_argv(port, state, None), port, workdir)
+                        started(
+                            ours.name,
+                            router_argv(port, state, None, args.router_arg),
+                            port,
+                            workdir,
+                        )
                     )
                     targets.append((ours, router.address, router.pid))
                 if base is not None:
@@ -1325,7 +1345,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 state.mkdir()
                 run_memory(
                     ours,
-                    router_argv(port, state, args.connections + 100),
+                    router_argv(port, state, args.connections + 100, args.router_arg),
                     port,
                     workdir,
                     wire,

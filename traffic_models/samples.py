@@ -4,7 +4,8 @@ The shapes follow what real servents send (see the interop notes): gtk-gnutella-
 pongs carrying VC/UP/DU GGEP, empty keep-alive pings and SCP pings, modern-flag queries
 with a few words and sometimes a SHA-1 URN, query hits with one to five results and an
 EQHD trailer, and 26-byte pushes. They feed the protocol benchmark and the sample
-capture; the full traffic models build on them.
+capture, and :mod:`traffic_models.generator` encodes pools of them for its injected
+replies.
 """
 
 from __future__ import annotations
@@ -35,14 +36,12 @@ from protocol.messages import (
     make_guid,
 )
 
-TRACE_LIKE_MIX: Mapping[int, float] = {
-    MessageType.PONG: 0.50,
-    MessageType.PING: 0.25,
-    MessageType.QUERY: 0.15,
-    MessageType.QUERY_HIT: 0.08,
-    MessageType.PUSH: 0.02,
-}
-"""Pongs dominate real traces (the SEDA proposal's 37-hour trace); queries are ~15 %."""
+from .mix import TRACE_LIKE_MIX as _TRACE_MIX
+
+TRACE_LIKE_MIX: Mapping[int, float] = _TRACE_MIX.weights
+"""The weights of :data:`traffic_models.mix.TRACE_LIKE_MIX`, kept here as a plain mapping
+for the scripts that read it: pongs are more than half of real traffic (the SEDA
+proposal's 37-hour trace), then pings, queries, query hits and a few pushes."""
 
 _WORDS = (
     "live",

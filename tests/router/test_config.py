@@ -549,7 +549,15 @@ class TestCommandLine:
 class TestDumps:
     def test_the_dict_is_plain_data(self) -> None:
         tables = config_as_dict(load_config(overrides={"catcher.seeds": ["10.0.0.1:6346"]}))
-        assert list(tables) == ["node", "network", "slow_peer", "router", "catcher", "log"]
+        assert list(tables) == [
+            "node",
+            "network",
+            "slow_peer",
+            "router",
+            "catcher",
+            "log",
+            "trace",
+        ]
         assert tables["catcher"]["seeds"] == ["10.0.0.1:6346"]
         assert tables["network"]["max_ttl"] == 7
 

@@ -1,0 +1,429 @@
+"""The load client: open-loop synthetic traffic through a router, and what it measured.
+
+Theory of operation
+-------------------
+``K`` peers connect to the target with the 0.6 handshake (or 0.4 with ``legacy``); the
+first few inject, the others are sinks. A traffic generator (``traffic_models``) says
+what is due when; the sender writes everything due in one write per injector, then
+sleeps until the next message is due. It never waits for the target to be ready: if a
+write blocks because the target stopped reading, the messages due meanwhile go out
+late, are counted as late, and their latency is measured from when they were *due*
+(see :mod:`traffic_models.latency`): the offered load does not bend to the system under
+test, which is what makes the paper's overload experiments meaningful.
+
+Sinks timestamp every copy of our pings and queries that reaches them (one-hop
+latency through the router) and, when asked to, answer them like real servents (a pong
+per ping, a query hit per query with some probability), so replies travel the reverse
+path back to the injectors, where they are timed as round trips.
+
+Before the clock starts, a few probe pings make sure the target has registered every
+peer; they are not counted.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gc
+import itertools
+import math
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from typing import Protocol
+
+import trio
+
+from protocol.codec import encode_message
+from protocol.constants import MessageType
+from protocol.errors import RemoteProtocolError
+from protocol.framing import Frame, FrameDecoder
+from protocol.handshake import (
+    NEED_DATA,
+    HandshakeComplete,
+    HandshakeEvent,
+    HandshakeRejected,
+    HandshakeResponse,
+    Initiator,
+)
+from protocol.messages import Message, Ping, random_guid
+from traffic_models.generator import Scheduled
+from traffic_models.latency import (
+    LatencyBook,
+    LoadReport,
+    read_stamp,
+    run_marker,
+    stamp_guid,
+    type_name,
+)
+from traffic_models.responder import Responder
+
+PING = MessageType.PING
+PONG = MessageType.PONG
+QUERY = MessageType.QUERY
+QUERY_HIT = MessageType.QUERY_HIT
+BROADCAST_TYPES = frozenset({PING, QUERY})
+YOUNG_COLLECTION_THRESHOLD = 20_000
+READ_SIZE = 64 * 1024
+"""Per read: small enough that decoding one read never keeps the sender waiting long."""
+SEND_SLACK = 0.001
+"""The sender wakes this much before the next message is due and sends everything due
+within it: timer wake-ups come in whole milliseconds (epoll), so waking on the dot would
+make sends up to a millisecond late by construction."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class LoadSettings:
+    target: tuple[str, int]
+    peers: int = 4
+    injectors: int = 1
+    duration: float = 10.0
+    seed: int = 1
+    legacy: bool = False
+    respond: bool = False
+    """Sinks answer like servents, so replies (and their round trips) are measured."""
+    late_threshold_ms: float = 1.0
+    drain: float = 1.0
+    """Seconds to keep listening after the last message, for copies still in flight."""
+    user_agent: str = "gnutella-router-load/0.1"
+    progress: bool = False
+
+    def __post_init__(self) -> None:
+        if self.peers < 2:
+            raise ValueError("a load run needs at least 2 peers: one to inject, one to sink")
+        if not 1 <= self.injectors < self.peers:
+            raise ValueError("injectors must be at least 1 and fewer than peers")
+        if self.duration <= 0:
+            raise ValueError("duration must be positive")
+
+
+class Traffic(Protocol):
+    """What the load client sends: a synthetic generator or a recorded trace."""
+
+    def schedule(self, duration: float) -> Iterator[Scheduled]: ...
+
+
+class LoadError(Exception):
+    """The run could not start (connection refused, handshake refused, ...)."""
+
+
+class ClientPeer:
+    """One of the load client's connections: a stream and a framer."""
+
+    def __init__(self, name: str, stream: trio.SocketStream, leftover: bytes) -> None:
+        self.name = name
+        self.stream = stream
+        self.decoder = FrameDecoder()
+        self.leftover = leftover
+        self.closed: str | None = None
+        self.send_lock = trio.Lock()
+
+    async def send(self, data: bytes) -> None:
+        """Write ``data`` whole; the lock keeps a sink's replies and probes from interleaving."""
+        async with self.send_lock:
+            await self.stream.send_all(data)
+
+
+async def open_client_peer(
+    address: tuple[str, int], name: str, *, legacy: bool, user_agent: str
+) -> ClientPeer:
+    """Connect and handshake as an ultrapeer (never announcing Pong-Caching, so that the
+    target broadcasts our pings instead of answering them from a cache)."""
+    try:
+        stream = await trio.open_tcp_stream(*address)
+    except OSError as exc:
+        raise LoadError(f"{name}: cannot connect to {address[0]}:{address[1]}: {exc}") from exc
+    initiator = Initiator()
+    headers = [
+        ("User-Agent", user_agent),
+        ("X-Ultrapeer", "True"),
+        ("X-Degree", "32"),
+        ("X-Dynamic-Querying", "0.1"),
+        ("Bye-Packet", "0.1"),
+        ("GGEP", "0.5"),
+        ("GUID", random_guid().hex()),
+    ]
+    try:
+        with trio.fail_after(10):
+            await stream.send_all(initiator.start(headers, version="0.4" if legacy else "0.6"))
+            event = await _next_event(stream, initiator)
+            if isinstance(event, HandshakeRejected):
+                raise LoadError(f"{name}: refused: {event.status_code} {event.reason}")
+            if isinstance(event, HandshakeResponse):
+                await stream.send_all(initiator.confirm())
+                event = await _next_event(stream, initiator)
+            assert isinstance(event, HandshakeComplete)
+    except BaseException as exc:
+        await _quiet_close(stream)
+        if isinstance(exc, trio.TooSlowError):
+            raise LoadError(f"{name}: no handshake within 10 s") from exc
+        if isinstance(exc, RemoteProtocolError | trio.BrokenResourceError | OSError):
+            raise LoadError(f"{name}: handshake failed: {exc}") from exc
+        raise
+    return ClientPeer(name, stream, event.trailing_data)
+
+
+async def _next_event(stream: trio.SocketStream, machine: Initiator) -> HandshakeEvent:
+    while True:
+        event = machine.next_event()
+        if event is not NEED_DATA:
+            assert not isinstance(event, type(NEED_DATA))
+            return event
+        data = await stream.receive_some(4096)
+        machine.receive_data(data)
+
+
+class LoadRun:
+    """One run: connect, probe, send on schedule, measure, report."""
+
+    def __init__(self, settings: LoadSettings, generator: Traffic) -> None:
+        self.settings = settings
+        self.generator = generator
+        self.run_id = (settings.seed * 7919 + int(time.time())) & 0xFFFF
+        self.marker = run_marker(self.run_id)
+        self.book = LatencyBook()
+        self.sent = [0] * 256
+        self.received = [0] * 256
+        self.replies = [0] * 256
+        self.expected = [0] * 256
+        self.late = 0
+        self.bytes_sent = 0
+        self.probe_seen: set[str] = set()
+        self._counter = itertools.count()
+        self._sending_done = trio.Event()
+        self.started_ns = 0
+        self.send_elapsed = 0.0
+
+    # ------------------------------------------------------------------ the run
+
+    async def run(self) -> LoadReport:
+        settings = self.settings
+        peers: list[ClientPeer] = []
+        try:
+            failure: LoadError | None = None
+            try:
+                async with trio.open_nursery() as nursery:
+                    for index in range(settings.peers):
+                        nursery.start_soon(self._connect_into, peers, index)
+            except* LoadError as group:
+                first = group.exceptions[0]
+                assert isinstance(first, LoadError)
+                failure = first
+            if failure is not None:
+                raise failure
+            peers.sort(key=lambda p: p.name)
+            injectors = peers[: settings.injectors]
+            sinks = peers[settings.injectors :]
+            async with trio.open_nursery() as nursery:
+                for peer in injectors:
+                    nursery.start_soon(self._read, peer, False)
+                for index, peer in enumerate(sinks):
+                    responder = (
+                        Responder(address=("127.0.0.1", 20000 + index), seed=settings.seed + index)
+                        if settings.respond
+                        else None
+                    )
+                    nursery.start_soon(self._read, peer, True, responder)
+                await self._probe(injectors[0], sinks)
+                if settings.progress:
+                    nursery.start_soon(self._show_progress)
+                await self._send(injectors, len(sinks))
+                await trio.sleep(settings.drain)
+                nursery.cancel_scope.cancel()
+        finally:
+            for peer in peers:
+                with trio.CancelScope(shield=True):
+                    await _quiet_close(peer.stream)
+        return self._report(len(sinks), [p for p in peers if p.closed])
+
+    async def _connect_into(self, peers: list[ClientPeer], index: int) -> None:
+        name = f"peer{index:03d}"
+        settings = self.settings
+        peers.append(
+            await open_client_peer(
+                settings.target, name, legacy=settings.legacy, user_agent=settings.user_agent
+            )
+        )
+
+    async def _probe(self, injector: ClientPeer, sinks: Sequence[ClientPeer]) -> None:
+        """Ping until every sink has seen one of our probes: the target knows them all."""
+        with trio.fail_after(10):
+            while len(self.probe_seen) < len(sinks):
+                guid = stamp_guid(0, self.run_id, 0)  # scheduled at 0: a probe, not counted
+                await injector.send(encode_message(Message(guid, 2, 0, Ping())))
+                await trio.sleep(0.05)
+
+    # ------------------------------------------------------------------ sending
+
+    async def _send(self, injectors: Sequence[ClientPeer], sinks: int) -> None:
+        settings = self.settings
+        schedule = iter(self.generator.schedule(settings.duration))
+        late_ns = int(settings.late_threshold_ms * 1e6)
+        start_ns = time.perf_counter_ns()
+        self.started_ns = start_ns
+        start = trio.current_time()
+        sent, expected = self.sent, self.expected
+        run = self.run_id
+        pending: Scheduled | None = next(schedule, None)
+        turn = 0
+        count = len(injectors)
+        while pending is not None:
+            now = trio.current_time() - start
+            horizon = now + SEND_SLACK
+            now_ns = time.perf_counter_ns()
+            batches: list[list[bytes]] = [[] for _ in injectors]
+            while pending is not None and pending.at <= horizon:
+                due_ns = start_ns + int(pending.at * 1e9)
+                data = stamp_guid(due_ns, run, next(self._counter)) + pending.data[16:]
+                batches[turn].append(data)
+                turn = (turn + 1) % count
+                message_type = pending.message_type
+                sent[message_type] += 1
+                if message_type in BROADCAST_TYPES and data[17] >= 2:
+                    expected[message_type] += sinks
+                if now_ns - due_ns > late_ns:
+                    self.late += 1
+                pending = next(schedule, None)
+            for peer, batch in zip(injectors, batches, strict=True):
+                if batch:
+                    data = b"".join(batch)
+                    self.bytes_sent += len(data)
+                    try:
+                        await peer.send(data)
+                    except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+                        peer.closed = peer.closed or f"{peer.name}: {exc.__class__.__name__}"
+                        return
+            if pending is not None:
+                await trio.sleep_until(start + pending.at - SEND_SLACK)
+        self.send_elapsed = trio.current_time() - start
+        self._sending_done.set()
+
+    # ------------------------------------------------------------------ receiving
+
+    async def _read(self, peer: ClientPeer, sink: bool, responder: Responder | None = None) -> None:
+        run = self.run_id
+        book = self.book
+        data = peer.leftover
+        try:
+            while True:
+                if data:
+                    arrived = time.perf_counter_ns()
+                    frames = peer.decoder.receive_data(data)
+                    self._account(frames, arrived, sink, run, book, peer)
+                    if responder is not None:
+                        await self._answer(peer, frames, responder)
+                data = await peer.stream.receive_some(READ_SIZE)
+                if not data:
+                    peer.closed = peer.closed or f"{peer.name}: closed by the target"
+                    return
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+            peer.closed = peer.closed or f"{peer.name}: {exc.__class__.__name__}"
+        except RemoteProtocolError as exc:
+            peer.closed = peer.closed or f"{peer.name}: {exc.reason}"
+
+    def _account(
+        self,
+        frames: list[Frame],
+        arrived: int,
+        sink: bool,
+        run: int,
+        book: LatencyBook,
+        peer: ClientPeer,
+    ) -> None:
+        marker = self.marker
+        for frame in frames:
+            message_type = frame.payload_type
+            due = read_stamp(frame.guid, run, marker)
+            if due is None:
+                if message_type == MessageType.BYE:
+                    peer.closed = f"{peer.name}: Bye from the target"
+                continue
+            if due == 0:  # a probe
+                if sink and message_type == PING:
+                    self.probe_seen.add(peer.name)
+                continue
+            if sink:
+                if message_type in BROADCAST_TYPES:
+                    self.received[message_type] += 1
+                    book.record("one-hop", message_type, arrived - due)
+            else:
+                self.replies[message_type] += 1
+                kind = "target-reply" if frame.hops == 0 else "round-trip"
+                book.record(kind, message_type, arrived - due)
+
+    async def _answer(self, peer: ClientPeer, frames: list[Frame], responder: Responder) -> None:
+        replies = [
+            encode_message(reply)
+            for frame in frames
+            if frame.payload_type in BROADCAST_TYPES and read_stamp(frame.guid, self.run_id)
+            for reply in responder.respond(frame)
+        ]
+        if replies:
+            await peer.send(b"".join(replies))
+
+    # ------------------------------------------------------------------ reporting
+
+    async def _show_progress(self) -> None:
+        start = trio.current_time()
+        while not self._sending_done.is_set():
+            await trio.sleep(1.0)
+            elapsed = trio.current_time() - start
+            sent = sum(self.sent)
+            received = sum(self.received)
+            p99 = self.book.percentile_us("one-hop", QUERY, 99.0) or self.book.percentile_us(
+                "one-hop", PING, 99.0
+            )
+            line = (
+                f"\r{elapsed:6.1f} s  sent {sent:>10,} ({sent / elapsed:,.0f}/s)  "
+                f"copies {received:>10,}  late {self.late:>8,}  p99 {p99 or 0:>8,} us"
+            )
+            print(line, end="", file=sys.stderr, flush=True)
+        print(file=sys.stderr)
+
+    def _report(self, sinks: int, closed: Sequence[ClientPeer]) -> LoadReport:
+        settings = self.settings
+        elapsed = self.send_elapsed or settings.duration
+        total_sent = sum(self.sent)
+        return LoadReport(
+            target=f"{settings.target[0]}:{settings.target[1]}",
+            duration=settings.duration,
+            peers=settings.peers,
+            injectors=settings.injectors,
+            sinks=sinks,
+            offered_rate=total_sent / settings.duration,
+            sent=_named(self.sent),
+            late=self.late,
+            late_threshold_ms=settings.late_threshold_ms,
+            achieved_rate=total_sent / elapsed if elapsed > 0 else math.nan,
+            received=_named(self.received),
+            expected=_named(self.expected),
+            replies=_named(self.replies),
+            latency=self.book.summaries(),
+            disconnected=[p.closed for p in closed if p.closed],
+        )
+
+
+def _named(counts: list[int]) -> dict[str, int]:
+    return {type_name(t): n for t, n in enumerate(counts) if n}
+
+
+async def _quiet_close(stream: trio.SocketStream) -> None:
+    try:
+        with trio.move_on_after(0.5):
+            await stream.aclose()
+    except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+        pass
+
+
+async def run_load(settings: LoadSettings, generator: Traffic) -> LoadReport:
+    """Run one load test against ``settings.target`` and return what it measured.
+
+    For the run, young garbage collections are made rarer (almost everything the client
+    allocates dies young): fewer pauses, so fewer sends late through the client's own
+    fault. The previous setting is restored afterwards.
+    """
+    threshold = gc.get_threshold()
+    gc.set_threshold(YOUNG_COLLECTION_THRESHOLD, *threshold[1:])
+    try:
+        return await LoadRun(settings, generator).run()
+    finally:
+        gc.set_threshold(*threshold)

@@ -1,0 +1,238 @@
+"""Latency bookkeeping for the load client: stamped GUIDs and HDR histograms.
+
+Theory of operation
+-------------------
+A message the load client sends carries its *scheduled* send time in its GUID: bytes
+0-7 hold ``perf_counter_ns`` big-endian, byte 8 is 0xFF (the modern-servent mark),
+bytes 9-10 identify the run, bytes 11-14 count messages, byte 15 is 0. Wherever a copy
+of it arrives (a broadcast at a sink, or a reply routed back, which keeps the request's
+GUID), its latency is the arrival time minus that stamp. No table of outstanding
+messages is needed, however high the rate.
+
+Measuring from the scheduled time rather than the moment the bytes left is what keeps
+the figures honest under overload (the "coordinated omission" problem): when the
+sender falls behind because the target stopped reading, the delay is charged to the
+latency of every message that waited, instead of quietly disappearing from the record.
+
+Histograms are HDR (hdrhistogram), in microseconds, one per message type and direction.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import struct
+from collections.abc import Mapping
+from typing import Any
+
+from hdrh.histogram import HdrHistogram
+
+from protocol.constants import MessageType
+
+_STAMP = struct.Struct(">QBHIB")  # time ns, 0xFF, run, counter, 0
+_SUB_BUCKET_BITS = 11
+_SUB_BUCKETS = 1 << _SUB_BUCKET_BITS
+"""An HDR histogram with 3 significant digits resolves 2,048 steps per power of two."""
+HIGHEST_TRACKABLE_US = 60_000_000
+"""Latencies above a minute are clamped: they mean the run is meaningless anyway."""
+
+
+def stamp_guid(scheduled_ns: int, run: int, counter: int) -> bytes:
+    """A GUID that says when its message was due and which run sent it."""
+    return _STAMP.pack(
+        scheduled_ns & 0xFFFF_FFFF_FFFF_FFFF, 0xFF, run & 0xFFFF, counter & 0xFFFF_FFFF, 0
+    )
+
+
+def run_marker(run: int) -> bytes:
+    """Bytes 8-10 of every GUID run ``run`` stamps: the modern mark and the run id."""
+    return b"\xff" + (run & 0xFFFF).to_bytes(2, "big")
+
+
+def read_stamp(guid: bytes, run: int, marker: bytes | None = None) -> int | None:
+    """The scheduled time stamped into ``guid`` by run ``run``, or None if it is not ours.
+
+    Called for every frame a load client receives: pass ``run_marker(run)`` as
+    ``marker`` to skip recomputing it.
+    """
+    if len(guid) != 16 or guid[15] != 0 or guid[8:11] != (marker or run_marker(run)):
+        return None
+    return int.from_bytes(guid[:8], "big")
+
+
+def type_name(message_type: int) -> str:
+    try:
+        return MessageType(message_type).name.lower()
+    except ValueError:
+        return f"0x{message_type:02x}"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class LatencySummary:
+    """Percentiles of one histogram, in microseconds."""
+
+    count: int
+    p50: int
+    p90: int
+    p99: int
+    p999: int
+    max: int
+    mean: float
+
+    @classmethod
+    def of(cls, histogram: HdrHistogram) -> LatencySummary:
+        return cls(
+            count=int(histogram.get_total_count()),
+            p50=int(histogram.get_value_at_percentile(50.0)),
+            p90=int(histogram.get_value_at_percentile(90.0)),
+            p99=int(histogram.get_value_at_percentile(99.0)),
+            p999=int(histogram.get_value_at_percentile(99.9)),
+            max=int(histogram.get_max_value()),
+            mean=float(histogram.get_mean_value()),
+        )
+
+
+class LatencyBook:
+    """Histograms by (kind, message type): "one-hop" copies at sinks, "round-trip" replies.
+
+    A load client records tens of thousands of latencies a second, and a histogram
+    insertion costs over a microsecond in Python. Values are therefore first counted in
+    a plain dict (exact microseconds, a fraction of the cost) and handed to the HDR
+    histogram with their counts when it is read or the dict grows large: the same
+    histogram, for much less work on the receiving path.
+    """
+
+    FLUSH_AT = 20_000
+    """Distinct pending values that trigger a flush, bounding the dict's size."""
+
+    def __init__(self) -> None:
+        self._histograms: dict[tuple[str, int], HdrHistogram] = {}
+        self._pending: dict[tuple[str, int], dict[int, int]] = {}
+        self.clamped = 0
+
+    def record(self, kind: str, message_type: int, latency_ns: int) -> None:
+        micros = latency_ns // 1000
+        if micros < 1:
+            micros = 1
+        elif micros > HIGHEST_TRACKABLE_US:
+            micros = HIGHEST_TRACKABLE_US
+            self.clamped += 1
+        if micros >= _SUB_BUCKETS:
+            # Fold to the lowest value of its HDR sub-bucket, as the histogram itself
+            # would: the same histogram, with a few thousand distinct keys at most.
+            shift = micros.bit_length() - _SUB_BUCKET_BITS
+            micros = (micros >> shift) << shift
+        key = (kind, message_type)
+        pending = self._pending.get(key)
+        if pending is None:
+            pending = self._pending[key] = {}
+        pending[micros] = pending.get(micros, 0) + 1
+        if len(pending) >= self.FLUSH_AT:
+            self._flush(key)
+
+    def _flush(self, key: tuple[str, int]) -> HdrHistogram:
+        histogram = self._histograms.get(key)
+        if histogram is None:
+            histogram = self._histograms[key] = HdrHistogram(1, HIGHEST_TRACKABLE_US, 3)
+        pending = self._pending.pop(key, None)
+        if pending:
+            for micros, count in pending.items():
+                histogram.record_value(micros, count)
+        return histogram
+
+    def _all(self) -> dict[tuple[str, int], HdrHistogram]:
+        for key in list(self._pending):
+            self._flush(key)
+        return self._histograms
+
+    def summaries(self) -> dict[str, dict[str, LatencySummary]]:
+        """kind -> type name -> summary."""
+        out: dict[str, dict[str, LatencySummary]] = {}
+        for (kind, message_type), histogram in sorted(self._all().items()):
+            out.setdefault(kind, {})[type_name(message_type)] = LatencySummary.of(histogram)
+        return out
+
+    def percentile_us(self, kind: str, message_type: int, percentile: float) -> int | None:
+        key = (kind, message_type)
+        if key not in self._pending and key not in self._histograms:
+            return None
+        histogram = self._flush(key)
+        if not histogram.get_total_count():
+            return None
+        return int(histogram.get_value_at_percentile(percentile))
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class LoadReport:
+    """Everything a load run measured; what the JSON output holds."""
+
+    target: str
+    duration: float
+    peers: int
+    injectors: int
+    sinks: int
+    offered_rate: float
+    """Messages per second the schedule asked for."""
+    sent: dict[str, int]
+    """Messages sent, by type."""
+    late: int
+    """Messages sent more than ``late_threshold_ms`` after their scheduled time."""
+    late_threshold_ms: float
+    achieved_rate: float
+    """Messages per second actually written."""
+    received: dict[str, int]
+    """Copies of our broadcasts that reached sinks, by type."""
+    expected: dict[str, int]
+    """Copies that should have reached sinks (each sink once per broadcast with TTL >= 2)."""
+    replies: dict[str, int]
+    """Replies (pongs, query hits) to our messages that came back to the injectors."""
+    latency: dict[str, dict[str, LatencySummary]]
+    disconnected: list[str]
+    """Peers the target closed during the run, with the reason when it said one."""
+
+    @property
+    def loss(self) -> dict[str, float]:
+        """Fraction of expected sink copies that never arrived, by type."""
+        return {
+            name: 1.0 - self.received.get(name, 0) / expected
+            for name, expected in self.expected.items()
+            if expected
+        }
+
+    def to_json(self) -> str:
+        data: dict[str, Any] = dataclasses.asdict(self)
+        data["loss"] = self.loss
+        return json.dumps(data, indent=2, sort_keys=True)
+
+    def to_text(self) -> str:
+        lines = [
+            f"target {self.target}: {self.duration:.1f} s, {self.injectors} injecting and "
+            f"{self.sinks} sinking peers",
+            f"offered {self.offered_rate:,.0f} msgs/s; sent {sum(self.sent.values()):,} "
+            f"({_counts(self.sent)}) at {self.achieved_rate:,.0f} msgs/s; "
+            f"late (> {self.late_threshold_ms:g} ms): {self.late:,}",
+        ]
+        for name, expected in sorted(self.expected.items()):
+            got = self.received.get(name, 0)
+            lines.append(
+                f"{name}: {got:,} of {expected:,} copies reached the sinks "
+                f"(loss {self.loss.get(name, 0.0):.2%})"
+            )
+        if self.replies:
+            lines.append(f"replies back at the injectors: {_counts(self.replies)}")
+        columns = ("count", "p50", "p90", "p99", "p99.9")
+        lines.append(
+            f"{'latency (us)':<26}" + "".join(f"{c:>10}" for c in columns) + f"{'max':>11}"
+        )
+        for kind, by_type in self.latency.items():
+            for name, s in by_type.items():
+                lines.append(
+                    f"{kind + ' ' + name:<26}{s.count:>10,}{s.p50:>10,}{s.p90:>10,}"
+                    f"{s.p99:>10,}{s.p999:>10,}{s.max:>11,}"
+                )
+        lines.extend(f"disconnected: {reason}" for reason in self.disconnected)
+        return "\n".join(lines)
+
+
+def _counts(counts: Mapping[str, int]) -> str:
+    return ", ".join(f"{name} {count:,}" for name, count in sorted(counts.items())) or "none"
