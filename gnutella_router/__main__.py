@@ -17,7 +17,9 @@ from protocol.framing import FrameDecoder
 from . import __version__
 from .config import add_config_arguments
 from .describe import describe_frame
+from .dump_command import add_dump_parser
 from .load_command import add_load_parser
+from .testnet_command import add_testnet_parser
 
 READ_SIZE = 64 * 1024
 
@@ -90,8 +92,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     try:
         trio.run(main)
     except* OSError as group:
-        # Binding the listener is what fails in practice (port taken, no permission).
-        failure = group.exceptions[0]  # type: ignore[assignment]
+        # Binding a listener is what fails in practice (port taken, no permission); the
+        # error may sit several nurseries deep.
+        failure = _first_leaf(group)
     if failure is not None:
         print(f"gnutella-router: cannot start: {failure}", file=sys.stderr)
         return 1
@@ -220,6 +223,17 @@ def _add_trace_commands(
 # --- end of trace commands -----------------------------------------------------------
 
 
+def _first_leaf(error: BaseException) -> OSError | None:
+    """The first OSError inside (possibly nested) exception groups."""
+    if isinstance(error, BaseExceptionGroup):
+        for inner in error.exceptions:
+            found = _first_leaf(inner)
+            if found is not None:
+                return found
+        return None
+    return error if isinstance(error, OSError) else None
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="gnutella-router", description="A Gnutella 0.6 packet router and its tools."
@@ -252,6 +266,8 @@ def build_parser() -> argparse.ArgumentParser:
     sample.set_defaults(handler=cmd_sample)
     _add_trace_commands(commands, run)
     add_load_parser(commands)
+    add_dump_parser(commands)
+    add_testnet_parser(commands)
     return parser
 
 

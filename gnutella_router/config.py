@@ -70,16 +70,19 @@ from . import __version__
 from .logs import LOG_FORMATS, LOG_LEVELS
 
 __all__ = [
+    "AdminConfig",
     "CatcherConfig",
     "Config",
     "ConfigError",
     "LogConfig",
     "NetworkConfig",
     "NodeConfig",
+    "ProfilerConfig",
     "RouterConfig",
     "SlowPeerConfig",
     "TraceConfig",
     "add_config_arguments",
+    "admin_listen_address",
     "config_as_dict",
     "config_as_toml",
     "config_from_args",
@@ -583,6 +586,188 @@ class TraceConfig(_Section):
 
 # --- end [trace] ---
 
+# --- [governor] and [shedding]: load conditioning (see governor.py, shedding.py) ---
+
+
+@dataclass(frozen=True, slots=True)
+class GovernorConfig(_Section):
+    """The router stage's thread governor (SEDA's thread pool controller); off by default."""
+
+    SECTION: ClassVar[str] = "governor"
+
+    enabled: bool = field(default=False, metadata=_bool())
+    interval: float = field(default=2.0, metadata=_number(0.1, 3600))
+    """Seconds between samples of the router queue (the paper's controller: 2 s)."""
+    threshold: int = field(default=1000, metadata=_int(1, 1_000_000))
+    """Queue length at or over which a thread is added (the paper's: 1000)."""
+    max_threads: int = field(default=20, metadata=_int(1, 1024))
+    """The pool never grows past this, nor past ``router.max_threads``."""
+    idle_timeout: float = field(default=5.0, metadata=_number(0, 86400, above=True))
+    """Seconds a thread must go unneeded before it is removed."""
+    thrashing_guard: bool = field(default=False, metadata=_bool())
+    """Go back to the best pool size seen when an added thread did not raise throughput."""
+
+
+@dataclass(frozen=True, slots=True)
+class SheddingConfig(_Section):
+    """What the router's queue refuses under overload (see :mod:`gnutella_router.shedding`)."""
+
+    SECTION: ClassVar[str] = "shedding"
+
+    policy: str = field(
+        default="backpressure",
+        metadata=_choice(("backpressure", "drop-tail", "red", "queries-first")),
+    )
+    red_min: float = field(default=0.5, metadata=_number(0, 1))
+    """RED: early drops start at this fraction of router.queue_threshold ..."""
+    red_max: float = field(default=1.0, metadata=_number(0, 1, above=True))
+    """... and everything is dropped from this fraction on."""
+    red_max_p: float = field(default=0.2, metadata=_number(0, 1))
+    queries_first_at: float = field(default=0.8, metadata=_number(0, 1, above=True))
+    """queries-first: queries are dropped once the queue passes this fraction."""
+    rate_limit: float = field(default=0.0, metadata=_number(0, 1e9))
+    """Messages/s each connection may send (a token bucket); 0 = no limit."""
+    rate_burst: float = field(default=1000.0, metadata=_number(0, 1e9, above=True))
+
+    def __post_init__(self) -> None:
+        _Section.__post_init__(self)
+        if self.red_min >= self.red_max:
+            raise _bad("shedding.red_min", self.red_min, "must be below shedding.red_max")
+
+
+# --- end [governor] and [shedding] ---
+
+# --- [admin]: the operator's interface (see gnutella_router.admin) ---
+
+
+def is_loopback_host(host: str) -> bool:
+    """Whether ``host`` (an address as :func:`parse_host_port` returns it, or a name)
+    is this machine's loopback: 127.0.0.0/8, ::1, an IPv4-mapped loopback, localhost."""
+    if host.lower() in ("localhost", "localhost."):
+        return True
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return address.ipv4_mapped.is_loopback
+    return address.is_loopback
+
+
+def _admin_listen() -> Mapping[str, Check]:
+    what = 'HOST:PORT, or "" for the node\'s host and port + 1'
+
+    def check(key: str, value: object) -> str:
+        text = _string(key, value, what)
+        if text:
+            parse_host_port(text, key=key)
+        return text
+
+    return _rule(check)
+
+
+def _token() -> Mapping[str, Check]:
+    def check(key: str, value: object) -> str:
+        # Never echo the value: it is a secret.
+        allowed = (
+            "expected up to 256 printable ASCII characters without spaces (it is sent as "
+            '"Authorization: Bearer TOKEN"), or "" for none'
+        )
+        if not isinstance(value, str):
+            raise ConfigError(key, f"{key}: {allowed}")
+        if len(value) > 256 or not all("!" <= c <= "~" for c in value):
+            raise ConfigError(key, f"{key}: {allowed}")
+        return value
+
+    return _rule(check)
+
+
+@dataclass(frozen=True, slots=True)
+class AdminConfig(_Section):
+    """The admin interface: JSON dumps and Prometheus metrics over HTTP.
+
+    It listens on loopback unless told otherwise, and a non-loopback address needs both
+    :attr:`allow_remote` and a :attr:`token`.
+    """
+
+    SECTION: ClassVar[str] = "admin"
+
+    listen: str = field(default="", metadata=_admin_listen())
+    """HOST:PORT to serve on; port 0 picks one. "" means the node's listen port + 1 (0
+    when the node's is 0) on the node's host if that is loopback (or remote admin is
+    allowed), else on 127.0.0.1 (``[::1]`` for an IPv6 node)."""
+    token: str = field(default="", metadata=_token())
+    """A secret; when set, every request must carry ``Authorization: Bearer TOKEN``."""
+    allow_remote: bool = field(default=False, metadata=_bool())
+    """Accept requests from other machines (needs :attr:`token`); otherwise requests
+    from non-loopback addresses are refused, whatever the listen address."""
+
+    def _check(self) -> None:
+        if self.allow_remote and not self.token:
+            raise ConfigError(
+                "admin.token",
+                "admin.allow_remote = true needs admin.token: a secret that every request "
+                'must then carry as "Authorization: Bearer TOKEN"',
+            )
+        if self.listen and not self.allow_remote:
+            host, _ = parse_host_port(self.listen, key="admin.listen")
+            if not is_loopback_host(host):
+                raise self._fail(
+                    "listen",
+                    "a non-loopback address needs admin.allow_remote = true and admin.token "
+                    "(loopback: 127.0.0.1, [::1] or localhost)",
+                )
+
+    @property
+    def require_token(self) -> bool:
+        """Whether requests must carry the bearer token (whenever one is set)."""
+        return bool(self.token)
+
+
+def admin_listen_address(admin: AdminConfig, node: NodeConfig) -> tuple[str, int]:
+    """Where the admin interface listens: :attr:`AdminConfig.listen`, or derived from
+    ``node.listen`` as that field describes.
+
+    Raises:
+        ConfigError: the node listens on port 65535, so there is no port + 1.
+    """
+    if admin.listen:
+        return parse_host_port(admin.listen, key="admin.listen")
+    host, port = node.listen_address
+    if port == 65535:
+        raise ConfigError(
+            "admin.listen",
+            'admin.listen = "" means node.listen\'s port + 1, and node.listen uses port 65535; '
+            "set admin.listen",
+        )
+    if not admin.allow_remote and not is_loopback_host(host):
+        host = "::1" if ":" in host else "127.0.0.1"
+    return host, port + 1 if port else 0
+
+
+# --- end [admin] ---
+
+# --- [profiler]: periodic samples of the stages (see gnutella_router.profiler) ---
+
+
+@dataclass(frozen=True, slots=True)
+class ProfilerConfig(_Section):
+    """The profiler: queue lengths, pool size, outgoing queues, RSS and rates over time."""
+
+    SECTION: ClassVar[str] = "profiler"
+
+    enabled: bool = field(default=False, metadata=_bool())
+    interval: float = field(default=0.1, metadata=_number(0.01, 3600))
+    """Seconds between samples."""
+    samples: int = field(default=6000, metadata=_int(10, 10_000_000))
+    """Samples kept (a ring: the oldest go first); 6000 is 10 minutes at 0.1 s."""
+    export: str = field(default="profile.json", metadata=_path())
+    """Written at shutdown under node.state_dir (unless absolute), with the stage graph
+    beside it as the same name ending in .dot."""
+
+
+# --- end [profiler] ---
+
 _S = TypeVar("_S", bound=_Section)
 
 _SECTIONS: dict[str, type[_Section]] = {
@@ -595,6 +780,10 @@ _SECTIONS: dict[str, type[_Section]] = {
         CatcherConfig,
         LogConfig,
         TraceConfig,
+        GovernorConfig,
+        SheddingConfig,
+        AdminConfig,
+        ProfilerConfig,
     )
 }
 
@@ -610,6 +799,10 @@ class Config:
     catcher: CatcherConfig = field(default_factory=CatcherConfig)
     log: LogConfig = field(default_factory=LogConfig)
     trace: TraceConfig = field(default_factory=TraceConfig)
+    governor: GovernorConfig = field(default_factory=GovernorConfig)
+    shedding: SheddingConfig = field(default_factory=SheddingConfig)
+    admin: AdminConfig = field(default_factory=AdminConfig)
+    profiler: ProfilerConfig = field(default_factory=ProfilerConfig)
 
     def __post_init__(self) -> None:
         for name, cls in _SECTIONS.items():
@@ -619,12 +812,20 @@ class Config:
 
     def _check(self) -> None:
         """Rules that span sections."""
+        admin_listen_address(self.admin, self.node)  # a derived admin port must exist
         max_connections = self.network.max_connections
         if self.catcher.min_connections > max_connections:
             raise _bad(
                 "catcher.min_connections",
                 self.catcher.min_connections,
                 f"must not exceed network.max_connections ({max_connections})",
+            )
+        if self.governor.enabled and self.governor.threshold > self.router.queue_threshold:
+            raise _bad(
+                "governor.threshold",
+                self.governor.threshold,
+                f"must not exceed router.queue_threshold ({self.router.queue_threshold}): "
+                "the queue never gets longer, so the governor would never act",
             )
         threshold = self.slow_peer.threshold_messages
         if threshold and threshold < 2 * self.router.batch_size:
@@ -711,6 +912,10 @@ def load_config(path: Path | None = None, overrides: Mapping[str, object] | None
         catcher=build(CatcherConfig),
         log=build(LogConfig),
         trace=build(TraceConfig),
+        governor=build(GovernorConfig),
+        shedding=build(SheddingConfig),
+        admin=build(AdminConfig),
+        profiler=build(ProfilerConfig),
     )
 
 
@@ -826,6 +1031,7 @@ _FLAG_KEYS: dict[str, str] = {
     "log_format": "log.format",
     "log_level": "log.level",
     "record": "trace.record",
+    "profile": "profiler.enabled",
 }
 """argparse destination -> the dotted key it overrides. ``--seed`` appends instead."""
 
@@ -894,6 +1100,12 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
         type=int,
         metavar="N",
         help=f"most peer connections at once (default {d.network.max_connections})",
+    )
+    group.add_argument(
+        "--profile",
+        action="store_const",
+        const=True,
+        help="sample queues, pool, RSS and rates ([profiler]); written to the state dir at exit",
     )
 
 

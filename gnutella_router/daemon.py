@@ -10,6 +10,10 @@ Shutdown, on SIGTERM or SIGINT or :meth:`Daemon.request_stop`: the listeners clo
 peer that announced ``Bye-Packet`` gets ``Bye 200``, the connections get up to two
 seconds to flush, the host cache is saved, and everything else is cancelled; the
 process is out well within five seconds. A second signal cancels at once.
+
+SIGUSR1 writes a full dump with the trio task tree to ``state_dir/dump-*.json`` and the
+daemon carries on; the same views are served live by the admin interface
+(:mod:`gnutella_router.admin`), which starts with the stages.
 """
 
 from __future__ import annotations
@@ -24,9 +28,12 @@ import trio
 
 from protocol.messages import random_guid
 
+from .admin import serve_admin, write_dump_logged
 from .catcher import GnutellaCatcher
 from .config import Config
 from .connection import Connection, format_address
+from .governor import ThreadGovernor
+from .profiler import Profiler
 from .recorder import Recorder
 from .router import GnutellaRouter
 from .server import GnutellaServer
@@ -56,6 +63,7 @@ class Daemon:
             max_ttl=config.network.max_ttl,
             hard_ttl_limit=config.network.hard_ttl_limit,
             allow_private=config.network.allow_private_addresses,
+            shedding=config.shedding,
             on_host_learned=self._learn,
             log=self.log.bind(stage="router"),
         )
@@ -73,8 +81,20 @@ class Daemon:
         self.registry.register("server", self.server)
         self.registry.register("router", self.router.stage)
         self.registry.register("catcher", self.catcher.stage)
+        self.governor = (
+            ThreadGovernor(self.router.stage, config.governor, log=self.log.bind(stage="governor"))
+            if config.governor.enabled
+            else None
+        )
+        """Resizes the router's pool from its queue; None when the configuration has it off."""
+        self.profiler = Profiler(self, config.profiler) if config.profiler.enabled else None
+        """Samples queues, pool, RSS and rates (:mod:`.profiler`); None unless enabled."""
         self.recorder: Recorder | None = None
         """The trace recorder while ``trace.record`` is set (see :mod:`.recorder`)."""
+        self.admin_address: tuple[str, int] | None = None
+        """Where the admin interface (:mod:`.admin`) listens, once running."""
+        self.started_at: float | None = None
+        """trio's clock when :meth:`run` began, for uptime."""
         self._stop = trio.Event()
         self.stopped = trio.Event()
 
@@ -112,19 +132,26 @@ class Daemon:
         task_status: trio.TaskStatus[Self] = trio.TASK_STATUS_IGNORED,
     ) -> None:
         """Run until asked to stop, then shut down gracefully."""
+        self.started_at = trio.current_time()
         try:
             async with trio.open_nursery() as nursery:
                 if self.config.trace_path is not None:
                     await self._start_recording(nursery, self.config.trace_path)
                 await nursery.start(self.router.stage.serve)
+                if self.governor is not None:
+                    await nursery.start(self.governor.serve)
+                if self.profiler is not None:
+                    await nursery.start(self.profiler.serve)
                 await nursery.start(self.server.serve)
                 await nursery.start(self.catcher.serve)
+                self.admin_address = await nursery.start(serve_admin, self)
                 if handle_signals:
                     nursery.start_soon(self._watch_signals, nursery.cancel_scope)
                 self.log.info(
                     "router started",
                     listening=[format_address(*a) for a in self.server.listen_addresses],
                     guid=self.guid.hex(),
+                    admin=format_address(*self.admin_address),
                     slow_peer_policy=self.config.slow_peer.policy,
                     max_ttl=self.config.network.max_ttl,
                 )
@@ -152,6 +179,8 @@ class Daemon:
             await self.catcher.save()
         if self.recorder is not None:
             await self.recorder.aclose()
+        if self.profiler is not None:
+            self._write_profile(self.profiler)
         self.log.info(
             "router stopped",
             peers_said_goodbye=peers,
@@ -159,6 +188,14 @@ class Daemon:
             received=sum(self.router.received),
             dropped=self.router.total_dropped(),
         )
+
+    def _write_profile(self, profiler: Profiler) -> None:
+        try:
+            json_path, dot_path = profiler.write(self.config.state_path)
+        except OSError as exc:
+            self.log.error("profile not written", error=str(exc))
+            return
+        self.log.info("profile written", path=str(json_path), graph=str(dot_path))
 
     async def _start_recording(self, nursery: trio.Nursery, path: Path) -> None:
         trace = self.config.trace
@@ -174,8 +211,11 @@ class Daemon:
         await nursery.start(self.recorder.run)
 
     async def _watch_signals(self, cancel_scope: trio.CancelScope) -> None:
-        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGUSR1) as signals:
             async for signum in signals:
+                if signum == signal.SIGUSR1:
+                    await write_dump_logged(self)  # full dump + task tree; keeps running
+                    continue
                 if self._stop.is_set():
                     self.log.warning("second signal: stopping at once", signal=signum)
                     cancel_scope.cancel()

@@ -86,6 +86,9 @@ class LoadSettings:
     """Seconds to keep listening after the last message, for copies still in flight."""
     user_agent: str = "gnutella-router-load/0.1"
     progress: bool = False
+    warmup: float = 0.0
+    """Messages scheduled in the first ``warmup`` seconds are sent and counted but not
+    timed: the steady state, without a controller's ramp-up."""
 
     def __post_init__(self) -> None:
         if self.peers < 2:
@@ -191,6 +194,7 @@ class LoadRun:
         self._counter = itertools.count()
         self._sending_done = trio.Event()
         self.started_ns = 0
+        self.timed_from_ns = 0
         self.send_elapsed = 0.0
 
     # ------------------------------------------------------------------ the run
@@ -260,6 +264,7 @@ class LoadRun:
         late_ns = int(settings.late_threshold_ms * 1e6)
         start_ns = time.perf_counter_ns()
         self.started_ns = start_ns
+        self.timed_from_ns = start_ns + int(settings.warmup * 1e9)
         start = trio.current_time()
         sent, expected = self.sent, self.expected
         run = self.run_id
@@ -341,14 +346,17 @@ class LoadRun:
                 if sink and message_type == PING:
                     self.probe_seen.add(peer.name)
                 continue
+            timed = due >= self.timed_from_ns
             if sink:
                 if message_type in BROADCAST_TYPES:
                     self.received[message_type] += 1
-                    book.record("one-hop", message_type, arrived - due)
+                    if timed:
+                        book.record("one-hop", message_type, arrived - due)
             else:
                 self.replies[message_type] += 1
-                kind = "target-reply" if frame.hops == 0 else "round-trip"
-                book.record(kind, message_type, arrived - due)
+                if timed:
+                    kind = "target-reply" if frame.hops == 0 else "round-trip"
+                    book.record(kind, message_type, arrived - due)
 
     async def _answer(self, peer: ClientPeer, frames: list[Frame], responder: Responder) -> None:
         replies = [

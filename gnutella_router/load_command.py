@@ -47,6 +47,12 @@ def add_load_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser
         "ramp:30s@100-1000",
     )
     load.add_argument("--duration", type=float, default=10.0, help="seconds of traffic")
+    load.add_argument(
+        "--warmup",
+        type=float,
+        default=0.0,
+        help="seconds at the start that are sent but not timed (steady-state latency)",
+    )
     load.add_argument("--peers", type=int, default=4, help="peers to connect (default 4)")
     load.add_argument("--injectors", type=int, default=1, help="peers that send (default 1)")
     load.add_argument("--legacy", action="store_true", help="connect with the 0.4 handshake")
@@ -100,6 +106,7 @@ def cmd_load(args: argparse.Namespace) -> int:
             legacy=args.legacy,
             respond=args.respond,
             late_threshold_ms=args.late_ms,
+            warmup=args.warmup,
             progress=not args.quiet and sys.stderr.isatty(),
         )
     except ValueError as exc:

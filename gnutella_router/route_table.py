@@ -44,6 +44,7 @@ __all__ = [
 ]
 
 V = TypeVar("V")
+_Generation = Literal["current", "previous"]
 
 #: Generation lengths used by LimeWire: pings live 2-4 minutes, queries 5-10 minutes,
 #: push routes 7-14 minutes (a download may start long after the hit arrived).
@@ -284,6 +285,24 @@ class RouteTable(Generic[V]):
         rest = None if limit is None else limit - len(snapshot)
         snapshot.extend(_newest(self._previous, self._previous_at, "previous", now, rest))
         return iter(snapshot)
+
+    def entry(self, guid: bytes, now: float) -> RouteEntry[V] | None:
+        """The entry for ``guid`` as :meth:`entries` shows it, or None, for dumps.
+
+        Unlike :meth:`lookup` this is not counted as a lookup or a miss, so looking
+        inside a table does not change its statistics.
+        """
+        if now >= self._deadline:
+            self._rotate_for_time(now)
+        generations: tuple[tuple[dict[bytes, V], dict[bytes, float], _Generation], ...] = (
+            (self._current, self._current_at, "current"),
+            (self._previous, self._previous_at, "previous"),
+        )
+        for table, times, generation in generations:
+            if guid in table:
+                recorded_at = times[guid]
+                return RouteEntry(guid, table[guid], recorded_at, now - recorded_at, generation)
+        return None
 
     def statistics(self, now: float) -> RouteTableStatistics:
         if now >= self._deadline:

@@ -47,11 +47,12 @@ from protocol.header import HEADER_STRUCT
 from protocol.ipv4 import pack_ipv4
 from protocol.messages import Bye, Message, Ping, Pong, random_guid
 
-from .config import RouterConfig
+from .config import RouterConfig, SheddingConfig
 from .connection import Connection
 from .host_cache import classify_address
 from .outqueue import Verdict
 from .route_table import RouteTable, RouteTableStatistics, SeenTable
+from .shedding import Shedder
 from .stage import Stage
 
 PING = MessageType.PING
@@ -154,6 +155,7 @@ class GnutellaRouter:
         hard_ttl_limit: int,
         allow_private: bool = True,
         on_host_learned: HostLearned | None = None,
+        shedding: SheddingConfig | None = None,
         log: structlog.typing.FilteringBoundLogger | None = None,
         now: float = 0.0,
     ) -> None:
@@ -168,6 +170,12 @@ class GnutellaRouter:
         self.pongs_not_cached: collections.Counter[str] = collections.Counter()
         """Pongs routed but kept out of the pong cache, by reason (e.g. "private")."""
         self.on_host_learned = on_host_learned
+        self.shedder = (
+            None
+            if shedding is None or (shedding.policy == "backpressure" and not shedding.rate_limit)
+            else Shedder(shedding, count=self._count_shed)
+        )
+        """None when nothing can be shed: the admission path is then the plain one."""
         self.log = log or structlog.get_logger("router")
         capacity = config.route_table_capacity
         # Routes hold connection ids, not connections: ints and floats are invisible to
@@ -221,8 +229,14 @@ class GnutellaRouter:
         backpressure instead of loss or unbounded memory.
         """
         queue = self.stage.queue
+        shedder = self.shedder
+        if shedder is not None:
+            frames = shedder.admit(connection.id, frames, queue, trio.current_time())
         admitted = queue.admit(frames)
         while admitted < len(frames):
+            if shedder is not None and not shedder.waits_at_bound:
+                shedder.shed_rest(frames[admitted:])
+                return
             await queue.wait_for_space()
             if connection.closing:
                 self._drop_many("connection-closing", frames[admitted:])
@@ -232,7 +246,9 @@ class GnutellaRouter:
 
     # ------------------------------------------------------------------ the handler
 
-    async def handle(self, batch: list[Frame]) -> None:
+    async def handle(self, batch: list[Frame]) -> int | None:
+        """Route a batch; returns how many frames were handled when some were handed
+        back to the queue (see :meth:`_delayed_broadcast`), else None for all."""
         now = trio.current_time()
         received = self.received
         handlers = self._handlers
@@ -248,11 +264,12 @@ class GnutellaRouter:
                 if data is not None:
                     if self.query_delay:
                         await self._delayed_broadcast(batch, index, connection, data, now)
-                        return
+                        return index + 1
                     self._broadcast(connection, data)
             else:
                 handlers[message_type](connection, frame, now)
         self._flush_broadcasts(now)
+        return None
 
     async def _delayed_broadcast(
         self, batch: list[Frame], index: int, source: Connection, data: bytes, now: float
@@ -270,6 +287,9 @@ class GnutellaRouter:
         await self.stage.run_blocking(time.sleep, self.query_delay)
         self._broadcast(source, data)
         self._flush_broadcasts(trio.current_time())
+
+    def _count_shed(self, reason: str, frame: Frame) -> None:
+        self.dropped[reason, frame.payload_type] += 1
 
     def _drop_many(self, reason: str, frames: list[Frame]) -> None:
         for frame in frames:

@@ -56,6 +56,8 @@ class QueueStatistics:
     """Events the queue refused at admission (the caller then shed or waited)."""
     taken: int
     """Events handed to workers."""
+    requeued: int
+    """Events a worker about to block handed back for another worker."""
 
 
 class StageQueue(Generic[T]):
@@ -69,6 +71,7 @@ class StageQueue(Generic[T]):
         "name",
         "peak",
         "refused",
+        "requeued",
         "taken",
         "threshold",
     )
@@ -84,6 +87,7 @@ class StageQueue(Generic[T]):
         self.admitted = 0
         self.refused = 0
         self.taken = 0
+        self.requeued = 0
         self.peak = 0
 
     def __len__(self) -> int:
@@ -160,6 +164,7 @@ class StageQueue(Generic[T]):
             return
         self._events.extendleft(reversed(events))
         self.taken -= len(events)
+        self.requeued += len(events)
         if self._consumers:
             self._consumers.unpark()
 
@@ -190,6 +195,7 @@ class StageQueue(Generic[T]):
             admitted=self.admitted,
             refused=self.refused,
             taken=self.taken,
+            requeued=self.requeued,
         )
 
 
@@ -235,7 +241,7 @@ class Stage(Generic[T]):
     def __init__(
         self,
         name: str,
-        handler: Callable[[list[T]], Awaitable[None]],
+        handler: Callable[[list[T]], Awaitable[int | None]],
         *,
         threshold: int,
         pool_size: int = 1,
@@ -260,6 +266,7 @@ class Stage(Generic[T]):
         self.batches = 0
         self.events = 0
         self.handler_errors = 0
+        self._peak_busy = 0
         self.log = structlog.get_logger("stage").bind(stage=name)
         self._busy = 0
         self._idle_since = 0.0
@@ -331,10 +338,13 @@ class Stage(Generic[T]):
                         batch = queue.take(self.batch_size)
                         if not batch:
                             continue
+                        handled: int | None = len(batch)
                         worker.busy = True
                         self._busy += 1
+                        if self._busy > self._peak_busy:
+                            self._peak_busy = self._busy
                         try:
-                            await handler(batch)
+                            handled = await handler(batch)
                         except Exception:
                             # A bug, not bad input (bad input is counted, never raised):
                             # lose this batch, say so loudly, keep the stage running.
@@ -346,7 +356,9 @@ class Stage(Generic[T]):
                             if not self._busy:
                                 self._idle_since = trio.current_time()
                         self.batches += 1
-                        self.events += len(batch)
+                        # A handler that handed events back says how many it handled
+                        # (None: all of them); the rest are counted by whoever takes them.
+                        self.events += len(batch) if handled is None else handled
                         # Two schedule points, still holding the turn. trio runs each
                         # round of runnable tasks in a random order, so after a single
                         # yield a worker may run again before the connection writers
@@ -358,7 +370,10 @@ class Stage(Generic[T]):
                         await trio.lowlevel.checkpoint()
                         await trio.lowlevel.checkpoint()
                     finally:
-                        turn.release()
+                        # Cancelled while waiting on its thread, a worker may not have
+                        # got the turn back (see run_blocking): release only if held.
+                        if turn.statistics().owner is trio.lowlevel.current_task():
+                            turn.release()
         finally:
             self._workers.remove(worker)
 
@@ -375,6 +390,16 @@ class Stage(Generic[T]):
         finally:
             self._blocking -= 1
             await self._turn.acquire()
+
+    def take_peak_busy(self) -> int:
+        """Most workers busy at once (blocked in a thread included) since the last call.
+
+        The governor reads this once per sample: a pool whose peak stays below its size
+        for long enough has a worker it does not need, however evenly the idle workers
+        share the light load between them.
+        """
+        peak, self._peak_busy = max(self._peak_busy, self._busy), self._busy
+        return peak
 
     def statistics(self) -> StageStatistics:
         idle = 0.0 if self._busy else max(0.0, _now() - self._idle_since)

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# The main job, from a fresh clone: set up .venv, then run the router daemon
-# (defaults: listen on 127.0.0.1:6346, no configuration file needed). Arguments pass
-# through to `gnutella-router run`, e.g. --seed HOST:PORT or --config FILE.
+# The main job, from a fresh clone: set up .venv, then run a local test network
+# (defaults: 5 routers on loopback, 20 s of traffic, results in .gnutella-router/testnet,
+# no configuration needed). Arguments pass through to `gnutella-router testnet`, e.g.
+# --nodes 8 --topology ring, or --duration 0 to stay up until Ctrl-C.
+# A single router daemon is `.venv/bin/gnutella-router run`.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 "$root/scripts/venv.sh"
-exec "${GNUTELLA_VENV:-$root/.venv}/bin/gnutella-router" run "$@"
+exec "${GNUTELLA_VENV:-$root/.venv}/bin/gnutella-router" testnet "$@"

@@ -557,6 +557,10 @@ class TestDumps:
             "catcher",
             "log",
             "trace",
+            "governor",
+            "shedding",
+            "admin",
+            "profiler",
         ]
         assert tables["catcher"]["seeds"] == ["10.0.0.1:6346"]
         assert tables["network"]["max_ttl"] == 7

@@ -98,3 +98,4 @@ def test_a_busy_port_is_a_clear_error(tmp_path: Path) -> None:
         )
     assert result.returncode == 1
     assert b"cannot start" in result.stderr
+    assert b"Address already in use" in result.stderr

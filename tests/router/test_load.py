@@ -166,3 +166,16 @@ def test_folding_values_keeps_the_histogram_exact(seed: int) -> None:
         book.record("one-hop", 0, micros * 1000)
         reference.record_value(micros)
     assert book.summaries()["one-hop"]["ping"] == LatencySummary.of(reference)
+
+
+async def test_a_warmup_is_sent_but_not_timed() -> None:
+    echo = EchoRouter()
+    async with trio.open_nursery() as nursery:
+        address = await nursery.start(echo.serve)
+        settings = LoadSettings(target=address, peers=2, duration=1.5, drain=0.3, warmup=1.0)
+        report = await run_load(settings, paper_traffic(200))
+        nursery.cancel_scope.cancel()
+    copies = sum(report.received.values())
+    timed = sum(s.count for s in report.latency["one-hop"].values())
+    assert copies == sum(report.expected.values()) == 300
+    assert 80 <= timed <= 120  # the last half second of 1.5

@@ -59,6 +59,19 @@ async def test_delayed_queries_run_in_parallel_up_to_the_pool_size(tmp_path: Pat
             await sink.receive_matching(of_type(MessageType.QUERY), timeout=5)
         # Four delays of 0.5 s on four threads: about one delay, far from four.
         assert trio.current_time() - started < 3 * DELAY_MS / 1000
+        # Each query was handed back to the queue by the workers before it; handled once.
+        assert daemon.router.stage.events == 4
 
 
 __all__ = ["Peer"]
+
+
+async def test_stopping_during_a_query_delay_is_clean(tmp_path: Path) -> None:
+    overrides = {"router.query_delay_ms": 2000, "router.threads": 2}
+    async with running_daemons(tmp_path, overrides=overrides) as (daemon,):
+        source, _ = await peers(daemon, 2)
+        await source.send(message(Query(b"still sleeping at shutdown"), ttl=2))
+        with trio.fail_after(3):
+            while not daemon.router.stage.statistics().blocking_in_progress:
+                await trio.sleep(0.01)
+    # Leaving the block stopped the daemon while a worker slept: no error escaped.

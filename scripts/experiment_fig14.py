@@ -1,0 +1,481 @@
+"""The SEDA paper's Fig. 14 on this router: latency under a query delay, governor off and on.
+
+Run from the repository root, in the project's virtual environment (unattended; the
+default takes about 10 minutes):
+
+    python scripts/experiment_fig14.py                # 60 s runs, print the table
+    python scripts/experiment_fig14.py --write        # also docs/experiments.md + figures
+    python scripts/experiment_fig14.py --quick        # 15 s runs, a smoke test
+
+What is run. For each offered load (100, 200, 400 and 1000 messages/s by default, the
+paper's mix: 15 % queries, 85 % pings, constant rate) and each governor setting, a
+fresh router is started as a child process on a free loopback port with a generated
+configuration file: ``router.query_delay_ms = 20`` (the paper's injected 20 ms per
+query, run in a worker thread), ``router.threads = 1``, the governor either off or on
+with its defaults (sample every 2 s, add a thread at a queue of 1000), the profiler on
+at 0.1 s, everything else at the defaults (backpressure admission). This process then
+runs the load client in-process (:func:`gnutella_router.load.LoadRun`: one injector,
+three sinks) for ``--duration`` seconds, stops the router with SIGTERM (which writes
+the profiler's export) and reads what it needs.
+
+What is measured, and how:
+
+* latency, one hop (client -> router -> sink), per type, measured from each message's
+  *scheduled* time, so a client held up by a backed-up router counts the wait. Two
+  figures for each: *steady state*, messages scheduled after ``--warmup`` seconds (20
+  s: the governor has settled by then), as the load client's own report; and the
+  *whole run*, from a second histogram fed by the same arrivals from time 0;
+* late sends: messages the client wrote more than 1 ms after their scheduled time
+  (whole run): with backpressure a router that cannot keep up stops reading, so the
+  client's sends back up instead of anything being dropped;
+* threads added, the final pool and when the pool last grew (governor samples in the
+  profiler export), the peak router queue length (profiler samples every 0.1 s), drops
+  (the router's own drop counters in the export), and the router's peak resident set
+  (``VmHWM`` from /proc just before it is stopped).
+
+Figures (``--write``, into docs/figures/): fig14a-latency-governor-off.png and
+fig14b-latency-governor-on.png (mean steady-state latency against offered load, p99
+dashed), fig14c-queue-1000.png (router queue length and pool size over time at the
+highest load with the governor, thread additions marked). Raw results (summary JSON,
+each run's profiler export and log) stay in ``--out`` (a fresh temporary directory by
+default). Exit status 1 when one of the paper's floors, checked at the end, is missed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime
+import json
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt
+import trio
+from bench_router import free_port
+from benchdocs import machine, replace_section
+
+from gnutella_router.load import LoadRun, LoadSettings
+from gnutella_router.profiler import read_peak_rss_bytes
+from protocol.constants import MessageType
+from protocol.framing import Frame
+from traffic_models.arrivals import ConstantRate
+from traffic_models.generator import TrafficGenerator
+from traffic_models.latency import LatencyBook, LatencySummary, read_stamp
+from traffic_models.mix import PAPER_MIX
+
+ROOT = Path(__file__).resolve().parent.parent
+DOC = ROOT / "docs" / "experiments.md"
+FIGURES = ROOT / "docs" / "figures"
+QUERY_DELAY_MS = 20.0
+RATES = (100, 200, 400, 1000)
+BROADCAST = (MessageType.PING, MessageType.QUERY)
+
+
+class ExperimentError(Exception):
+    pass
+
+
+class WholeRunLoad(LoadRun):
+    """The load client, plus a second histogram of every arrival from time 0."""
+
+    def __init__(self, settings: LoadSettings, generator: TrafficGenerator) -> None:
+        super().__init__(settings, generator)
+        self.whole = LatencyBook()
+
+    def _account(self, frames: list[Frame], arrived: int, sink: bool, run: int, *rest: Any) -> None:
+        super()._account(frames, arrived, sink, run, *rest)
+        if not sink:
+            return
+        for frame in frames:
+            if frame.payload_type in BROADCAST:
+                due = read_stamp(frame.guid, run, self.marker)
+                if due:
+                    self.whole.record("one-hop", frame.payload_type, arrived - due)
+
+
+def router_config(path: Path, governor: bool) -> Path:
+    path.write_text(
+        "[router]\n"
+        f"query_delay_ms = {QUERY_DELAY_MS}\n"
+        "threads = 1\n\n"
+        "[governor]\n"
+        f"enabled = {'true' if governor else 'false'}\n\n"
+        "[profiler]\n"
+        "enabled = true\n"
+        "interval = 0.1\n"
+    )
+    return path
+
+
+def start_router(workdir: Path, governor: bool) -> tuple[subprocess.Popen[bytes], int, Path]:
+    port = free_port()
+    state = workdir / "state"
+    state.mkdir(parents=True)
+    config = router_config(workdir / "router.toml", governor)
+    executable = Path(sys.executable).parent / "gnutella-router"
+    command = (
+        [str(executable)] if executable.exists() else [sys.executable, "-m", "gnutella_router"]
+    )
+    argv = [
+        *command,
+        "run",
+        "--config",
+        str(config),
+        "--listen",
+        f"127.0.0.1:{port}",
+        "--state-dir",
+        str(state),
+        "--log-format",
+        "json",
+    ]
+    log_path = workdir / "router.log"
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, cwd=ROOT)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise ExperimentError(f"router exited with {process.returncode}; see {log_path}")
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 1):
+            return process, port, state
+        time.sleep(0.05)
+    process.kill()
+    raise ExperimentError(f"router did not accept within 20 s; see {log_path}")
+
+
+def stop_router(process: subprocess.Popen[bytes]) -> int | None:
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+            return None
+    return process.returncode
+
+
+def summary(s: LatencySummary | None) -> dict[str, float] | None:
+    if s is None:
+        return None
+    return {"mean_ms": s.mean / 1000, "p99_ms": s.p99 / 1000, "max_ms": s.max / 1000}
+
+
+def one_run(rate: int, governor: bool, duration: float, warmup: float, out: Path) -> dict[str, Any]:
+    name = f"{'on' if governor else 'off'}-{rate}"
+    workdir = out / name
+    if workdir.exists():
+        shutil.rmtree(workdir)
+    workdir.mkdir(parents=True)
+    process, port, state = start_router(workdir, governor)
+    try:
+        settings = LoadSettings(
+            target=("127.0.0.1", port), peers=4, injectors=1, duration=duration, warmup=warmup
+        )
+        traffic = TrafficGenerator(mix=PAPER_MIX, arrivals=ConstantRate(rate), seed=1)
+        load = WholeRunLoad(settings, traffic)
+        report = trio.run(load.run)
+        peak_rss = read_peak_rss_bytes(process.pid)
+        alive = process.poll() is None
+    finally:
+        status = stop_router(process)
+    profile_path = state / "profile.json"
+    if not profile_path.exists():
+        raise ExperimentError(f"{name}: no profiler export (router exit status {status})")
+    profile = json.loads(profile_path.read_text())
+    shutil.copy(profile_path, out / f"profile-{name}.json")
+    samples = profile["samples"]
+    gov = profile.get("governor") or {"added": 0, "samples": []}
+    additions = [s["at"] for s in gov["samples"] if s["action"] == "added"]
+    steady = report.latency.get("one-hop", {})
+    whole = load.whole.summaries().get("one-hop", {})
+    # "connection-closing": messages still queued from a peer when the client hung up at
+    # the end of the run (the backlog); counted apart from drops during the run.
+    drops = profile["router"]["dropped"]
+    at_close = sum(drops.get("connection-closing", {}).values())
+    dropped = sum(sum(by_type.values()) for by_type in drops.values()) - at_close
+    result = {
+        "governor": governor,
+        "rate": rate,
+        "duration": duration,
+        "warmup": warmup,
+        "router_exit": status,
+        "alive_at_end": alive,
+        "sent": sum(report.sent.values()),
+        "received": sum(report.received.values()),
+        "expected": sum(report.expected.values()),
+        "late": report.late,
+        "achieved_rate": report.achieved_rate,
+        "disconnected": report.disconnected,
+        "steady": {t: summary(steady.get(t)) for t in ("ping", "query")},
+        "whole": {t: summary(whole.get(t)) for t in ("ping", "query")},
+        "threads_added": gov["added"],
+        "threads_removed": gov.get("removed", 0),
+        "last_addition_s": additions[-1] if additions else None,
+        "final_pool": samples[-1]["pool_size"] if samples else None,
+        "peak_pool": max((s["pool_size"] for s in samples), default=None),
+        "peak_queue": max((s["queues"].get("router", 0) for s in samples), default=0),
+        "dropped": dropped,
+        "dropped_at_close": at_close,
+        "peak_rss_mib": peak_rss / 2**20,
+    }
+    (out / f"result-{name}.json").write_text(json.dumps(result, indent=2))
+    return result
+
+
+# --- figures -------------------------------------------------------------------------
+
+
+def plot_latency(results: list[dict[str, Any]], governor: bool, path: Path) -> Path:
+    rows = sorted((r for r in results if r["governor"] == governor), key=lambda r: r["rate"])
+    figure, axes = plt.subplots(figsize=(7, 4.5))
+    for kind, color in (("ping", "tab:blue"), ("query", "tab:orange")):
+        rates = [r["rate"] for r in rows if r["steady"][kind]]
+        means = [r["steady"][kind]["mean_ms"] for r in rows if r["steady"][kind]]
+        p99s = [r["steady"][kind]["p99_ms"] for r in rows if r["steady"][kind]]
+        axes.plot(rates, means, marker="o", color=color, label=f"{kind} mean")
+        axes.plot(rates, p99s, marker="x", color=color, linestyle="--", label=f"{kind} p99")
+    axes.set_xscale("log")
+    axes.set_yscale("log")
+    axes.set_xticks([r["rate"] for r in rows], [str(r["rate"]) for r in rows])
+    axes.set_xlabel("offered load (messages/s)")
+    axes.set_ylabel("latency, steady state (ms)")
+    state = "with the thread governor" if governor else "one thread, governor off"
+    axes.set_title(f"Fig. 14({'b' if governor else 'a'}): 20 ms per query, {state}")
+    axes.grid(alpha=0.3, which="both")
+    axes.legend()
+    return save(figure, path)
+
+
+def plot_queue(profile: dict[str, Any], rate: int, path: Path, governor_on: bool = True) -> Path:
+    samples = profile["samples"]
+    times = [s["at"] for s in samples]
+    figure, axes = plt.subplots(figsize=(8, 4.5))
+    axes.plot(times, [s["queues"].get("router", 0) for s in samples], label="router queue")
+    axes.set_xlabel("time (s)")
+    axes.set_ylabel("router queue length (events)")
+    pool_axes = axes.twinx()
+    pool_axes.step(
+        times, [s["pool_size"] for s in samples], where="post", color="tab:green", label="pool"
+    )
+    pool_axes.set_ylabel("router threads", color="tab:green")
+    pool_axes.set_ylim(0, max(s["pool_size"] for s in samples) + 2)
+    governor = profile.get("governor") or {"samples": []}
+    for index, s in enumerate(g for g in governor["samples"] if g["action"] == "added"):
+        axes.axvline(
+            s["at"], color="tab:red", alpha=0.5, label="thread added" if index == 0 else None
+        )
+    lines = axes.get_legend_handles_labels()
+    more = pool_axes.get_legend_handles_labels()
+    axes.legend(lines[0] + more[0], lines[1] + more[1], loc="upper right")
+    axes.set_title(
+        f"Fig. 14(c): router queue at {rate} messages/s with the governor"
+        if governor_on
+        else f"Router queue at {rate} messages/s, governor off (one thread)"
+    )
+    axes.grid(alpha=0.3)
+    return save(figure, path)
+
+
+def save(figure: Any, path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
+    return path
+
+
+# --- report --------------------------------------------------------------------------
+
+
+def ms(entry: dict[str, float] | None) -> str:
+    if entry is None:
+        return "-"
+    return f"{entry['mean_ms']:,.1f} / {entry['p99_ms']:,.0f}"
+
+
+def table(results: list[dict[str, Any]]) -> list[str]:
+    lines = [
+        "| governor | load (msgs/s) | ping mean / p99 ms, steady | query mean / p99 ms, steady "
+        "| ping, whole run | query, whole run | threads added (final pool) | last addition "
+        "| peak router queue | drops (backlog at close) | late sends | peak RSS (MiB) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in sorted(results, key=lambda r: (r["governor"], r["rate"])):
+        last = f"{r['last_addition_s']:.1f} s" if r["last_addition_s"] is not None else "-"
+        lines.append(
+            f"| {'on' if r['governor'] else 'off'} | {r['rate']:,} "
+            f"| {ms(r['steady']['ping'])} | {ms(r['steady']['query'])} "
+            f"| {ms(r['whole']['ping'])} | {ms(r['whole']['query'])} "
+            f"| {r['threads_added']} ({r['final_pool']}) | {last} "
+            f"| {r['peak_queue']:,} | {r['dropped']:,} ({r.get('dropped_at_close', 0):,}) "
+            f"| {r['late']:,} / {r['sent']:,} "
+            f"| {r['peak_rss_mib']:.1f} |"
+        )
+    return lines
+
+
+def floors(results: list[dict[str, Any]]) -> list[tuple[bool, str]]:
+    """The paper's claims for the highest load, checked: (passed, text)."""
+    top = max(r["rate"] for r in results)
+    checks: list[tuple[bool, str]] = []
+    on = next((r for r in results if r["governor"] and r["rate"] == top), None)
+    off = next((r for r in results if not r["governor"] and r["rate"] == top), None)
+    if on is not None:
+        pool = on["final_pool"] or 0
+        last = on["last_addition_s"]
+        checks.append(
+            (
+                3 <= pool <= 5 and last is not None and last <= 15.0,
+                f"governor on, {top}/s: pool settles at 3-5 threads within 15 s "
+                f"(final pool {pool}, last addition at {last if last is not None else '-'} s)",
+            )
+        )
+        q, p = on["steady"]["query"], on["steady"]["ping"]
+        checks.append(
+            (
+                q is not None and q["mean_ms"] <= 30.0,
+                f"governor on, {top}/s: steady mean query latency <= 30 ms ({q['mean_ms']:.1f} ms)"
+                if q
+                else "no queries measured",
+            )
+        )
+        checks.append(
+            (
+                p is not None and p["mean_ms"] <= 10.0,
+                f"governor on, {top}/s: steady mean ping latency <= 10 ms ({p['mean_ms']:.1f} ms)"
+                if p
+                else "no pings measured",
+            )
+        )
+        checks.append((on["dropped"] == 0, f"governor on, {top}/s: no drops ({on['dropped']})"))
+    if off is not None:
+        checks.append(
+            (
+                off.get("alive_at_end", True) and not off["disconnected"],
+                f"governor off, {top}/s: the router stays up and keeps its peers to the end "
+                f"(disconnected: {off['disconnected'] or 'none'}; exit status after SIGTERM "
+                f"{off['router_exit']})",
+            )
+        )
+        checks.append(
+            (
+                True,
+                f"governor off, {top}/s: peak RSS {off['peak_rss_mib']:.1f} MiB, peak queue "
+                f"{off['peak_queue']:,}, late sends {off['late']:,} of {off['sent']:,}, "
+                f"drops {off['dropped']:,} (backpressure: readers stop, nothing is dropped)",
+            )
+        )
+    return checks
+
+
+def write_docs(results: list[dict[str, Any]], args: argparse.Namespace, figures: Path) -> None:
+    date = datetime.date.today().isoformat()
+    lines = [
+        f"Measured {date} on {machine()}; runs of {args.duration:g} s, steady state from "
+        f"{args.warmup:g} s; `python scripts/experiment_fig14.py --duration {args.duration:g} "
+        "--write`.",
+        "",
+        "Latency cells are mean / p99 in milliseconds, one hop (client -> router -> sink), "
+        "measured from each message's scheduled send time. Late sends: messages the client "
+        "wrote more than 1 ms after their scheduled time, of all sent.",
+        "",
+        *table(results),
+        "",
+        "Checks against the paper:",
+        "",
+        *(f"- {'met' if ok else 'MISSED'}: {text}" for ok, text in floors(results)),
+    ]
+    replace_section("fig14", lines, path=DOC)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--duration", type=float, default=60.0, help="seconds per run (60)")
+    parser.add_argument("--warmup", type=float, default=20.0, help="steady state from (20 s)")
+    parser.add_argument("--quick", action="store_true", help="15 s runs, 5 s warm-up")
+    parser.add_argument(
+        "--rates", default=",".join(map(str, RATES)), help="offered loads, messages/s"
+    )
+    parser.add_argument("--governor", choices=("off", "on", "both"), default="both")
+    parser.add_argument("--out", type=Path, help="directory for raw results (default: a temp)")
+    parser.add_argument("--write", action="store_true", help="update docs/experiments.md")
+    parser.add_argument("--figures", type=Path, default=FIGURES, help="where the PNGs go")
+    parser.add_argument(
+        "--from-results", type=Path, help="skip the runs: redraw from a previous --out"
+    )
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.duration, args.warmup = 15.0, 5.0
+    if args.warmup >= args.duration:
+        parser.error("--warmup must be shorter than --duration")
+    rates = [int(r) for r in args.rates.split(",")]
+    modes = {"off": [False], "on": [True], "both": [False, True]}[args.governor]
+    if args.from_results:
+        out = args.from_results
+        results = [json.loads(p.read_text()) for p in sorted(out.glob("result-*.json"))]
+    else:
+        out = args.out or Path(tempfile.mkdtemp(prefix="fig14-"))
+        out.mkdir(parents=True, exist_ok=True)
+        print(f"raw results in {out}", flush=True)
+        results = []
+        for governor in modes:
+            for rate in rates:
+                started = time.monotonic()
+                result = one_run(rate, governor, args.duration, args.warmup, out)
+                results.append(result)
+                print(
+                    f"governor {'on ' if governor else 'off'} {rate:>5}/s: "
+                    f"ping {ms(result['steady']['ping'])}  query {ms(result['steady']['query'])} "
+                    f"ms (steady)  added {result['threads_added']}  "
+                    f"peak queue {result['peak_queue']}  late {result['late']}  "
+                    f"drops {result['dropped']}  RSS {result['peak_rss_mib']:.1f} MiB  "
+                    f"[{time.monotonic() - started:.0f} s]",
+                    flush=True,
+                )
+        (out / "summary.json").write_text(
+            json.dumps({"args": {**vars(args), "out": str(out)}, "results": results}, default=str)
+        )
+    print("\n".join(table(results)))
+    checks = floors(results)
+    for ok, text in checks:
+        print(f"{'met   ' if ok else 'MISSED'} {text}")
+    figures: Path = args.figures
+    drawn = []
+    for governor, name in (
+        (False, "fig14a-latency-governor-off"),
+        (True, "fig14b-latency-governor-on"),
+    ):
+        if any(r["governor"] == governor for r in results):
+            drawn.append(plot_latency(results, governor, figures / f"{name}.png"))
+    top = max(r["rate"] for r in results)
+    profile_path = out / f"profile-on-{top}.json"
+    if profile_path.exists():
+        profile = json.loads(profile_path.read_text())
+        drawn.append(plot_queue(profile, top, figures / "fig14c-queue-1000.png"))
+    profile_path = out / f"profile-off-{top}.json"
+    if profile_path.exists():
+        profile = json.loads(profile_path.read_text())
+        drawn.append(plot_queue(profile, top, figures / "fig14-queue-1000-governor-off.png", False))
+    for path in drawn:
+        print(path)
+    if args.write:
+        write_docs(results, args, figures)
+        print(DOC)
+    return 0 if all(ok for ok, _ in checks) else 1
+
+
+if __name__ == "__main__":
+    with contextlib.suppress(KeyboardInterrupt):
+        sys.exit(main())
