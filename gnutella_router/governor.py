@@ -106,7 +106,8 @@ class ThreadGovernor:
     def step(self, now: float) -> GovernorSample:
         """One sample and at most one change of the pool (separate for tests)."""
         stage = self.stage
-        elapsed = max(1e-9, now - (self._last_at if self._last_at is not None else now - 1e-9))
+        last = self._last_at if self._last_at is not None else now
+        elapsed = max(1e-9, now - last)
         events = stage.events
         rate = (events - self._last_events) / elapsed
         self._last_events = events
