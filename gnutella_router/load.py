@@ -127,12 +127,27 @@ class ClientPeer:
 
 
 async def open_client_peer(
-    address: tuple[str, int], name: str, *, legacy: bool, user_agent: str
+    address: tuple[str, int],
+    name: str,
+    *,
+    legacy: bool,
+    user_agent: str,
+    receive_buffer: int | None = None,
 ) -> ClientPeer:
     """Connect and handshake as an ultrapeer (never announcing Pong-Caching, so that the
-    target broadcasts our pings instead of answering them from a cache)."""
+    target broadcasts our pings instead of answering them from a cache).
+
+    ``receive_buffer`` sets SO_RCVBUF before connecting: a peer that reads slowly then
+    backs the target up after a few kilobytes, not after the kernel's megabytes.
+    """
     try:
-        stream = await trio.open_tcp_stream(*address)
+        if receive_buffer is None:
+            stream = await trio.open_tcp_stream(*address)
+        else:
+            sock = trio.socket.socket(trio.socket.AF_INET, trio.socket.SOCK_STREAM)
+            sock.setsockopt(trio.socket.SOL_SOCKET, trio.socket.SO_RCVBUF, receive_buffer)
+            await sock.connect(address)
+            stream = trio.SocketStream(sock)
     except OSError as exc:
         raise LoadError(f"{name}: cannot connect to {address[0]}:{address[1]}: {exc}") from exc
     initiator = Initiator()

@@ -121,9 +121,17 @@ def router_config(path: Path, governor: bool) -> Path:
 
 def start_router(workdir: Path, governor: bool) -> tuple[subprocess.Popen[bytes], int, Path]:
     port = free_port()
+    process, state = launch_router(workdir, router_config(workdir / "router.toml", governor), port)
+    return process, port, state
+
+
+def launch_router(
+    workdir: Path, config: Path, port: int, *, also_wait_for: tuple[int, ...] = ()
+) -> tuple[subprocess.Popen[bytes], Path]:
+    """Start `gnutella-router run` with ``config`` on ``port``; return once it accepts
+    there (and on ``also_wait_for``, e.g. its admin port). Logs go to workdir/router.log."""
     state = workdir / "state"
     state.mkdir(parents=True)
-    config = router_config(workdir / "router.toml", governor)
     executable = Path(sys.executable).parent / "gnutella-router"
     command = (
         [str(executable)] if executable.exists() else [sys.executable, "-m", "gnutella_router"]
@@ -147,8 +155,10 @@ def start_router(workdir: Path, governor: bool) -> tuple[subprocess.Popen[bytes]
     while time.monotonic() < deadline:
         if process.poll() is not None:
             raise ExperimentError(f"router exited with {process.returncode}; see {log_path}")
-        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 1):
-            return process, port, state
+        with contextlib.suppress(OSError):
+            for waited in (port, *also_wait_for):
+                socket.create_connection(("127.0.0.1", waited), 1).close()
+            return process, state
         time.sleep(0.05)
     process.kill()
     raise ExperimentError(f"router did not accept within 20 s; see {log_path}")

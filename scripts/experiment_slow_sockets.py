@@ -50,7 +50,6 @@ import contextlib
 import datetime
 import json
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -67,21 +66,12 @@ import matplotlib.pyplot as plt
 import trio
 from bench_router import free_port
 from benchdocs import machine, replace_section
-from experiment_fig14 import save, stop_router
+from experiment_fig14 import launch_router, save, stop_router
 
-from gnutella_router.load import LoadRun, LoadSettings
+from gnutella_router.load import LoadError, LoadRun, LoadSettings, open_client_peer
 from gnutella_router.profiler import read_peak_rss_bytes, read_rss_bytes
 from protocol.constants import MessageType
 from protocol.framing import FrameDecoder
-from protocol.handshake import (
-    NEED_DATA,
-    HandshakeComplete,
-    HandshakeEvent,
-    HandshakeRejected,
-    HandshakeResponse,
-    Initiator,
-)
-from protocol.messages import random_guid
 from traffic_models.arrivals import ConstantRate
 from traffic_models.generator import TrafficGenerator
 from traffic_models.mix import PAPER_MIX
@@ -131,39 +121,9 @@ def start_router(
     port, admin_port = free_port(), free_port()
     while admin_port == port:
         admin_port = free_port()
-    state = workdir / "state"
-    state.mkdir(parents=True)
     config = router_config(workdir / "router.toml", policy, admin_port, fc_timeout)
-    executable = Path(sys.executable).parent / "gnutella-router"
-    command = (
-        [str(executable)] if executable.exists() else [sys.executable, "-m", "gnutella_router"]
-    )
-    argv = [
-        *command,
-        "run",
-        "--config",
-        str(config),
-        "--listen",
-        f"127.0.0.1:{port}",
-        "--state-dir",
-        str(state),
-        "--log-format",
-        "json",
-    ]
-    log_path = workdir / "router.log"
-    with log_path.open("wb") as log:
-        process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, cwd=ROOT)
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise ExperimentError(f"router exited with {process.returncode}; see {log_path}")
-        with contextlib.suppress(OSError):
-            socket.create_connection(("127.0.0.1", port), 1).close()
-            socket.create_connection(("127.0.0.1", admin_port), 1).close()
-            return process, port, admin_port, state
-        time.sleep(0.05)
-    process.kill()
-    raise ExperimentError(f"router did not accept within 20 s; see {log_path}")
+    process, state = launch_router(workdir, config, port, also_wait_for=(admin_port,))
+    return process, port, admin_port, state
 
 
 def admin_connections(admin_port: int) -> list[dict[str, Any]]:
@@ -190,30 +150,14 @@ class SlowPeer:
         self.hung_up_ns: int | None = None
 
     async def connect(self, address: tuple[str, int]) -> None:
-        sock = trio.socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RCVBUF)
-        await sock.connect(address)
-        stream = trio.SocketStream(sock)
-        initiator = Initiator()
-        headers = [
-            ("User-Agent", SLOW_AGENT),
-            ("X-Ultrapeer", "True"),
-            ("X-Degree", "32"),
-            ("Bye-Packet", "0.1"),
-            ("GGEP", "0.5"),
-            ("GUID", random_guid().hex()),
-        ]
-        with trio.fail_after(10):
-            await stream.send_all(initiator.start(headers, version="0.6"))
-            event = await _next_event(stream, initiator)
-            if isinstance(event, HandshakeRejected):
-                raise ExperimentError(f"slow peer refused: {event.status_code} {event.reason}")
-            if isinstance(event, HandshakeResponse):
-                await stream.send_all(initiator.confirm())
-                event = await _next_event(stream, initiator)
-            assert isinstance(event, HandshakeComplete)
-        self.stream = stream
-        self._take(event.trailing_data)
+        try:
+            peer = await open_client_peer(
+                address, "slow peer", legacy=False, user_agent=SLOW_AGENT, receive_buffer=RCVBUF
+            )
+        except LoadError as exc:
+            raise ExperimentError(str(exc)) from exc
+        self.stream = peer.stream
+        self._take(peer.leftover)
 
     def _take(self, data: bytes) -> None:
         if not data:  # b"" would tell the decoder the stream has ended
@@ -249,21 +193,6 @@ class SlowPeer:
         if self.stream is not None:
             with trio.move_on_after(0.5), contextlib.suppress(Exception):
                 await self.stream.aclose()
-
-
-async def _next_event(stream: trio.SocketStream, machine: Initiator) -> HandshakeEvent:
-    while True:
-        event = machine.next_event()
-        if event is not NEED_DATA:
-            assert not isinstance(event, type(NEED_DATA))
-            return event
-        data = await stream.receive_some(4096)
-        if not data:
-            raise ExperimentError("slow peer: connection closed during the handshake")
-        machine.receive_data(data)
-
-
-# --- one run -------------------------------------------------------------------------
 
 
 async def sample_loop(
