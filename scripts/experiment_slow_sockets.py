@@ -523,7 +523,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--policies", default=",".join(POLICIES), help="runs to make")
     parser.add_argument("--out", type=Path, help="directory for raw results (default: a temp)")
     parser.add_argument("--write", action="store_true", help="update docs/experiments.md")
-    parser.add_argument("--figures", type=Path, default=FIGURES, help="where the PNGs go")
+    parser.add_argument(
+        "--figures",
+        type=Path,
+        help="where the PNGs go (default: docs/figures with --write, else the results dir)",
+    )
     parser.add_argument(
         "--from-results", type=Path, help="skip the runs: redraw from a previous --out"
     )
@@ -563,7 +567,8 @@ def main(argv: list[str] | None = None) -> int:
         print("no results", file=sys.stderr)
         return 1
     print("\n".join(table(results)))
-    figures_dir: Path = args.figures
+    # A smoke run must not replace the published figures: docs/ only with --write.
+    figures_dir: Path = args.figures or (FIGURES if args.write else out)
     drawn = [
         plot(
             results,
