@@ -107,6 +107,7 @@ ENDPOINTS = {
     "/stats": "router counters by type and drop reason, server and catcher",
     "/dump": "everything above, with identity and configuration; ?limit=N",
     "/metrics": "Prometheus text exposition",
+    "/profile": "the profiler's samples (404 when it is off); ?format=json|csv",
     "/healthz": "liveness",
 }
 
@@ -181,6 +182,7 @@ class AdminServer:
             "/stats": self._stats_page,
             "/dump": self._dump_page,
             "/metrics": self._metrics_page,
+            "/profile": self._profile_page,
             "/healthz": self._health_page,
         }
 
@@ -341,6 +343,21 @@ class AdminServer:
     def _metrics_page(self, params: dict[str, str]) -> Reply:
         _allow(params)
         return Reply(200, render_metrics(self.registry), METRICS_CONTENT_TYPE)
+
+    def _profile_page(self, params: dict[str, str]) -> Reply:
+        """The profiler's ring of samples, on request (it is also written at shutdown)."""
+        _allow(params, "format")
+        profiler = self.daemon.profiler
+        if profiler is None:
+            raise BadRequest(
+                404, "the profiler is off: set [profiler] enabled = true or run --profile"
+            )
+        form = params.get("format", "json")
+        if form == "csv":
+            return Reply(200, profiler.to_csv().encode(), "text/csv; charset=utf-8")
+        if form != "json":
+            raise BadRequest(400, "format must be json or csv")
+        return Reply(200, profiler.to_json().encode() + b"\n")
 
     def _health_page(self, params: dict[str, str]) -> Reply:
         _allow(params)

@@ -548,3 +548,36 @@ async def test_sigusr1_writes_a_dump_and_the_daemon_keeps_running(tmp_path: Path
     assert written["path"] == str(path.absolute())
     (started,) = [e for e in events if e["event"] == "router started"]
     assert started["admin"] == f"127.0.0.1:{admin_port}"
+
+
+async def test_the_profile_page_serves_the_samples(tmp_path: Path) -> None:
+    overrides = {"profiler.enabled": True, "profiler.interval": 0.05, "admin.listen": "127.0.0.1:0"}
+    async with running_daemons(tmp_path, overrides=overrides) as (daemon,):
+        await trio.sleep(0.3)
+        assert daemon.admin_address is not None
+        status, body = await _get_raw(daemon.admin_address, "/profile")
+        assert status == 200
+        samples = json.loads(body)["samples"]
+        assert len(samples) >= 3
+        status, body = await _get_raw(daemon.admin_address, "/profile?format=csv")
+        assert status == 200
+        assert body.count(b"\n") >= 4
+    async with running_daemons(tmp_path / "off", overrides={"admin.listen": "127.0.0.1:0"}) as (
+        daemon,
+    ):
+        assert daemon.admin_address is not None
+        status, _ = await _get_raw(daemon.admin_address, "/profile")
+        assert status == 404
+
+
+async def _get_raw(address: tuple[str, int], target: str) -> tuple[int, bytes]:
+    stream = await trio.open_tcp_stream(*address)
+    request = f"GET {target} HTTP/1.1\r\nHost: admin\r\nConnection: close\r\n\r\n".encode()
+    await stream.send_all(request)
+    data = b""
+    with trio.fail_after(5):
+        while chunk := await stream.receive_some(65536):
+            data += chunk
+    await stream.aclose()
+    head, _, body = data.partition(b"\r\n\r\n")
+    return int(head.split(b" ", 2)[1]), body
