@@ -43,18 +43,10 @@ from pathlib import Path
 import trio
 
 from protocol.constants import MessageType
-from protocol.errors import HandshakeError
-from protocol.handshake import (
-    NEED_DATA,
-    HandshakeComplete,
-    HandshakeRejected,
-    HandshakeResponse,
-    Initiator,
-)
-from protocol.messages import random_guid
 from traffic_models.trace import TraceProblem, read_wire
 
 from . import __version__
+from .load import LoadError, open_client_peer
 
 DEFAULT_PEER_CAP = 16
 """Most peers opened when ``--peers`` is not given (the daemon's default limit is 32)."""
@@ -187,39 +179,6 @@ def scan_trace(path: Path, on_problem: Callable[[TraceProblem], None] | None = N
 # Peers
 
 
-def _peer_headers() -> list[tuple[str, str]]:
-    return [
-        ("User-Agent", f"gnutella-router-replay/{__version__}"),
-        ("X-Ultrapeer", "True"),
-        ("Bye-Packet", "0.1"),
-        ("GGEP", "0.5"),
-        ("GUID", random_guid().hex()),
-    ]
-
-
-async def _handshake(stream: trio.SocketStream) -> None:
-    initiator = Initiator()
-    await stream.send_all(initiator.start(_peer_headers()))
-
-    async def next_event() -> object:
-        while True:
-            event = initiator.next_event()
-            if event is not NEED_DATA:
-                return event
-            data = await stream.receive_some(4096)
-            initiator.receive_data(data)
-            if not data:
-                raise ReplayError("the target closed the connection during the handshake")
-
-    event = await next_event()
-    if isinstance(event, HandshakeRejected):
-        raise ReplayError(f"the target refused a peer: {event.status_code} {event.reason}")
-    assert isinstance(event, HandshakeResponse)
-    await stream.send_all(initiator.confirm())
-    complete = await next_event()
-    assert isinstance(complete, HandshakeComplete)
-
-
 class _Peer:
     """One connection to the target: an outgoing buffer, a writer and a discarding reader."""
 
@@ -287,20 +246,15 @@ class _Peer:
 
 async def _connect(target: tuple[str, int], index: int, backlog_limit: int) -> _Peer:
     try:
-        stream = await trio.open_tcp_stream(*target)
-    except OSError as exc:
-        raise ReplayError(f"peer {index}: cannot connect to the target: {exc}") from None
-    try:
-        await _handshake(stream)
-    except BaseException as exc:
-        with contextlib.suppress(OSError, trio.BrokenResourceError, trio.ClosedResourceError):
-            await stream.aclose()
-        if isinstance(exc, HandshakeError):
-            raise ReplayError(f"peer {index}: handshake failed: {exc.reason}") from None
-        if isinstance(exc, OSError | trio.BrokenResourceError):
-            raise ReplayError(f"peer {index}: connection lost in the handshake") from None
-        raise
-    return _Peer(index, stream, backlog_limit)
+        peer = await open_client_peer(
+            target,
+            f"peer {index}",
+            legacy=False,
+            user_agent=f"gnutella-router-replay/{__version__}",
+        )
+    except LoadError as exc:
+        raise ReplayError(str(exc)) from None
+    return _Peer(index, peer.stream, backlog_limit)
 
 
 async def _connect_all(target: tuple[str, int], count: int, backlog_limit: int) -> list[_Peer]:

@@ -255,6 +255,43 @@ async def test_a_target_that_stops_reading_does_not_hold_the_replay(tmp_path: Pa
     assert any("within 0.3 s" in error for error in summary.errors)
 
 
+async def _refusing_target(
+    task_status: trio.TaskStatus[tuple[str, int]] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Answers every handshake with 503 Busy."""
+
+    async def handle(stream: trio.SocketStream) -> None:
+        acceptor = Acceptor()
+        while not isinstance(acceptor.next_event(), ConnectRequest):
+            acceptor.receive_data(await stream.receive_some(4096))
+        await stream.send_all(acceptor.reject(503, "Busy"))
+
+    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+    task_status.started(listeners[0].socket.getsockname()[:2])
+    await trio.serve_listeners(handle, listeners)
+
+
+async def test_a_refused_handshake_is_a_clear_error(tmp_path: Path) -> None:
+    trace = tmp_path / "t.trace"
+    paced_trace(trace, count=2)
+    async with trio.open_nursery() as nursery:
+        address = await nursery.start(_refusing_target)
+        with pytest.raises(ReplayError, match=r"peer \d: refused: 503 Busy"):
+            await replay(trace, address, connect_timeout=5)
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_target_that_is_not_listening_is_a_clear_error(tmp_path: Path) -> None:
+    trace = tmp_path / "t.trace"
+    paced_trace(trace, count=2)
+    listener = trio.socket.socket()
+    await listener.bind(("127.0.0.1", 0))
+    address = listener.getsockname()[:2]
+    listener.close()  # the port is free again and nobody listens on it
+    with pytest.raises(ReplayError, match=r"peer \d: cannot connect to 127\.0\.0\.1"):
+        await replay(trace, address, connect_timeout=5)
+
+
 # ---------------------------------------------------------------------------------------
 # Arguments and the command line
 
