@@ -18,7 +18,7 @@ from . import __version__
 from .config import add_config_arguments
 from .describe import describe_frame
 from .dump_command import add_dump_parser
-from .load_command import add_load_parser
+from .load_command import add_echo_parser, add_load_parser
 from .testnet_command import add_testnet_parser
 
 READ_SIZE = 64 * 1024
@@ -266,6 +266,7 @@ def build_parser() -> argparse.ArgumentParser:
     sample.set_defaults(handler=cmd_sample)
     _add_trace_commands(commands, run)
     add_load_parser(commands)
+    add_echo_parser(commands)
     add_dump_parser(commands)
     add_testnet_parser(commands)
     return parser

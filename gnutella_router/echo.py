@@ -35,8 +35,10 @@ class _EchoPeer:
 class EchoRouter:
     """Copies each message to all other peers ``delay`` seconds after it arrived."""
 
-    def __init__(self, delay: float = 0.0) -> None:
+    def __init__(self, delay: float = 0.0, host: str = "127.0.0.1", port: int = 0) -> None:
         self.delay = delay
+        self.host = host
+        self.port = port
         self.peers: list[_EchoPeer] = []
         self.address: tuple[str, int] = ("127.0.0.1", 0)
         self.messages = 0
@@ -44,7 +46,7 @@ class EchoRouter:
     async def serve(
         self, *, task_status: trio.TaskStatus[tuple[str, int]] = trio.TASK_STATUS_IGNORED
     ) -> None:
-        listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+        listeners = await trio.open_tcp_listeners(self.port, host=self.host)
         host, port = listeners[0].socket.getsockname()[:2]
         self.address = (str(host), int(port))
         task_status.started(self.address)

@@ -68,7 +68,9 @@ READ_SIZE = 64 * 1024
 SEND_SLACK = 0.001
 """The sender wakes this much before the next message is due and sends everything due
 within it: timer wake-ups come in whole milliseconds (epoll), so waking on the dot would
-make sends up to a millisecond late by construction."""
+make sends up to a millisecond late by construction. A message sent early is stamped
+with the moment it was written instead of its scheduled time (see
+:mod:`traffic_models.latency`), so the slack never shortens a measured latency."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -204,6 +206,7 @@ class LoadRun:
         self.replies = [0] * 256
         self.expected = [0] * 256
         self.late = 0
+        self.early = 0
         self.bytes_sent = 0
         self.probe_seen: set[str] = set()
         self._counter = itertools.count()
@@ -267,7 +270,10 @@ class LoadRun:
         """Ping until every sink has seen one of our probes: the target knows them all."""
         with trio.fail_after(10):
             while len(self.probe_seen) < len(sinks):
-                guid = stamp_guid(0, self.run_id, 0)  # scheduled at 0: a probe, not counted
+                # Stamped at 0 (a probe, not counted), each with its own counter: the
+                # target drops a repeated GUID as a duplicate, so a sink that registers
+                # after the first probe would never see one.
+                guid = stamp_guid(0, self.run_id, next(self._counter))
                 await injector.send(encode_message(Message(guid, 2, 0, Ping())))
                 await trio.sleep(0.05)
 
@@ -293,7 +299,13 @@ class LoadRun:
             batches: list[list[bytes]] = [[] for _ in injectors]
             while pending is not None and pending.at <= horizon:
                 due_ns = start_ns + int(pending.at * 1e9)
-                data = stamp_guid(due_ns, run, next(self._counter)) + pending.data[16:]
+                if due_ns > now_ns:
+                    # Written before it is due: time it from now, not from the future.
+                    self.early += 1
+                    stamp_ns = now_ns
+                else:
+                    stamp_ns = due_ns
+                data = stamp_guid(stamp_ns, run, next(self._counter)) + pending.data[16:]
                 batches[turn].append(data)
                 turn = (turn + 1) % count
                 message_type = pending.message_type
@@ -416,12 +428,15 @@ class LoadRun:
             sent=_named(self.sent),
             late=self.late,
             late_threshold_ms=settings.late_threshold_ms,
+            early=self.early,
             achieved_rate=total_sent / elapsed if elapsed > 0 else math.nan,
             received=_named(self.received),
             expected=_named(self.expected),
             replies=_named(self.replies),
             latency=self.book.summaries(),
             disconnected=[p.closed for p in closed if p.closed],
+            negative_samples=self.book.negative,
+            clamped_samples=self.book.clamped,
         )
 
 

@@ -14,6 +14,7 @@ from traffic_models.generator import TrafficGenerator
 from traffic_models.mix import mix_by_name_or_path
 from traffic_models.trace_traffic import TraceTraffic
 
+from .echo import EchoRouter
 from .load import LoadError, LoadSettings, Traffic, run_load
 
 
@@ -72,7 +73,54 @@ def add_load_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser
     load.set_defaults(handler=cmd_load)
 
 
-def _loopback_target(text: str) -> tuple[str, int]:
+def add_echo_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    echo = commands.add_parser(
+        "echo",
+        help="a stand-in router with a known delay, to calibrate the load client",
+        description=(
+            "Accept peers and copy every message to every other peer after DELAY_MS, with "
+            "no routing at all: a target whose latency is known by construction, so "
+            "`gnutella-router load` against it shows the client's own error. Runs until "
+            "Ctrl-C."
+        ),
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    echo.add_argument(
+        "--listen", default="127.0.0.1:6346", metavar="HOST:PORT", help="loopback address"
+    )
+    echo.add_argument(
+        "--delay-ms", type=float, default=0.0, help="milliseconds added to every message"
+    )
+    echo.set_defaults(handler=cmd_echo)
+
+
+def cmd_echo(args: argparse.Namespace) -> int:
+    host, port = _loopback_target(args.listen, command="echo")
+    if not args.delay_ms >= 0:
+        print("gnutella-router echo: --delay-ms must be 0 or more", file=sys.stderr)
+        return 2
+    echo = EchoRouter(delay=args.delay_ms / 1000, host=host, port=port)
+
+    async def serve() -> None:
+        async with trio.open_nursery() as nursery:
+            address = await nursery.start(echo.serve)
+            print(
+                f"echo stand-in on {address[0]}:{address[1]}, delay {args.delay_ms:g} ms",
+                file=sys.stderr,
+                flush=True,
+            )
+
+    try:
+        trio.run(serve)
+    except KeyboardInterrupt:
+        return 130
+    except OSError as exc:
+        print(f"gnutella-router echo: cannot listen on {args.listen}: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _loopback_target(text: str, command: str = "load") -> tuple[str, int]:
     host, _, port = text.rpartition(":")
     host = host.strip("[]") or "127.0.0.1"
     try:
@@ -81,12 +129,12 @@ def _loopback_target(text: str) -> tuple[str, int]:
     except ValueError:
         if host != "localhost":
             raise SystemExit(
-                f"gnutella-router load: {text}: only loopback targets are allowed"
+                f"gnutella-router {command}: {text}: only loopback addresses are allowed"
             ) from None
     try:
         return host, int(port)
     except ValueError:
-        raise SystemExit(f"gnutella-router load: {text}: not HOST:PORT") from None
+        raise SystemExit(f"gnutella-router {command}: {text}: not HOST:PORT") from None
 
 
 def cmd_load(args: argparse.Namespace) -> int:

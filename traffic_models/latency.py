@@ -9,10 +9,21 @@ of it arrives (a broadcast at a sink, or a reply routed back, which keeps the re
 GUID), its latency is the arrival time minus that stamp. No table of outstanding
 messages is needed, however high the rate.
 
-Measuring from the scheduled time rather than the moment the bytes left is what keeps
-the figures honest under overload (the "coordinated omission" problem): when the
-sender falls behind because the target stopped reading, the delay is charged to the
-latency of every message that waited, instead of quietly disappearing from the record.
+The stamp is the *later* of the scheduled time and the moment the message is handed to
+the socket. Measuring from the scheduled time is what keeps the figures honest under
+overload (the "coordinated omission" problem): when the sender falls behind because the
+target stopped reading, the delay is charged to the latency of every message that
+waited, instead of quietly disappearing from the record. Measuring from the moment of
+sending, for a message that goes out *before* its scheduled time, is what keeps them
+honest at light load: the sender's timer wakes in whole milliseconds, so it sends what
+is due within the next millisecond at once, and a stamp in the future would subtract
+up to a millisecond from every such message (which is how a one-hop ping through a
+Python router once read 1 microsecond).
+
+A latency below zero can then only be an error of the instrument (a clock that went
+backwards, a GUID that is not really ours): such samples are counted, reported and
+kept out of the histograms, never clamped into them. Latencies above
+``HIGHEST_TRACKABLE_US`` are recorded at that ceiling and counted too.
 
 Histograms are HDR (hdrhistogram), in microseconds, one per message type and direction.
 """
@@ -109,11 +120,17 @@ class LatencyBook:
         self._histograms: dict[tuple[str, int], HdrHistogram] = {}
         self._pending: dict[tuple[str, int], dict[int, int]] = {}
         self.clamped = 0
+        """Samples above ``HIGHEST_TRACKABLE_US``, recorded at that ceiling."""
+        self.negative = 0
+        """Samples below zero: errors of the instrument, not recorded."""
 
     def record(self, kind: str, message_type: int, latency_ns: int) -> None:
+        if latency_ns < 0:
+            self.negative += 1
+            return
         micros = latency_ns // 1000
         if micros < 1:
-            micros = 1
+            micros = 1  # the histogram's floor: 0-999 ns reads as 1 us
         elif micros > HIGHEST_TRACKABLE_US:
             micros = HIGHEST_TRACKABLE_US
             self.clamped += 1
@@ -178,6 +195,9 @@ class LoadReport:
     late: int
     """Messages sent more than ``late_threshold_ms`` after their scheduled time."""
     late_threshold_ms: float
+    early: int
+    """Messages written before their scheduled time (the sender's timer slack); their
+    latency is measured from the moment they were written, never from the future."""
     achieved_rate: float
     """Messages per second actually written."""
     received: dict[str, int]
@@ -189,6 +209,11 @@ class LoadReport:
     latency: dict[str, dict[str, LatencySummary]]
     disconnected: list[str]
     """Peers the target closed during the run, with the reason when it said one."""
+    negative_samples: int = 0
+    """Latency samples below zero: errors of the instrument, left out of the histograms.
+    Anything but 0 means the figures above cannot be trusted."""
+    clamped_samples: int = 0
+    """Latency samples above a minute, recorded at that ceiling."""
 
     @property
     def loss(self) -> dict[str, float]:
@@ -210,7 +235,8 @@ class LoadReport:
             f"{self.sinks} sinking peers",
             f"offered {self.offered_rate:,.0f} msgs/s; sent {sum(self.sent.values()):,} "
             f"({_counts(self.sent)}) at {self.achieved_rate:,.0f} msgs/s; "
-            f"late (> {self.late_threshold_ms:g} ms): {self.late:,}",
+            f"late (> {self.late_threshold_ms:g} ms): {self.late:,}; "
+            f"early (timed from their send): {self.early:,}",
         ]
         for name, expected in sorted(self.expected.items()):
             got = self.received.get(name, 0)
@@ -230,6 +256,13 @@ class LoadReport:
                     f"{kind + ' ' + name:<26}{s.count:>10,}{s.p50:>10,}{s.p90:>10,}"
                     f"{s.p99:>10,}{s.p999:>10,}{s.max:>11,}"
                 )
+        if self.negative_samples:
+            lines.append(
+                f"INSTRUMENT ERROR: {self.negative_samples:,} latency samples below zero "
+                "(left out of the figures above, which cannot be trusted)"
+            )
+        if self.clamped_samples:
+            lines.append(f"{self.clamped_samples:,} latency samples above 60 s, recorded at 60 s")
         lines.extend(f"disconnected: {reason}" for reason in self.disconnected)
         return "\n".join(lines)
 
