@@ -64,10 +64,9 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import ClassVar, TypeVar
 
+from gnutella_router import __version__
+from gnutella_router.logs import LOG_FORMATS, LOG_LEVELS
 from protocol.constants import HEADER_SIZE
-
-from . import __version__
-from .logs import LOG_FORMATS, LOG_LEVELS
 
 __all__ = [
     "AdminConfig",
@@ -563,7 +562,7 @@ class LogConfig(_Section):
     """Lowest level written: debug, info, warning or error (any case)."""
 
 
-# --- [trace]: packet trace recording (see gnutella_router.recorder) ---
+# --- [trace]: packet trace recording (see gnutella_router.observe.recorder) ---
 
 
 @dataclass(frozen=True, slots=True)
@@ -610,7 +609,10 @@ class GovernorConfig(_Section):
 
 @dataclass(frozen=True, slots=True)
 class SheddingConfig(_Section):
-    """What the router's queue refuses under overload (see :mod:`gnutella_router.shedding`)."""
+    """What the router's queue refuses under overload.
+
+    See :mod:`gnutella_router.control.shedding`.
+    """
 
     SECTION: ClassVar[str] = "shedding"
 
@@ -637,7 +639,7 @@ class SheddingConfig(_Section):
 
 # --- end [governor] and [shedding] ---
 
-# --- [admin]: the operator's interface (see gnutella_router.admin) ---
+# --- [admin]: the operator's interface (see gnutella_router.observe.admin) ---
 
 
 def is_loopback_host(host: str) -> bool:
@@ -747,7 +749,7 @@ def admin_listen_address(admin: AdminConfig, node: NodeConfig) -> tuple[str, int
 
 # --- end [admin] ---
 
-# --- [profiler]: periodic samples of the stages (see gnutella_router.profiler) ---
+# --- [profiler]: periodic samples of the stages (see gnutella_router.observe.profiler) ---
 
 
 @dataclass(frozen=True, slots=True)

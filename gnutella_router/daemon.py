@@ -1,9 +1,9 @@
 """The daemon: three stages wired together, signals, and a graceful shutdown.
 
-The stages are the paper's: :class:`~gnutella_router.server.GnutellaServer` (sockets,
-handshakes, framing), :class:`~gnutella_router.router.GnutellaRouter` (the routing
+The stages are the paper's: :class:`~gnutella_router.stages.server.GnutellaServer` (sockets,
+handshakes, framing), :class:`~gnutella_router.stages.router.GnutellaRouter` (the routing
 stage, with its bounded queue and worker pool) and
-:class:`~gnutella_router.catcher.GnutellaCatcher` (bootstrap). Each is registered by
+:class:`~gnutella_router.stages.catcher.GnutellaCatcher` (bootstrap). Each is registered by
 name so that tools can list them and read their statistics.
 
 Shutdown, on SIGTERM or SIGINT or :meth:`Daemon.request_stop`: the listeners close, every
@@ -13,7 +13,7 @@ process is out well within five seconds. A second signal cancels at once.
 
 SIGUSR1 writes a full dump with the trio task tree to ``state_dir/dump-*.json`` and the
 daemon carries on; the same views are served live by the admin interface
-(:mod:`gnutella_router.admin`), which starts with the stages.
+(:mod:`gnutella_router.observe.admin`), which starts with the stages.
 """
 
 from __future__ import annotations
@@ -26,18 +26,17 @@ from typing import Self
 import structlog
 import trio
 
+from gnutella_router.config import Config
+from gnutella_router.control.governor import ThreadGovernor
+from gnutella_router.net.connection import Connection, format_address
+from gnutella_router.observe.admin import serve_admin, write_dump_logged
+from gnutella_router.observe.profiler import Profiler
+from gnutella_router.observe.recorder import Recorder
+from gnutella_router.runtime.stage import StageRegistry
+from gnutella_router.stages.catcher import GnutellaCatcher
+from gnutella_router.stages.router import GnutellaRouter
+from gnutella_router.stages.server import GnutellaServer
 from protocol.messages import random_guid
-
-from .admin import serve_admin, write_dump_logged
-from .catcher import GnutellaCatcher
-from .config import Config
-from .connection import Connection, format_address
-from .governor import ThreadGovernor
-from .profiler import Profiler
-from .recorder import Recorder
-from .router import GnutellaRouter
-from .server import GnutellaServer
-from .stage import StageRegistry
 
 BYE_GRACE_SECONDS = 2.0
 YOUNG_COLLECTION_THRESHOLD = 10_000
@@ -88,11 +87,15 @@ class Daemon:
         )
         """Resizes the router's pool from its queue; None when the configuration has it off."""
         self.profiler = Profiler(self, config.profiler) if config.profiler.enabled else None
-        """Samples queues, pool, RSS and rates (:mod:`.profiler`); None unless enabled."""
+        """Samples queues, pool, RSS and rates; None unless enabled.
+
+        See :mod:`gnutella_router.observe.profiler`."""
         self.recorder: Recorder | None = None
-        """The trace recorder while ``trace.record`` is set (see :mod:`.recorder`)."""
+        """The trace recorder while ``trace.record`` is set.
+
+        See :mod:`gnutella_router.observe.recorder`."""
         self.admin_address: tuple[str, int] | None = None
-        """Where the admin interface (:mod:`.admin`) listens, once running."""
+        """Where the admin interface listens, once running (:mod:`.observe.admin`)."""
         self.started_at: float | None = None
         """trio's clock when :meth:`run` began, for uptime."""
         self._stop = trio.Event()

@@ -18,7 +18,6 @@ from .compression import DeflateCompressor, DeflateDecompressor
 from .constants import DEFAULT_MAX_PAYLOAD, HEADER_SIZE, ByeCode, MessageType
 from .errors import (
     CompressionError,
-    FrameTooLargeError,
     GnutellaError,
     HandshakeError,
     LocalProtocolError,
@@ -28,7 +27,7 @@ from .errors import (
     StreamBrokenError,
     TruncatedStreamError,
 )
-from .framing import Frame, FrameDecoder
+from .framing import Frame, FrameDecoder, FrameTooLargeError
 from .ggep import GGEPBlock, GGEPExtension
 from .handshake import (
     Acceptor,

@@ -13,13 +13,7 @@ an impossible length field does not, and the connection has to go.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
-
 from .constants import ByeCode
-
-if TYPE_CHECKING:
-    from .framing import Frame
 
 
 class GnutellaError(Exception):
@@ -69,27 +63,6 @@ class MalformedPayloadError(RemoteProtocolError):
     ) -> None:
         super().__init__(message, bye_code=bye_code)
         self.message_type = message_type
-
-
-class FrameTooLargeError(RemoteProtocolError):
-    """A header announced a payload over the configured maximum.
-
-    The length field is the only way to find the next message on a Gnutella stream, so
-    once it is untrustworthy the stream cannot be resynchronised: close the connection.
-    """
-
-    bye_code = ByeCode.MESSAGE_TOO_LARGE
-    resynchronisable = False
-
-    def __init__(self, announced_length: int, maximum: int, frames: Sequence[Frame] = ()) -> None:
-        super().__init__(
-            f"payload length {announced_length} exceeds the maximum of {maximum} bytes; "
-            "the stream cannot be resynchronised"
-        )
-        self.announced_length = announced_length
-        self.maximum = maximum
-        self.frames: tuple[Frame, ...] = tuple(frames)
-        """Whole messages that preceded the bad header in the same input: still valid."""
 
 
 class TruncatedStreamError(RemoteProtocolError):

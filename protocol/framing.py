@@ -13,7 +13,7 @@ Two kinds of bad input, two outcomes:
   boundaries were never in doubt, so the decoder is unaffected and the next message
   decodes normally.
 * A length field over the configured maximum raises
-  :class:`~protocol.errors.FrameTooLargeError` from :meth:`FrameDecoder.receive_data`.
+  :class:`FrameTooLargeError` from :meth:`FrameDecoder.receive_data`.
   The length is the only way to find the next header, so the stream is lost: the
   decoder refuses further input. The frames decoded before the bad header in the same
   call are not lost; they travel on the exception (``frames``).
@@ -24,9 +24,11 @@ complete, before any of its payload is buffered.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from .codec import decode_message, encode_message
-from .constants import DEFAULT_MAX_PAYLOAD, HEADER_SIZE
-from .errors import FrameTooLargeError, StreamBrokenError, TruncatedStreamError
+from .constants import DEFAULT_MAX_PAYLOAD, HEADER_SIZE, ByeCode
+from .errors import RemoteProtocolError, StreamBrokenError, TruncatedStreamError
 from .header import HEADER_STRUCT
 from .messages import Message, Payload
 
@@ -102,6 +104,30 @@ class Frame:
             f"Frame(guid={self.guid.hex()}, type=0x{self.payload_type:02x}, ttl={self.ttl}, "
             f"hops={self.hops}, payload={len(self.payload)} bytes)"
         )
+
+
+class FrameTooLargeError(RemoteProtocolError):
+    """A header announced a payload over the configured maximum.
+
+    Declared here rather than in :mod:`protocol.errors` because it carries the frames
+    decoded before the bad header, and errors must not depend on framing.
+
+    The length field is the only way to find the next message on a Gnutella stream, so
+    once it is untrustworthy the stream cannot be resynchronised: close the connection.
+    """
+
+    bye_code = ByeCode.MESSAGE_TOO_LARGE
+    resynchronisable = False
+
+    def __init__(self, announced_length: int, maximum: int, frames: Sequence[Frame] = ()) -> None:
+        super().__init__(
+            f"payload length {announced_length} exceeds the maximum of {maximum} bytes; "
+            "the stream cannot be resynchronised"
+        )
+        self.announced_length = announced_length
+        self.maximum = maximum
+        self.frames: tuple[Frame, ...] = tuple(frames)
+        """Whole messages that preceded the bad header in the same input: still valid."""
 
 
 class FrameDecoder:

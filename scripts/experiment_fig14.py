@@ -14,7 +14,7 @@ configuration file: ``router.query_delay_ms = 20`` (the paper's injected 20 ms p
 query, run in a worker thread), ``router.threads = 1``, the governor either off or on
 with its defaults (sample every 2 s, add a thread at a queue of 1000), the profiler on
 at 0.1 s, everything else at the defaults (backpressure admission). This process then
-runs the load client in-process (:func:`gnutella_router.load.LoadRun`: one injector,
+runs the load client in-process (:func:`gnutella_router.traffic.load.LoadRun`: one injector,
 three sinks) for ``--duration`` seconds, stops the router with SIGTERM (which writes
 the profiler's export) and reads what it needs.
 
@@ -66,8 +66,8 @@ import trio
 from bench_router import free_port
 from benchdocs import machine, replace_section
 
-from gnutella_router.load import LoadRun, LoadSettings
-from gnutella_router.profiler import read_peak_rss_bytes
+from gnutella_router.observe.profiler import read_peak_rss_bytes
+from gnutella_router.traffic.load import LoadRun, LoadSettings
 from protocol.constants import MessageType
 from protocol.framing import Frame
 from traffic_models.arrivals import ConstantRate

@@ -9,12 +9,11 @@ from hypothesis import strategies as st
 from protocol.codec import encode_message
 from protocol.constants import DEFAULT_MAX_PAYLOAD, HEADER_SIZE, MessageType
 from protocol.errors import (
-    FrameTooLargeError,
     MalformedPayloadError,
     StreamBrokenError,
     TruncatedStreamError,
 )
-from protocol.framing import Frame, FrameDecoder
+from protocol.framing import Frame, FrameDecoder, FrameTooLargeError
 from protocol.header import encode_header
 from protocol.messages import Message, Ping, Pong, Query
 

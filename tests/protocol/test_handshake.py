@@ -36,70 +36,18 @@ from protocol.handshake import (
     router_headers,
 )
 from protocol.headers import HandshakeLimits, HeaderBlock
+from tests.support.gtk_vectors import GTKG_STEP1, GTKG_STEP2, GTKG_UA
 
 S = HandshakeState
 Machine = Acceptor | Initiator
 
 # -- Test vectors: what gtk-gnutella 1.2.3 sent on loopback -----------------------------
 
-GTKG_UA = "gtk-gnutella/1.2.3 (2024-03-03; Topless; Linux x86_64)"
-
-GTKG_STEP2 = (
-    b"GNUTELLA/0.6 200 OK\r\n"
-    b"User-Agent: gtk-gnutella/1.2.3 (2024-03-03; Topless; Linux x86_64)\r\n"
-    b"Pong-Caching: 0.1\r\n"
-    b"Bye-Packet: 0.1\r\n"
-    b"GGEP: 0.5\r\n"
-    b"GUID: 142831024a0db6acd4bad81123a12da5\r\n"
-    b"Vendor-Message: 0.2\r\n"
-    b"Remote-IP: 127.0.0.1\r\n"
-    b"X-Ultrapeer: True\r\n"
-    b"X-Requeries: False\r\n"
-    b"Accept-Encoding: deflate\r\n"
-    b"Content-Encoding: deflate\r\n"
-    b"X-Ultrapeer-Needed: True\r\n"
-    b"X-Query-Routing: 0.1\r\n"
-    b"X-Ultrapeer-Query-Routing: 0.1\r\n"
-    b"X-Degree: 46\r\n"
-    b"X-Max-TTL: 4\r\n"
-    b"X-Dynamic-Querying: 0.1\r\n"
-    b"X-Ext-Probes: 0.1\r\n"
-    b"X-Live-Since: Sat, 21 Nov 2026 05:33:17 +0000\r\n"
-    b"X-Features: sflag/0.1, HSEP/0.2\r\n"
-    b"\r\n"
-)
-
-GTKG_STEP1 = (
-    b"GNUTELLA CONNECT/0.6\r\n"
-    b"Node: 127.0.0.1:16347\r\n"
-    b"Remote-IP: 127.0.0.1\r\n"
-    b"User-Agent: gtk-gnutella/1.2.3 (2024-03-03; Topless; Linux x86_64)\r\n"
-    b"Pong-Caching: 0.1\r\n"
-    b"Bye-Packet: 0.1\r\n"
-    b"GGEP: 0.5\r\n"
-    b"GUID: 87733102ae1fbac582dd3d4b2aa8f3bf\r\n"
-    b"Vendor-Message: 0.2\r\n"
-    b"X-Query-Routing: 0.2\r\n"
-    b"X-Requeries: False\r\n"
-    b"Accept-Encoding: deflate\r\n"
-    b"X-Token: awEuNmWHNslmckFxN/k1pNO68O8j087dKkfk; Oq6lGFoy\r\n"
-    b"X-Live-Since: Sat, 21 Nov 2026 05:35:53 +0000\r\n"
-    b"X-Ultrapeer: True\r\n"
-    b"X-Ultrapeer-Query-Routing: 0.1\r\n"
-    b"X-Degree: 46\r\n"
-    b"X-Max-TTL: 4\r\n"
-    b"X-Dynamic-Querying: 0.1\r\n"
-    b"X-Ext-Probes: 0.1\r\n"
-    b"X-Features: sflag/0.1, HSEP/0.2\r\n"
-    b"\r\n"
-)
-
 # A Ping (GUID, type 0, TTL 1, hops 0, empty payload): what follows a head on the wire.
 PING = bytes(range(16)) + b"\x00\x01\x00\x00\x00\x00\x00"
 OUR_HEADERS = router_headers(
     user_agent="TestRouter/0.1", listen=("127.0.0.1", 6346), remote_ip="127.0.0.1"
 )
-
 
 # -- Helpers ------------------------------------------------------------------------------
 

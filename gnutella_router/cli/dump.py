@@ -1,0 +1,503 @@
+"""``gnutella-router dump``: a running daemon's insides, fetched from its admin interface.
+
+``dump routes|connections|stats|queues|all`` asks the admin interface
+(:mod:`gnutella_router.observe.admin`) for one view and prints it as aligned tables, or as the
+raw JSON with ``--json``. The client is plain :mod:`http.client`: one GET, no proxies
+(an admin interface is on this machine or reached directly), a timeout on everything.
+
+Exit status: 0 when the view was printed, 1 when the daemon could not be reached or
+refused the request (the reason on stderr), 2 for bad arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import os
+import sys
+import urllib.parse
+from collections.abc import Mapping, Sequence
+from typing import TextIO
+
+from gnutella_router.config import ConfigError, parse_host_port
+
+DEFAULT_ADMIN = "127.0.0.1:6347"
+"""The admin interface of a daemon run with the defaults (node port 6346, plus one)."""
+TOKEN_ENVIRONMENT = "GNUTELLA_ADMIN_TOKEN"
+VIEWS = ("routes", "connections", "stats", "queues", "all")
+TABLES = ("ping", "query", "push")
+MAX_RESPONSE_BYTES = 256 * 1024 * 1024
+
+
+class FetchError(Exception):
+    """The admin interface could not be reached or did not answer 200."""
+
+
+# --- fetching ---------------------------------------------------------------------------
+
+
+def view_path(
+    view: str, *, table: str | None = None, guid: str | None = None, limit: int | None = None
+) -> str:
+    """The admin interface path (and query) that serves ``view``."""
+    params: dict[str, str] = {}
+    if limit is not None:
+        params["limit"] = str(limit)
+    if view == "routes":
+        if table:
+            params["table"] = table
+        if guid:
+            params["guid"] = guid
+        path = "/routes"
+    else:
+        path = {"connections": "/connections", "stats": "/stats", "queues": "/stages"}.get(
+            view, "/dump"
+        )
+    return path + ("?" + urllib.parse.urlencode(params) if params else "")
+
+
+def fetch(address: tuple[str, int], path: str, *, token: str = "", timeout: float = 10.0) -> object:
+    """GET ``path`` from the admin interface at ``address`` and decode its JSON.
+
+    Raises:
+        FetchError: the connection failed, or the answer was not a 200 with JSON; the
+            message is a sentence for the operator.
+    """
+    host, port = address
+    where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    connection = http.client.HTTPConnection(host, port, timeout=timeout)
+    headers = {"Accept": "application/json"}
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    try:
+        connection.request("GET", path, headers=headers)
+        response = connection.getresponse()
+        body = response.read(MAX_RESPONSE_BYTES)
+    except (OSError, http.client.HTTPException) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise FetchError(
+            f"cannot reach the admin interface at {where}: {reason or type(exc).__name__}"
+        ) from None
+    finally:
+        connection.close()
+    try:
+        data = json.loads(body)
+    except ValueError:
+        data = None
+    if response.status != 200:
+        detail = data.get("error") if isinstance(data, dict) else None
+        hint = ""
+        if response.status == 401:
+            hint = f" (give --token or set {TOKEN_ENVIRONMENT})"
+        raise FetchError(
+            f"the admin interface at {where} answered {response.status} {response.reason}"
+            + (f": {detail}" if detail else "")
+            + hint
+        )
+    if data is None:
+        raise FetchError(f"the admin interface at {where} sent something that is not JSON")
+    return data
+
+
+# --- tables -----------------------------------------------------------------------------
+
+
+def format_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    """Rows under headers in aligned columns; numbers are right-aligned."""
+    cells = [[_cell(value) for value in row] for row in rows]
+    widths = [len(h) for h in headers]
+    for row in cells:
+        for index, text in enumerate(row):
+            widths[index] = max(widths[index], len(text))
+    numeric = [
+        bool(rows) and all(isinstance(row[i], int | float) or row[i] is None for row in rows)
+        for i in range(len(headers))
+    ]
+
+    def line(texts: Sequence[str]) -> str:
+        parts = [
+            text.rjust(width) if right else text.ljust(width)
+            for text, width, right in zip(texts, widths, numeric, strict=True)
+        ]
+        return "  ".join(parts).rstrip()
+
+    return "\n".join([line(headers), *(line(row) for row in cells)])
+
+
+def _cell(value: object) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:.3f}".rstrip("0").rstrip(".") if value else "0"
+    return str(value)
+
+
+def _pairs(title: str, values: Mapping[str, object]) -> str:
+    width = max((len(k) for k in values), default=0)
+    lines = [title]
+    lines.extend(f"  {key.ljust(width)}  {_cell(value)}" for key, value in values.items())
+    return "\n".join(lines)
+
+
+def _mapping(value: object) -> dict[str, object]:
+    return dict(value) if isinstance(value, Mapping) else {}
+
+
+def _list(value: object) -> list[object]:
+    return list(value) if isinstance(value, list) else []
+
+
+def _number(value: object) -> int:
+    return value if isinstance(value, int) else 0
+
+
+def _count_text(counts: object) -> str:
+    pairs = [f"{k}={v}" for k, v in _mapping(counts).items() if v]
+    return ", ".join(pairs) or "-"
+
+
+def format_routes(data: object) -> str:
+    """The ``/routes`` answer as one table per route table."""
+    blocks = []
+    for name, table in _mapping(_mapping(data).get("tables")).items():
+        t = _mapping(table)
+        s = _mapping(t.get("statistics"))
+        entries = [_mapping(e) for e in _list(t.get("entries"))]
+        title = (
+            f"{name} routes: {len(entries)} shown of {s.get('size')}"
+            f" (capacity {s.get('capacity')} per generation of {_cell(s.get('generation_seconds'))}"
+            f" s; recorded {s.get('recorded')}, lookups {s.get('lookups')},"
+            f" misses {s.get('misses')})"
+        )
+        rows = [
+            [
+                e.get("guid"),
+                e.get("next_hop"),
+                e.get("connection"),
+                e.get("age"),
+                e.get("generation"),
+            ]
+            for e in entries
+        ]
+        table_text = (
+            format_table(["GUID", "NEXT HOP", "CONN", "AGE S", "GENERATION"], rows)
+            if rows
+            else "  (no entries)"
+        )
+        blocks.append(f"{title}\n{table_text}")
+    return "\n\n".join(blocks)
+
+
+def _capabilities(caps: Mapping[str, object]) -> str:
+    flags = []
+    if caps.get("ultrapeer"):
+        flags.append("ultrapeer")
+    elif caps.get("ultrapeer") is False:
+        flags.append("leaf")
+    for key, label in (
+        ("bye_packet", "bye"),
+        ("pong_caching", "pong-caching"),
+        ("ggep", "ggep"),
+        ("vendor_messages", "vendor"),
+        ("deflate_in", "deflate-in"),
+        ("deflate_out", "deflate-out"),
+    ):
+        if caps.get(key):
+            flags.append(label)
+    return ",".join(flags) or "-"
+
+
+def format_connections(data: object) -> str:
+    """The ``/connections`` answer as one table."""
+    connections = [_mapping(c) for c in _list(data)]
+    rows = []
+    for c in connections:
+        queue = _mapping(c.get("outgoing"))
+        flow = _mapping(c.get("flow_control"))
+        rows.append(
+            [
+                c.get("id"),
+                c.get("peer"),
+                c.get("role"),
+                c.get("user_agent"),
+                _capabilities(_mapping(c.get("capabilities"))),
+                queue.get("pending_messages"),
+                queue.get("pending_bytes"),
+                f"yes {_cell(flow.get('seconds'))}s" if flow.get("active") else "no",
+                c.get("messages_in"),
+                c.get("bytes_in"),
+                c.get("messages_out"),
+                c.get("bytes_out"),
+                _count_text(queue.get("dropped")),
+                c.get("age_seconds"),
+            ]
+        )
+    title = f"connections: {len(connections)}"
+    if not rows:
+        return f"{title}\n  (none)"
+    headers = [
+        "ID",
+        "PEER",
+        "ROLE",
+        "USER AGENT",
+        "CAPABILITIES",
+        "QUEUED",
+        "QUEUED B",
+        "FLOW CTL",
+        "MSGS IN",
+        "BYTES IN",
+        "MSGS OUT",
+        "BYTES OUT",
+        "DROPPED OUT",
+        "AGE S",
+    ]
+    return f"{title}\n{format_table(headers, rows)}"
+
+
+def format_stats(data: object) -> str:
+    """The ``/stats`` answer: messages by type, drops by reason, server, catcher."""
+    stats = _mapping(data)
+    router = _mapping(stats.get("router"))
+    kinds = ("received", "forwarded", "generated", "consumed")
+    columns = {kind: _mapping(router.get(kind)) for kind in kinds}
+    dropped = {
+        reason: _mapping(by_type) for reason, by_type in _mapping(router.get("dropped")).items()
+    }
+    types: list[str] = []
+    for counts in [*columns.values(), *dropped.values()]:
+        types.extend(t for t in counts if t not in types)
+    rows = [
+        [
+            t,
+            *(columns[k].get(t, 0) for k in kinds),
+            sum(_number(d.get(t)) for d in dropped.values()),
+        ]
+        for t in types
+    ]
+    blocks = [
+        "messages by type\n"
+        + (
+            format_table(
+                ["TYPE", "RECEIVED", "FORWARDED", "GENERATED", "CONSUMED", "DROPPED"], rows
+            )
+            if rows
+            else "  (none yet)"
+        )
+    ]
+    drop_rows = [
+        [reason, t, count] for reason, by_type in dropped.items() for t, count in by_type.items()
+    ]
+    if drop_rows:
+        blocks.append("drops by reason\n" + format_table(["REASON", "TYPE", "COUNT"], drop_rows))
+    server = _mapping(stats.get("server"))
+    blocks.append(
+        _pairs(
+            "server",
+            {
+                "listening": ", ".join(str(a) for a in _list(server.get("listening"))),
+                "connections": server.get("connections"),
+                "incoming": server.get("incoming"),
+                "outgoing": server.get("outgoing"),
+                "handshakes in progress": server.get("handshakes_in_progress"),
+                "accepted": server.get("accepted"),
+                "completed": _count_text(server.get("completed")),
+                "refused": _count_text(server.get("refused")),
+                "closed": server.get("closed"),
+            },
+        )
+    )
+    catcher = _mapping(stats.get("catcher"))
+    hosts = _mapping(catcher.get("hosts"))
+    blocks.append(
+        _pairs(
+            "catcher",
+            {
+                "outgoing / target": f"{catcher.get('outgoing')} / {catcher.get('target')}",
+                "dialing": catcher.get("dialing"),
+                "dials": catcher.get("dials"),
+                "dial failures": catcher.get("dial_failures"),
+                "host cache": f"{hosts.get('size')} of {hosts.get('capacity')}",
+                "gwebcache requests": catcher.get("gwebcache_requests"),
+                "host cache saves": catcher.get("saves"),
+            },
+        )
+    )
+    blocks.append(
+        _pairs(
+            "router tables",
+            {
+                "pong cache": router.get("pong_cache_size"),
+                "pongs not cached": _count_text(router.get("pongs_not_cached")),
+            },
+        )
+    )
+    return "\n\n".join(blocks)
+
+
+def format_queues(data: object) -> str:
+    """The ``/stages`` answer: a row per stage, then the governor."""
+    stages = _mapping(_mapping(data).get("stages"))
+    rows = []
+    for name, value in stages.items():
+        stage = _mapping(value)
+        queue = _mapping(stage.get("queue"))
+        if not queue:
+            continue  # registered parts that are not stages (the server, the admin)
+        rows.append(
+            [
+                name,
+                queue.get("length"),
+                queue.get("threshold"),
+                queue.get("peak"),
+                queue.get("refused"),
+                stage.get("pool_size"),
+                stage.get("workers"),
+                stage.get("busy_workers"),
+                stage.get("events"),
+                stage.get("handler_errors"),
+            ]
+        )
+    headers = [
+        "STAGE",
+        "QUEUE",
+        "THRESHOLD",
+        "PEAK",
+        "REFUSED",
+        "POOL",
+        "WORKERS",
+        "BUSY",
+        "EVENTS",
+        "ERRORS",
+    ]
+    blocks = ["stages\n" + (format_table(headers, rows) if rows else "  (none)")]
+    governor = _mapping(data).get("governor")
+    if isinstance(governor, Mapping):
+        shown = {k: v for k, v in governor.items() if not isinstance(v, list | dict)}
+        blocks.append(_pairs("governor", shown))
+    else:
+        blocks.append("governor: off")
+    return "\n\n".join(blocks)
+
+
+def format_all(data: object) -> str:
+    """The ``/dump`` answer: identity, then every other view."""
+    dump = _mapping(data)
+    node = _mapping(dump.get("node"))
+    identity = {
+        key: (", ".join(str(v) for v in value) if isinstance(value, list) else value)
+        for key, value in node.items()
+    }
+    return "\n\n".join(
+        [
+            _pairs("node", identity),
+            format_stats(dump.get("stats")),
+            format_queues(dump.get("stages")),
+            format_connections(dump.get("connections")),
+            format_routes(dump.get("routes")),
+        ]
+    )
+
+
+FORMATTERS = {
+    "routes": format_routes,
+    "connections": format_connections,
+    "stats": format_stats,
+    "queues": format_queues,
+    "all": format_all,
+}
+
+
+# --- the command ------------------------------------------------------------------------
+
+
+def _guid_argument(text: str) -> str:
+    try:
+        if len(bytes.fromhex(text)) == 16:
+            return text.lower()
+    except ValueError:
+        pass
+    raise argparse.ArgumentTypeError(f"{text!r}: expected 32 hex digits")
+
+
+def _limit_argument(text: str) -> int:
+    if not (text.isascii() and text.isdigit()) or int(text) > 100_000:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a whole number from 0 to 100000")
+    return int(text)
+
+
+def _address_argument(text: str) -> tuple[str, int]:
+    try:
+        return parse_host_port(text, key="--admin", allow_port_zero=False)
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def run_dump(args: argparse.Namespace, out: TextIO | None = None) -> int:
+    """Fetch the view ``args`` names and print it; the exit status."""
+    out = out or sys.stdout
+    if args.view != "routes" and (args.guid or args.table):
+        print("gnutella-router dump: --guid and --table apply to 'dump routes'", file=sys.stderr)
+        return 2
+    if args.view not in ("routes", "all") and args.limit is not None:
+        print(
+            "gnutella-router dump: --limit applies to 'dump routes' and 'dump all'", file=sys.stderr
+        )
+        return 2
+    token = args.token if args.token is not None else os.environ.get(TOKEN_ENVIRONMENT, "")
+    path = view_path(args.view, table=args.table, guid=args.guid, limit=args.limit)
+    try:
+        data = fetch(args.admin, path, token=token, timeout=args.timeout)
+    except FetchError as exc:
+        print(f"gnutella-router dump: {exc}", file=sys.stderr)
+        return 1
+    if args.json:
+        out.write(json.dumps(data, indent=2) + "\n")
+    else:
+        out.write(FORMATTERS[args.view](data) + "\n")
+    return 0
+
+
+def add_dump_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Register ``dump`` with the command line's subcommands."""
+    dump = commands.add_parser(
+        "dump",
+        help="show a running router's routes, connections, counters or queues",
+        description="Fetch a view of a running router from its admin interface and print "
+        "it as tables (or JSON).",
+    )
+    dump.add_argument(
+        "view",
+        choices=VIEWS,
+        help="routes: route tables; connections: peers and their queues; stats: counters "
+        "by type and drop reason; queues: stage queues and pools; all: everything",
+    )
+    dump.add_argument(
+        "--admin",
+        type=_address_argument,
+        default=_address_argument(DEFAULT_ADMIN),
+        metavar="HOST:PORT",
+        help=f"the router's admin interface (default {DEFAULT_ADMIN}: node port 6346 + 1)",
+    )
+    dump.add_argument("--json", action="store_true", help="print the raw JSON instead of tables")
+    dump.add_argument("--table", choices=TABLES, help="routes: only this route table")
+    dump.add_argument(
+        "--guid", type=_guid_argument, metavar="HEX", help="routes: only this GUID's entry"
+    )
+    dump.add_argument(
+        "--limit",
+        type=_limit_argument,
+        metavar="N",
+        help="routes, all: entries shown per route table (default 1000, newest first)",
+    )
+    dump.add_argument(
+        "--token",
+        metavar="TOKEN",
+        help=f"the admin token, when the router has one (default: ${TOKEN_ENVIRONMENT})",
+    )
+    dump.add_argument(
+        "--timeout", type=float, default=10.0, metavar="SECONDS", help="give up after this long"
+    )
+    dump.set_defaults(handler=run_dump)

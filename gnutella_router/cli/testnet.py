@@ -1,0 +1,146 @@
+"""``gnutella-router testnet``: a local test network, loaded, summarised and shut down."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from functools import partial
+from pathlib import Path
+
+import trio
+
+from gnutella_router.config import ConfigError, parse_host_port
+from gnutella_router.testnet.network import (
+    DEFAULT_RESULTS,
+    TOPOLOGIES,
+    NetworkSettings,
+    run_network,
+)
+
+
+def add_testnet_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    testnet = commands.add_parser(
+        "testnet",
+        help="run a local test network of routers, drive traffic through it, collect results",
+        description=(
+            "Start NODES routers on loopback in this process, link them in the chosen "
+            "topology (bootstrapped from a local GWebCache), wait until every link is up, "
+            "drive synthetic traffic through them with the load client, print a live "
+            "status line and a final summary, write the results folder, and stop every "
+            "router with Bye. Ctrl-C stops early; a second Ctrl-C stops at once."
+        ),
+    )
+    testnet.add_argument("--nodes", type=int, default=5, metavar="N", help="routers (default 5)")
+    testnet.add_argument(
+        "--topology",
+        choices=TOPOLOGIES,
+        default="random",
+        help="random: a ring plus --degree random links per node; ring: each node dials "
+        "the next; star: every node dials node 0 (default random)",
+    )
+    testnet.add_argument(
+        "--degree",
+        type=int,
+        default=1,
+        metavar="D",
+        help="random topology: random outgoing links per node besides the ring (default 1)",
+    )
+    testnet.add_argument(
+        "--traffic",
+        default="paper",
+        metavar="MODEL",
+        help="message mix: 'paper' (15%% queries), 'trace', 'queries-only', or a mix file "
+        "(default paper)",
+    )
+    rate = testnet.add_mutually_exclusive_group()
+    rate.add_argument(
+        "--rate", type=float, default=200.0, metavar="R", help="messages/s (default 200)"
+    )
+    rate.add_argument(
+        "--arrivals",
+        metavar="SPEC",
+        help="arrival process instead of a constant rate: poisson:R, bursts:NxDms, "
+        "steps:10s@100,10s@1000, ramp:30s@100-1000",
+    )
+    testnet.add_argument(
+        "--duration",
+        type=float,
+        default=20.0,
+        metavar="S",
+        help="seconds of traffic; 0 forms the network and keeps it up until Ctrl-C (default 20)",
+    )
+    testnet.add_argument(
+        "--seed",
+        action="append",
+        default=[],
+        metavar="HOST:PORT",
+        help="an outside servent (e.g. gtk-gnutella on loopback) every node also dials; repeatable",
+    )
+    testnet.add_argument(
+        "--results",
+        type=Path,
+        default=DEFAULT_RESULTS,
+        metavar="DIR",
+        help=f"where summary.json and node-I/state.json go (default {DEFAULT_RESULTS})",
+    )
+    testnet.add_argument(
+        "--base-port",
+        type=int,
+        default=None,
+        metavar="P",
+        help="node I listens on 127.0.0.1:P+I (default: ports the system picks)",
+    )
+    testnet.add_argument(
+        "--seed-value",
+        type=int,
+        default=1,
+        metavar="N",
+        help="seed of the random topology and of the traffic (default 1)",
+    )
+    testnet.add_argument(
+        "--form-timeout",
+        type=float,
+        default=20.0,
+        metavar="S",
+        help="seconds to wait for every link to come up (default 20)",
+    )
+    testnet.add_argument(
+        "--log-format",
+        choices=("auto", "console", "json"),
+        default="auto",
+        help="format of the routers' warnings (default auto)",
+    )
+    testnet.set_defaults(handler=cmd_testnet)
+
+
+def cmd_testnet(args: argparse.Namespace) -> int:
+    from gnutella_router.logs import configure_logging
+
+    try:
+        for seed in args.seed:
+            parse_host_port(seed, key="--seed", allow_port_zero=False)
+        settings = NetworkSettings(
+            nodes=args.nodes,
+            topology=args.topology,
+            degree=args.degree,
+            traffic=args.traffic,
+            rate=args.rate,
+            arrivals=args.arrivals,
+            duration=args.duration,
+            seeds=tuple(args.seed),
+            results=args.results,
+            base_port=args.base_port,
+            seed=args.seed_value,
+            form_timeout=args.form_timeout,
+        )
+    except (ConfigError, ValueError) as exc:
+        print(f"gnutella-router testnet: {exc}", file=sys.stderr)
+        return 2
+    # Warnings only: the terminal is for the network's status, not the routers' logs.
+    configure_logging(args.log_format, "warning")
+    try:
+        outcome = trio.run(partial(run_network, settings, handle_signals=True))
+    except KeyboardInterrupt:
+        print("gnutella-router testnet: interrupted", file=sys.stderr)
+        return 130
+    return 0 if outcome.ok else 1

@@ -1,0 +1,139 @@
+"""Load shedding at the router's queue: what to refuse when demand exceeds capacity.
+
+The SEDA paper lists the choices a stage has when its queue fills (section 5.2.3), and
+each is a policy here, chosen in configuration:
+
+* ``backpressure`` (the default): admit nothing that does not fit and stop reading the
+  connection until there is room; nothing is lost, the peer's TCP window closes.
+* ``drop-tail``: admit what fits under the threshold, drop the rest of the read.
+* ``red``: Random Early Detection's idea applied to a stage queue: between
+  ``red_min`` and ``red_max`` (fractions of the threshold) each arriving message is
+  dropped with a probability rising linearly to ``red_max_p``; above ``red_max``
+  everything is; drop-tail at the bound.
+* ``queries-first``: once the queue passes ``queries_first_at`` of its threshold,
+  queries (the source of the paper's overload) are dropped and everything else is
+  admitted, with backpressure at the bound.
+
+Independently, ``rate_limit`` (messages/s, with ``rate_burst``) is a token bucket per
+connection, the paper's input rate controller: what a connection sends beyond it is
+dropped. Every message shed is counted by policy and type in the router's drop counters,
+and no policy ever lets the queue pass its bound.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+
+from gnutella_router.config import SheddingConfig
+from gnutella_router.runtime.stage import StageQueue
+from protocol.constants import MessageType
+from protocol.framing import Frame
+
+POLICIES = ("backpressure", "drop-tail", "red", "queries-first")
+
+Count = Callable[[str, Frame], None]
+
+
+class TokenBucket:
+    """``rate`` tokens a second, at most ``burst`` saved up."""
+
+    __slots__ = ("burst", "rate", "stamp", "tokens")
+
+    def __init__(self, rate: float, burst: float, now: float) -> None:
+        self.rate = rate
+        self.burst = burst
+        self.tokens = burst
+        self.stamp = now
+
+    def take(self, wanted: int, now: float) -> int:
+        """How many of ``wanted`` messages may pass now."""
+        self.tokens = min(self.burst, self.tokens + (now - self.stamp) * self.rate)
+        self.stamp = now
+        granted = min(wanted, int(self.tokens))
+        self.tokens -= granted
+        return granted
+
+
+class Shedder:
+    """Decides, per read, which frames enter the router's queue."""
+
+    def __init__(self, config: SheddingConfig, *, count: Count, seed: int = 0) -> None:
+        if config.policy not in POLICIES:
+            raise ValueError(f"unknown shedding policy {config.policy!r}: one of {POLICIES}")
+        self.config = config
+        self.policy = config.policy
+        self.count = count
+        self.random = random.Random(seed)
+        self.buckets: dict[int, TokenBucket] = {}
+
+    @property
+    def waits_at_bound(self) -> bool:
+        """Whether a full queue means "stop reading" (else the rest of the read is shed)."""
+        return self.policy in ("backpressure", "queries-first")
+
+    def forget(self, connection_id: int) -> None:
+        self.buckets.pop(connection_id, None)
+
+    def admit(
+        self, connection_id: int, frames: list[Frame], queue: StageQueue[Frame], now: float
+    ) -> list[Frame]:
+        """The frames that may be offered to the queue; the others are counted as shed."""
+        config = self.config
+        if config.rate_limit > 0:
+            bucket = self.buckets.get(connection_id)
+            if bucket is None:
+                bucket = self.buckets[connection_id] = TokenBucket(
+                    config.rate_limit, config.rate_burst, now
+                )
+            granted = bucket.take(len(frames), now)
+            if granted < len(frames):
+                for frame in frames[granted:]:
+                    self.count("shed-rate-limit", frame)
+                frames = frames[:granted]
+        if self.policy == "red":
+            return self._red(frames, queue)
+        if self.policy == "queries-first":
+            return self._queries_first(frames, queue)
+        return frames
+
+    def shed_rest(self, frames: list[Frame]) -> None:
+        """Frames that did not fit under the bound, for the policies that drop them."""
+        name = f"shed-{self.policy}"
+        for frame in frames:
+            self.count(name, frame)
+
+    def _red(self, frames: list[Frame], queue: StageQueue[Frame]) -> list[Frame]:
+        config = self.config
+        low = config.red_min * queue.threshold
+        high = config.red_max * queue.threshold
+        length = len(queue)
+        if length + len(frames) <= low:
+            return frames
+        kept: list[Frame] = []
+        draw = self.random.random
+        for frame in frames:
+            position = length + len(kept)
+            if position < low:
+                kept.append(frame)
+                continue
+            if position >= high:
+                probability = 1.0
+            else:
+                probability = config.red_max_p * (position - low) / max(1e-9, high - low)
+            if draw() < probability:
+                self.count("shed-red", frame)
+            else:
+                kept.append(frame)
+        return kept
+
+    def _queries_first(self, frames: list[Frame], queue: StageQueue[Frame]) -> list[Frame]:
+        if len(queue) < self.config.queries_first_at * queue.threshold:
+            return frames
+        kept: list[Frame] = []
+        for frame in frames:
+            if frame.payload_type == MessageType.QUERY:
+                self.count("shed-queries-first", frame)
+            else:
+                kept.append(frame)
+        return kept

@@ -1,0 +1,392 @@
+"""One Gnutella link after its handshake: a reader, a writer and a bounded outgoing queue.
+
+Theory of operation
+-------------------
+The reader task reads up to 64 KiB at a time, inflates if the peer deflates, cuts the
+bytes into frames and hands each read's frames to the server in one batch. The server's
+``deliver`` may wait (backpressure: the router's queue is full), and while it waits the
+reader does not read, so the peer's TCP window closes instead of our memory growing.
+
+The writer task is the only code that writes to the socket. The router never waits for
+a peer: :meth:`Connection.send_nowait` offers a message to the outgoing queue and
+returns at once; the queue's verdict (queued, dropped, or "this peer is too slow, close
+it") is acted on here. The writer takes everything queued, joins it into one write,
+deflates it with one sync flush if negotiated, and sends it.
+
+Closing: :meth:`Connection.close` records the first reason given. If a Bye is due and
+the peer announced ``Bye-Packet``, the queue is cleared, the Bye is written (bounded by
+a short grace period) and then the socket is closed; otherwise the socket is closed at
+once. trio's stream errors never leave this module: they become close reasons.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import itertools
+import os
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Protocol
+
+import structlog
+import trio
+
+from gnutella_router.net.outqueue import OutgoingQueue, OutgoingQueueStatistics, Verdict
+from protocol.codec import encode_message
+from protocol.compression import DeflateCompressor, DeflateDecompressor
+from protocol.errors import CompressionError, RemoteProtocolError
+from protocol.framing import Frame, FrameDecoder, FrameTooLargeError
+from protocol.handshake import Capabilities
+from protocol.messages import Bye, Message, random_guid
+
+
+class FrameTap(Protocol):
+    """Sees every frame a peer sent, as it was read (the trace recorder is one). It is
+    called on the reading task and must not block."""
+
+    def record(self, connection_id: int, frames: Sequence[Frame]) -> None: ...
+
+
+READ_SIZE = 64 * 1024
+WRITE_SIZE = 64 * 1024
+BYE_GRACE_SECONDS = 2.0
+
+_connection_ids = itertools.count(1)
+
+Deliver = Callable[["Connection", list[Frame]], Awaitable[None]]
+"""Hands one read's frames to the router; each frame's ``tag`` is its connection."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ConnectionStatistics:
+    """A connection at one instant, as dumps and the profiler see it."""
+
+    id: int
+    peer: str
+    role: str
+    user_agent: str | None
+    ultrapeer: bool | None
+    bye_packet: bool
+    pong_caching: bool
+    ggep: bool
+    deflate_in: bool
+    deflate_out: bool
+    listen_address: str | None
+    age_seconds: float
+    messages_in: int
+    bytes_in: int
+    messages_out: int
+    bytes_out: int
+    malformed_in: int
+    outgoing: OutgoingQueueStatistics
+    closing: bool
+    close_reason: str | None
+
+
+def format_address(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+class Connection:
+    """A handshaken link; the router talks to it only through :meth:`send_nowait`."""
+
+    def __init__(
+        self,
+        *,
+        stream: trio.abc.Stream,
+        peer: tuple[str, int],
+        role: str,
+        capabilities: Capabilities,
+        outgoing: OutgoingQueue,
+        compress_outgoing: bool,
+        decompress_incoming: bool,
+        trailing_data: bytes,
+        max_payload: int,
+        log: structlog.typing.FilteringBoundLogger,
+        recorder: FrameTap | None = None,
+    ) -> None:
+        self.id = next(_connection_ids)
+        self.recorder = recorder
+        """Gets every read's frames when a trace is being recorded; ``None`` otherwise."""
+        self.stream = stream
+        self.peer = peer
+        self.peer_text = format_address(*peer)
+        self.role = role
+        self.capabilities = capabilities
+        self.outgoing = outgoing
+        self.log = log.bind(conn=self.id, peer=self.peer_text, role=role)
+        self._compressor = DeflateCompressor() if compress_outgoing else None
+        self._decompressor = DeflateDecompressor() if decompress_incoming else None
+        self._decoder = FrameDecoder(max_payload=max_payload, tag=self)
+        self.offer = outgoing.offer
+        """The outgoing queue's ``offer``, for the router's broadcast loop (see
+        :meth:`wake_writer`)."""
+        self._trailing = trailing_data
+        self._writer_lot = trio.lowlevel.ParkingLot()
+        self._writer_waiting = False
+        self._cancel_scope = trio.CancelScope()
+        self._final: bytes | None = None
+        self._unsent: bytes | memoryview = b""
+        self._fd = stream.socket.fileno() if isinstance(stream, trio.SocketStream) else -1
+        """The socket for direct writes (see wake_writer); -1 for other streams."""
+        self.connected_at = trio.current_time()
+        self.closing = False
+        self.close_reason: str | None = None
+        self.bye_code_sent: int | None = None
+        self.bye_code_received: int | None = None
+        self.messages_in = 0
+        self.bytes_in = 0
+        self.messages_out = 0
+        self.bytes_out = 0
+        self.malformed_in = 0
+        self.last_ping_answered = -1e9
+        """When we last answered a ping from this peer (pong-caching throttle)."""
+
+    # ------------------------------------------------------------------ router side
+
+    def wake_writer(self) -> None:
+        """Send what is queued now if the writer is idle; otherwise leave it to the writer.
+
+        The router offers a whole batch through :attr:`offer` (the queue's own method,
+        one call per message) and calls this once per connection afterwards. When the
+        writer is parked, nothing else is using the socket, so the queued bytes go
+        straight to the non-blocking socket: one task switch and one scheduler round
+        saved per batch, which is a good part of a router's latency. Whatever the kernel
+        does not take right away is left for the writer, which is the only code that
+        ever waits on the socket.
+        """
+        if not self._writer_waiting or not self.outgoing.pending_messages:
+            return
+        if self._fd >= 0 and not self.closing:
+            chunks = self.outgoing.take(WRITE_SIZE)
+            data = b"".join(chunks)
+            if self._compressor is not None:
+                data = self._compressor.compress(data)
+            try:
+                sent = os.write(self._fd, data)
+            except BlockingIOError:
+                sent = 0
+            except OSError as exc:
+                self.close(f"connection lost: {exc.__class__.__name__}")
+                return
+            self.messages_out += len(chunks)
+            self.bytes_out += sent
+            if sent == len(data) and not self.outgoing.pending_messages:
+                return
+            self._unsent = memoryview(data)[sent:]
+        self._writer_waiting = False
+        self._writer_lot.unpark()
+
+    def refused(self, verdict: Verdict) -> None:
+        """Act on an :attr:`offer` that did not queue: close if the queue says so."""
+        if verdict is not Verdict.DROPPED and verdict is not Verdict.QUEUED:
+            self._act_on(verdict)
+
+    def send_nowait(self, data: bytes, message_type: int, hops: int, now: float) -> bool:
+        """Offer one encoded message; never waits. False when it was not queued."""
+        verdict = self.outgoing.offer(data, message_type, hops, now)
+        if verdict is Verdict.QUEUED:
+            if self._writer_waiting:
+                self._writer_waiting = False
+                self._writer_lot.unpark()
+            return True
+        self.refused(verdict)
+        return False
+
+    def send_message(self, message: Message, now: float) -> bool:
+        """Encode and offer a message we generated ourselves (cold path)."""
+        return self.send_nowait(encode_message(message), message.payload_type, message.hops, now)
+
+    def check(self, now: float) -> None:
+        """Let the outgoing queue apply its time limits (called about once a second)."""
+        self.refused(self.outgoing.check(now))
+
+    def _act_on(self, verdict: Verdict) -> None:
+        reason = self.outgoing.close_reason or "slow peer"
+        if verdict is Verdict.BYE_AND_CLOSE:
+            self.close(reason, bye_code=self.outgoing.close_code or 502)
+        else:
+            self.close(reason)
+
+    def close(self, reason: str, *, bye_code: int | None = None) -> None:
+        """Ask the connection to end; the first reason given is the one recorded.
+
+        A Bye is sent only to peers that announced ``Bye-Packet``; either way the
+        outgoing queue is dropped and the socket closed soon after.
+        """
+        if self.closing:
+            return
+        self.closing = True
+        self.close_reason = reason
+        self.outgoing.clear()
+        if bye_code is not None and self.capabilities.bye_packet:
+            bye = Message(random_guid(), 1, 0, Bye(bye_code, _bye_text(reason)))
+            self._final = encode_message(bye)
+            self.bye_code_sent = bye_code
+            # A peer that does not read would keep the writer in send_all for ever.
+            self._cancel_scope.deadline = trio.current_time() + BYE_GRACE_SECONDS
+            if self._writer_waiting:
+                self._writer_waiting = False
+                self._writer_lot.unpark()
+        else:
+            self._cancel_scope.cancel()
+
+    # ------------------------------------------------------------------ tasks
+
+    async def run(self, deliver: Deliver) -> None:
+        """Serve the link until it closes, for whatever reason; never raises stream errors."""
+        try:
+            with self._cancel_scope:
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(self._write_loop, nursery.cancel_scope)
+                    await self._read_loop(deliver)
+        finally:
+            self.closing = True
+            if self.close_reason is None:
+                self.close_reason = "cancelled"
+            self.outgoing.clear()
+            with trio.CancelScope(shield=True), trio.move_on_after(0.5):
+                await self._aclose_stream()
+
+    async def _aclose_stream(self) -> None:
+        with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            await self.stream.aclose()
+
+    async def _read_loop(self, deliver: Deliver) -> None:
+        try:
+            trailing, self._trailing = self._trailing, b""
+            if not trailing or await self._received(trailing, deliver):
+                while not self.closing:
+                    data = bytes(await self.stream.receive_some(READ_SIZE))
+                    if not data:
+                        self.close("peer closed the connection")
+                    elif not await self._received(data, deliver):
+                        break
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+            self.close(f"connection lost: {exc.__class__.__name__}")
+        # Stop reading, but let a pending Bye be flushed: the writer ends the nursery.
+        await trio.sleep_forever()
+
+    async def _received(self, data: bytes, deliver: Deliver) -> bool:
+        self.bytes_in += len(data)
+        decompressor = self._decompressor
+        if decompressor is None:
+            return await self._frame(data, deliver)
+        try:
+            decompressor.receive_data(data)
+            while chunk := decompressor.read():
+                if not await self._frame(chunk, deliver):
+                    return False
+        except CompressionError as exc:
+            self.close(exc.reason, bye_code=exc.bye_code)
+            return False
+        return True
+
+    async def _frame(self, data: bytes, deliver: Deliver) -> bool:
+        try:
+            frames = self._decoder.receive_data(data)
+        except FrameTooLargeError as exc:
+            if exc.frames:
+                self.messages_in += len(exc.frames)
+                if self.recorder is not None:
+                    self.recorder.record(self.id, exc.frames)
+                await deliver(self, list(exc.frames))
+            self.close(exc.reason, bye_code=exc.bye_code)
+            return False
+        except RemoteProtocolError as exc:
+            self.close(exc.reason, bye_code=exc.bye_code)
+            return False
+        if frames:
+            self.messages_in += len(frames)
+            if self.recorder is not None:
+                self.recorder.record(self.id, frames)
+            await deliver(self, frames)
+        return not self.closing
+
+    async def _write_loop(self, nursery_scope: trio.CancelScope) -> None:
+        stream = self.stream
+        outgoing = self.outgoing
+        compressor = self._compressor
+        try:
+            while not self.closing:
+                if self._unsent:
+                    # The tail of a direct write (see wake_writer) goes first.
+                    unsent, self._unsent = self._unsent, b""
+                    await stream.send_all(unsent)
+                    self.bytes_out += len(unsent)
+                    continue
+                chunks = outgoing.take(WRITE_SIZE)
+                if not chunks:
+                    self._writer_waiting = True
+                    await self._writer_lot.park()
+                    continue
+                data = b"".join(chunks)
+                if compressor is not None:
+                    data = compressor.compress(data)
+                await stream.send_all(data)
+                self.messages_out += len(chunks)
+                self.bytes_out += len(data)
+            if self._final is not None:
+                final = self._final
+                if compressor is not None:
+                    final = compressor.compress(final)
+                await stream.send_all(final)
+                self.messages_out += 1
+                self.bytes_out += len(final)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+            self.close(f"connection lost: {exc.__class__.__name__}")
+        nursery_scope.cancel()
+
+    # ------------------------------------------------------------------ observation
+
+    def statistics(self, now: float) -> ConnectionStatistics:
+        caps = self.capabilities
+        listen = format_address(*caps.listen_address) if caps.listen_address else None
+        return ConnectionStatistics(
+            id=self.id,
+            peer=self.peer_text,
+            role=self.role,
+            user_agent=caps.user_agent,
+            ultrapeer=caps.ultrapeer,
+            bye_packet=caps.bye_packet,
+            pong_caching=caps.pong_caching,
+            ggep=caps.ggep,
+            deflate_in=self._decompressor is not None,
+            deflate_out=self._compressor is not None,
+            listen_address=listen,
+            age_seconds=now - self.connected_at,
+            messages_in=self.messages_in,
+            bytes_in=self.bytes_in,
+            messages_out=self.messages_out,
+            bytes_out=self.bytes_out,
+            malformed_in=self.malformed_in,
+            outgoing=self.outgoing.statistics(now),
+            closing=self.closing,
+            close_reason=self.close_reason,
+        )
+
+    def log_summary(self, now: float) -> None:
+        """The one line written per connection, at its end."""
+        stats = self.outgoing.statistics(now)
+        self.log.info(
+            "connection closed",
+            reason=self.close_reason,
+            duration=round(now - self.connected_at, 3),
+            user_agent=self.capabilities.user_agent,
+            messages_in=self.messages_in,
+            bytes_in=self.bytes_in,
+            messages_out=self.messages_out,
+            bytes_out=self.bytes_out,
+            malformed_in=self.malformed_in,
+            dropped_out=dict(stats.dropped),
+            bye_sent=self.bye_code_sent,
+            bye_received=self.bye_code_received,
+        )
+
+    def __repr__(self) -> str:
+        return f"<Connection {self.id} {self.role} {self.peer_text}>"
+
+
+def _bye_text(reason: str) -> str:
+    text = " ".join(reason.replace("\x00", " ").split())
+    return text[:200]

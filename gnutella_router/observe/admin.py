@@ -1,0 +1,552 @@
+"""The admin interface: the daemon's insides as JSON over HTTP, and dump files.
+
+Theory of operation
+-------------------
+A small HTTP/1.1 server on trio and h11, started by the daemon in its nursery. One
+request per connection (every response says ``Connection: close``), GET only:
+
+=====================================  ================================================
+``/routes[?table=&guid=&limit=]``      route tables (:func:`~.dumps.dump_routes`)
+``/connections``                       live connections (:func:`~.dumps.dump_connections`)
+``/stages``                            stage queues, pools, governor (:func:`~.dumps.dump_stages`)
+``/stats``                             router, server and catcher counters
+``/dump[?limit=]``                     all of the above with identity and configuration
+``/metrics``                           Prometheus text exposition (:mod:`.metrics`)
+``/healthz``                           ``{"status": "ok", ...}`` while the daemon runs
+``/``                                  the list of endpoints
+=====================================  ================================================
+
+Responses are JSON (``/metrics`` excepted), errors too: ``{"error": "..."}``.
+
+Everything is bounded, because an admin port must not become a way to hurt the router:
+a request head is at most :data:`MAX_HEAD_BYTES` (431 beyond), a connection has
+:data:`REQUEST_TIMEOUT` seconds for its whole exchange, at most
+:data:`MAX_CONNECTIONS` are served at once (503 beyond, without reading), and a route
+dump shows at most :data:`MAX_ROUTE_LIMIT` entries per table. Dumps are built on the
+trio thread between router batches; they are snapshots, never live views.
+
+Access, in this order (see :class:`~gnutella_router.config.AdminConfig`):
+
+1. a request from a non-loopback address is refused with 403 unless
+   ``admin.allow_remote`` is set, whatever address the socket listens on;
+2. when ``admin.token`` is set (which ``allow_remote`` requires), every request, from
+   loopback too, must carry ``Authorization: Bearer TOKEN``, or gets 401.
+
+The SIGUSR1 dump is here too: :func:`write_dump_file` writes the full dump plus the trio
+task tree to ``state_dir/dump-YYYYmmdd-HHMMSS.json`` (UTC).
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import dataclasses
+import hmac
+import http
+import json
+import os
+import time
+import urllib.parse
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import h11
+import trio
+
+from gnutella_router import __version__
+from gnutella_router.config import admin_listen_address, is_loopback_host
+from gnutella_router.net.connection import format_address
+from gnutella_router.observe.dumps import (
+    DEFAULT_ROUTE_LIMIT,
+    ROUTE_TABLES,
+    add_source_lines,
+    count_tasks,
+    dump_connections,
+    dump_routes,
+    dump_stages,
+    dump_stats,
+    full_dump,
+    node_identity,
+    task_tree,
+)
+from gnutella_router.observe.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from gnutella_router.observe.metrics import metrics_registry, render_metrics
+from gnutella_router.observe.view import RouterView
+
+__all__ = [
+    "MAX_CONNECTIONS",
+    "MAX_HEAD_BYTES",
+    "MAX_ROUTE_LIMIT",
+    "REQUEST_TIMEOUT",
+    "AdminServer",
+    "AdminStatistics",
+    "Reply",
+    "serve_admin",
+    "write_dump_file",
+    "write_dump_logged",
+]
+
+MAX_HEAD_BYTES = 8192
+"""Largest request line plus headers accepted."""
+REQUEST_TIMEOUT = 10.0
+"""Seconds a connection has to send its request and take the response."""
+MAX_CONNECTIONS = 16
+"""Admin connections served at once; more are answered 503 and closed."""
+MAX_ROUTE_LIMIT = 100_000
+"""Largest ``limit`` accepted: route entries shown per table."""
+READ_SIZE = 4096
+JSON_TYPE = "application/json"
+
+ENDPOINTS = {
+    "/routes": "route tables; ?table=ping|query|push &guid=HEX &limit=N",
+    "/connections": "live connections: peer, capabilities, queues, counters",
+    "/stages": "stage queues, worker pools and the thread governor",
+    "/stats": "router counters by type and drop reason, server and catcher",
+    "/dump": "everything above, with identity and configuration; ?limit=N",
+    "/metrics": "Prometheus text exposition",
+    "/profile": "the profiler's samples (404 when it is off); ?format=json|csv",
+    "/healthz": "liveness",
+}
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Reply:
+    """A response to send: status, body and its content type, extra headers."""
+
+    status: int
+    body: bytes
+    content_type: str = JSON_TYPE
+    headers: tuple[tuple[str, str], ...] = ()
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class AdminStatistics:
+    listening: tuple[str, ...]
+    active: int
+    """Connections being served now."""
+    requests: dict[str, int]
+    """Requests answered, by status code."""
+    refused: dict[str, int]
+    """Connections dropped before a response: ``busy``, ``timeout``, ``io``."""
+
+
+class BadRequest(Exception):
+    """A request the admin interface cannot answer; the message says why."""
+
+    def __init__(self, status: int, message: str, headers: Sequence[tuple[str, str]] = ()):
+        super().__init__(message)
+        self.status = status
+        self.headers = tuple(headers)
+
+
+def _json(status: int, payload: object, headers: Sequence[tuple[str, str]] = ()) -> Reply:
+    body = json.dumps(payload, allow_nan=False, separators=(",", ":")).encode() + b"\n"
+    return Reply(status, body, JSON_TYPE, tuple(headers))
+
+
+class AdminServer:
+    """Serves one daemon's admin interface; see the module notes for what and how."""
+
+    def __init__(
+        self,
+        daemon: RouterView,
+        *,
+        address: tuple[str, int] | None = None,
+        max_connections: int = MAX_CONNECTIONS,
+        request_timeout: float = REQUEST_TIMEOUT,
+        max_head_bytes: int = MAX_HEAD_BYTES,
+    ) -> None:
+        config = daemon.config.admin
+        self.daemon = daemon
+        self.address = address or admin_listen_address(config, daemon.config.node)
+        self.token = config.token.encode("ascii")
+        self.require_token = config.require_token
+        self.allow_remote = config.allow_remote
+        self.max_connections = max_connections
+        self.request_timeout = request_timeout
+        self.max_head_bytes = max_head_bytes
+        self.registry = metrics_registry(daemon)
+        self.log = daemon.log.bind(stage="admin")
+        self.listen_addresses: list[tuple[str, int]] = []
+        self.active = 0
+        self.requests: collections.Counter[str] = collections.Counter()
+        self.refused: collections.Counter[str] = collections.Counter()
+        self._routes: dict[str, Callable[[dict[str, str]], Reply]] = {
+            "/": self._index,
+            "/routes": self._routes_page,
+            "/connections": self._connections_page,
+            "/stages": self._stages_page,
+            "/stats": self._stats_page,
+            "/dump": self._dump_page,
+            "/metrics": self._metrics_page,
+            "/profile": self._profile_page,
+            "/healthz": self._health_page,
+        }
+
+    # ------------------------------------------------------------------ serving
+
+    async def serve(
+        self, *, task_status: trio.TaskStatus[tuple[str, int]] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Listen and answer until cancelled; reports the (first) bound address."""
+        host, port = self.address
+        listeners = await trio.open_tcp_listeners(port, host=host)
+        try:
+            self.listen_addresses = [_sockname(lst.socket.getsockname()) for lst in listeners]
+            async with trio.open_nursery() as nursery:
+                for listener in listeners:
+                    nursery.start_soon(self._accept_loop, listener, nursery)
+                task_status.started(self.listen_addresses[0])
+        finally:
+            for listener in listeners:
+                with trio.CancelScope(shield=True):
+                    await listener.aclose()
+
+    async def _accept_loop(self, listener: trio.SocketListener, nursery: trio.Nursery) -> None:
+        while True:
+            try:
+                stream = await listener.accept()
+            except OSError as exc:
+                # Out of descriptors and the like: say so, breathe, carry on.
+                self.log.warning("admin accept failed", error=str(exc))
+                await trio.sleep(0.1)
+                continue
+            nursery.start_soon(self._handle, stream)
+
+    async def _handle(self, stream: trio.SocketStream) -> None:
+        try:
+            if self.active >= self.max_connections:
+                self.refused["busy"] += 1
+                reply = _json(503, {"error": "too many admin connections; try again"})
+                with trio.move_on_after(1.0):
+                    await stream.send_all(_raw_response(reply))
+                return
+            self.active += 1
+            try:
+                with trio.move_on_after(self.request_timeout) as scope:
+                    await self._exchange(stream)
+                if scope.cancelled_caught:
+                    self.refused["timeout"] += 1
+            finally:
+                self.active -= 1
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            self.refused["io"] += 1
+        finally:
+            await trio.aclose_forcefully(stream)
+
+    async def _exchange(self, stream: trio.SocketStream) -> None:
+        peer = _sockname(stream.socket.getpeername())
+        conn = h11.Connection(h11.SERVER, max_incomplete_event_size=self.max_head_bytes)
+        try:
+            request = await _read_request(stream, conn, self.max_head_bytes)
+        except h11.RemoteProtocolError as exc:
+            reply = _json(exc.error_status_hint, {"error": f"bad request: {exc}"})
+        else:
+            if request is None:
+                return
+            reply = self.respond(
+                request.method.decode("ascii", "replace"),
+                request.target.decode("ascii", "replace"),
+                request.headers.raw_items(),
+                peer[0],
+            )
+        self.requests[str(reply.status)] += 1
+        await stream.send_all(_encode_response(conn, reply))
+
+    # ------------------------------------------------------------------ requests
+
+    def respond(
+        self,
+        method: str,
+        target: str,
+        headers: Sequence[tuple[bytes, bytes]],
+        peer_host: str,
+    ) -> Reply:
+        """The reply to one request; runs on the trio thread and never raises.
+
+        Args:
+            method: the request method (``"GET"``).
+            target: the request target, path and query (``"/routes?table=query"``).
+            headers: the request headers as (name, value) bytes.
+            peer_host: the address the request came from.
+        """
+        try:
+            self._check_access(headers, peer_host)
+            if method != "GET":
+                raise BadRequest(405, "only GET is served", [("allow", "GET")])
+            path, params = _parse_target(target)
+            page = self._routes.get(path.rstrip("/") or "/")
+            if page is None:
+                raise BadRequest(404, f"no such page {path!r}; try {', '.join(ENDPOINTS)}")
+            return page(params)
+        except BadRequest as exc:
+            if exc.status in (401, 403):
+                self.log.warning(
+                    "admin request refused", status=exc.status, peer=peer_host, reason=str(exc)
+                )
+            return _json(exc.status, {"error": str(exc)}, exc.headers)
+        except Exception:
+            self.log.exception("admin request failed", target=target[:200])
+            return _json(500, {"error": "internal error; see the daemon's log"})
+
+    def _check_access(self, headers: Sequence[tuple[bytes, bytes]], peer_host: str) -> None:
+        if not self.allow_remote and not is_loopback_host(peer_host):
+            raise BadRequest(403, "remote admin requests are not allowed (admin.allow_remote)")
+        if not self.require_token:
+            return
+        presented = b""
+        for name, value in headers:
+            if name.lower() == b"authorization":
+                scheme, _, credentials = value.strip().partition(b" ")
+                if scheme.lower() == b"bearer":
+                    presented = credentials.strip()
+        if not hmac.compare_digest(presented, self.token):
+            raise BadRequest(
+                401,
+                "a valid 'Authorization: Bearer TOKEN' header is required",
+                [("www-authenticate", 'Bearer realm="gnutella-router"')],
+            )
+
+    # ------------------------------------------------------------------ pages
+
+    def _index(self, params: dict[str, str]) -> Reply:
+        _allow(params)
+        return _json(200, {"endpoints": ENDPOINTS})
+
+    def _routes_page(self, params: dict[str, str]) -> Reply:
+        _allow(params, "table", "guid", "limit")
+        table = params.get("table") or None
+        if table is not None and table not in ROUTE_TABLES:
+            raise BadRequest(400, f"table={table!r}: expected one of {', '.join(ROUTE_TABLES)}")
+        guid = _guid(params["guid"]) if params.get("guid") else None
+        return _json(200, dump_routes(self.daemon, table=table, guid=guid, limit=_limit(params)))
+
+    def _connections_page(self, params: dict[str, str]) -> Reply:
+        _allow(params)
+        return _json(200, dump_connections(self.daemon))
+
+    def _stages_page(self, params: dict[str, str]) -> Reply:
+        _allow(params)
+        return _json(200, dump_stages(self.daemon))
+
+    def _stats_page(self, params: dict[str, str]) -> Reply:
+        _allow(params)
+        return _json(200, dump_stats(self.daemon))
+
+    def _dump_page(self, params: dict[str, str]) -> Reply:
+        _allow(params, "limit")
+        return _json(200, full_dump(self.daemon, limit=_limit(params)))
+
+    def _metrics_page(self, params: dict[str, str]) -> Reply:
+        _allow(params)
+        return Reply(200, render_metrics(self.registry), METRICS_CONTENT_TYPE)
+
+    def _profile_page(self, params: dict[str, str]) -> Reply:
+        """The profiler's ring of samples, on request (it is also written at shutdown)."""
+        _allow(params, "format")
+        profiler = self.daemon.profiler
+        if profiler is None:
+            raise BadRequest(
+                404, "the profiler is off: set [profiler] enabled = true or run --profile"
+            )
+        form = params.get("format", "json")
+        if form == "csv":
+            return Reply(200, profiler.to_csv().encode(), "text/csv; charset=utf-8")
+        if form != "json":
+            raise BadRequest(400, "format must be json or csv")
+        return Reply(200, profiler.to_json().encode() + b"\n")
+
+    def _health_page(self, params: dict[str, str]) -> Reply:
+        _allow(params)
+        node = node_identity(self.daemon)
+        return _json(
+            200,
+            {
+                "status": "ok",
+                "guid": node["guid"],
+                "uptime_seconds": node["uptime_seconds"],
+                "connections": len(self.daemon.server.connections),
+            },
+        )
+
+    def statistics(self) -> AdminStatistics:
+        return AdminStatistics(
+            listening=tuple(format_address(*a) for a in self.listen_addresses),
+            active=self.active,
+            requests=dict(self.requests),
+            refused=dict(self.refused),
+        )
+
+
+# --- request parsing -------------------------------------------------------------------
+
+
+async def _read_request(
+    stream: trio.SocketStream, conn: h11.Connection, limit: int
+) -> h11.Request | None:
+    """The request's head, or None when the client closed without sending one.
+
+    Raises:
+        h11.RemoteProtocolError: a malformed head, or one still incomplete after
+            ``limit`` bytes (h11's own bound lets a head that completes within one
+            read through, whatever its size).
+    """
+    received = 0
+    while True:
+        event = conn.next_event()
+        if event is h11.NEED_DATA:
+            if received >= limit:
+                raise h11.RemoteProtocolError("request head too large", error_status_hint=431)
+            data = bytes(await stream.receive_some(READ_SIZE))
+            received += len(data)
+            conn.receive_data(data)
+            continue
+        if isinstance(event, h11.Request):
+            return event
+        return None
+
+
+def _parse_target(target: str) -> tuple[str, dict[str, str]]:
+    parts = urllib.parse.urlsplit(target)
+    params: dict[str, str] = {}
+    try:
+        pairs = urllib.parse.parse_qsl(parts.query, keep_blank_values=True, max_num_fields=16)
+    except ValueError:
+        raise BadRequest(400, "too many query parameters") from None
+    for name, value in pairs:
+        if name in params:
+            raise BadRequest(400, f"{name} is given twice")
+        params[name] = value
+    return urllib.parse.unquote(parts.path) or "/", params
+
+
+def _allow(params: dict[str, str], *names: str) -> None:
+    unknown = sorted(set(params) - set(names))
+    if unknown:
+        allowed = ", ".join(names) if names else "none"
+        raise BadRequest(400, f"unknown parameter {unknown[0]!r}; this page takes {allowed}")
+
+
+def _limit(params: dict[str, str]) -> int:
+    text = params.get("limit")
+    if text is None or text == "":
+        return DEFAULT_ROUTE_LIMIT
+    if not (text.isascii() and text.isdigit() and len(text) <= 7) or int(text) > MAX_ROUTE_LIMIT:
+        raise BadRequest(
+            400, f"limit={text[:20]!r}: expected a whole number from 0 to {MAX_ROUTE_LIMIT}"
+        )
+    return int(text)
+
+
+def _guid(text: str) -> bytes:
+    try:
+        guid = bytes.fromhex(text)
+    except ValueError:
+        guid = b""
+    if len(guid) != 16:
+        raise BadRequest(400, f"guid={text[:64]!r}: expected 32 hex digits")
+    return guid
+
+
+# --- responses -------------------------------------------------------------------------
+
+
+def _response_headers(reply: Reply) -> list[tuple[str, str]]:
+    return [
+        ("content-type", reply.content_type),
+        ("content-length", str(len(reply.body))),
+        ("cache-control", "no-store"),
+        ("connection", "close"),
+        ("server", f"gnutella-router/{__version__}"),
+        *reply.headers,
+    ]
+
+
+def _encode_response(conn: h11.Connection, reply: Reply) -> bytes:
+    reason = http.HTTPStatus(reply.status).phrase.encode("ascii")
+    head = conn.send(
+        h11.Response(status_code=reply.status, headers=_response_headers(reply), reason=reason)
+    )
+    body = conn.send(h11.Data(data=reply.body))
+    end = conn.send(h11.EndOfMessage())
+    return (head or b"") + (body or b"") + (end or b"")
+
+
+def _raw_response(reply: Reply) -> bytes:
+    """A response written without reading the request (the 503 for a full house)."""
+    return _encode_response(h11.Connection(h11.SERVER), reply)
+
+
+def _sockname(address: object) -> tuple[str, int]:
+    assert isinstance(address, tuple)
+    return str(address[0]), int(address[1])
+
+
+# --- the daemon's side ---------------------------------------------------------------
+
+
+async def serve_admin(
+    daemon: RouterView, *, task_status: trio.TaskStatus[tuple[str, int]] = trio.TASK_STATUS_IGNORED
+) -> None:
+    """Run ``daemon``'s admin interface until cancelled; reports its address.
+
+    Registers the server in the daemon's registry as ``admin``, so its own counters
+    show in ``/stages``.
+    """
+    server = AdminServer(daemon)
+    daemon.registry.register("admin", server)
+    await server.serve(task_status=task_status)
+
+
+async def write_dump_file(daemon: RouterView, directory: Path | None = None) -> Path:
+    """Write the full dump and the trio task tree to ``dump-YYYYmmdd-HHMMSS.json``.
+
+    The dump is taken on the trio thread (one instant); source lines, encoding and
+    writing happen in a worker thread. The file goes in ``directory`` (the daemon's
+    state directory by default), is written under a temporary name and renamed, and
+    gets ``-2``, ``-3``... when a dump of the same second exists.
+
+    Returns:
+        The file written, as an absolute path.
+
+    Raises:
+        OSError: the directory or file cannot be written.
+    """
+    tree = task_tree()
+    dump: dict[str, object] = dict(full_dump(daemon))
+    dump["tasks"] = tree
+    dump["task_count"] = count_tasks(tree)
+    target = Path(directory) if directory is not None else daemon.config.state_path
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+
+    def write() -> Path:
+        add_source_lines(tree)
+        text = json.dumps(dump, indent=1, default=str)
+        target.mkdir(parents=True, exist_ok=True)
+        for attempt in range(1, 1000):
+            suffix = "" if attempt == 1 else f"-{attempt}"
+            path = (target / f"dump-{stamp}{suffix}.json").absolute()
+            if not path.exists():
+                break
+        temporary = path.with_name(path.name + ".tmp")
+        try:
+            temporary.write_text(text, encoding="utf-8")
+            os.replace(temporary, path)
+        finally:
+            with contextlib.suppress(OSError):
+                temporary.unlink()
+        return path
+
+    return await trio.to_thread.run_sync(write)
+
+
+async def write_dump_logged(daemon: RouterView) -> Path | None:
+    """:func:`write_dump_file`, logging where it went or why it could not be written."""
+    log = daemon.log.bind(stage="admin")
+    try:
+        path = await write_dump_file(daemon)
+    except OSError as exc:
+        log.error("dump not written", error=str(exc))
+        return None
+    log.info("dump written", path=str(path))
+    return path

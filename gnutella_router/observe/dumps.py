@@ -1,0 +1,395 @@
+"""What a running daemon looks like inside, as plain data for JSON.
+
+Theory of operation
+-------------------
+Every function here reads a :class:`~gnutella_router.observe.view.RouterView` and
+returns dicts, lists, strings, numbers, booleans and ``None``, nothing else, so that
+``json.dumps`` takes the result as it is. Nothing here does I/O: the admin interface
+(:mod:`gnutella_router.observe.admin`) serves these over HTTP, the SIGUSR1 handler
+writes them to a file, and the ``dump`` command prints them as tables.
+
+The functions run on the trio thread, between two router batches, so what they return
+is one consistent instant. They are meant to be cheap enough for that: route tables are
+the only large structure, and no more than ``limit`` of their entries are ever copied
+(a table holds up to 100,000 entries per generation).
+
+Conversions, done by :func:`jsonable`: dataclasses become dicts, bytes become
+lowercase hex, enums their name, tuples and sets lists, mapping keys strings, and a
+float that is not finite (an idle time measured outside trio, say) ``None``.
+
+A route entry names its next hop three ways: the connection id, and ``next_hop``, which
+is that connection's peer address, ``"local"`` for a message this node originated
+(id 0), or ``"closed"`` when the connection has gone since the route was recorded
+(replies on that route are dropped). GUIDs in the ping and query tables are message
+GUIDs; those in the push table are servent GUIDs, learned from query hits.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import linecache
+import math
+import os
+import time
+import traceback
+from collections.abc import Callable, Iterator, Mapping
+from typing import NotRequired, TypedDict
+
+import trio
+
+from gnutella_router import __version__
+from gnutella_router.config import config_as_dict
+from gnutella_router.net.connection import Connection, format_address
+from gnutella_router.net.route_table import RouteEntry, RouteTable
+from gnutella_router.observe.view import RouterView
+from gnutella_router.stages.router import LOCAL, type_name
+
+__all__ = [
+    "DEFAULT_ROUTE_LIMIT",
+    "ROUTE_TABLES",
+    "dump_connections",
+    "dump_routes",
+    "dump_stages",
+    "dump_stats",
+    "full_dump",
+    "jsonable",
+    "task_tree",
+]
+
+ROUTE_TABLES = ("ping", "query", "push")
+"""The route tables, by the names dumps and the admin interface use."""
+DEFAULT_ROUTE_LIMIT = 1000
+"""Route entries shown per table unless asked otherwise."""
+REDACTED = "(redacted)"
+"""Stands in for secrets (the admin token) wherever the configuration is shown."""
+
+
+def jsonable(value: object) -> object:
+    """``value`` as data ``json.dumps`` accepts (see the module notes for the rules).
+
+    Anything unforeseen becomes its ``str()`` rather than an error: a dump should
+    survive a new kind of statistic it does not know about yet.
+    """
+    if value is None or isinstance(value, str | bool):
+        return value
+    if isinstance(value, enum.Enum):
+        return value.name
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value).hex()
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, Mapping):
+        return {_key(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [jsonable(item) for item in value]
+    if isinstance(value, set | frozenset):
+        return sorted((jsonable(item) for item in value), key=str)
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
+    return str(value)
+
+
+def _key(key: object) -> str:
+    if isinstance(key, str):
+        return key
+    if isinstance(key, enum.Enum):
+        return key.name.lower()
+    if isinstance(key, bytes):
+        return key.hex()
+    if isinstance(key, tuple):
+        return ":".join(_key(part) for part in key)
+    return str(key)
+
+
+def _now(now: float | None) -> float:
+    return trio.current_time() if now is None else now
+
+
+def _seconds(value: float) -> float:
+    return round(value, 3)
+
+
+# --- routes ---------------------------------------------------------------------------
+
+
+def _tables(daemon: RouterView) -> dict[str, RouteTable[int]]:
+    router = daemon.router
+    return {"ping": router.ping_routes, "query": router.query_routes, "push": router.push_routes}
+
+
+def dump_routes(
+    daemon: RouterView,
+    *,
+    table: str | None = None,
+    guid: bytes | None = None,
+    limit: int | None = DEFAULT_ROUTE_LIMIT,
+    now: float | None = None,
+) -> dict[str, object]:
+    """The route tables: their statistics and their newest entries.
+
+    Args:
+        daemon: a running daemon.
+        table: ``"ping"``, ``"query"`` or ``"push"`` for one table; ``None`` for all.
+        guid: show only this GUID's entry (if the table holds it) instead of the newest.
+        limit: most entries shown per table, newest first; ``None`` for all of them.
+        now: the trio clock reading to date entries by; the current time by default.
+
+    Returns:
+        ``{"limit": ..., "tables": {name: {"statistics": {...}, "shown": n,
+        "truncated": bool, "entries": [{"guid", "connection", "next_hop", "age",
+        "recorded_at", "generation"}, ...]}}}``.
+
+    Raises:
+        ValueError: an unknown table name, or a negative limit.
+    """
+    if table is not None and table not in ROUTE_TABLES:
+        raise ValueError(f"unknown route table {table!r}; tables are {', '.join(ROUTE_TABLES)}")
+    if limit is not None and limit < 0:
+        raise ValueError(f"limit must not be negative, not {limit}")
+    moment = _now(now)
+    connections = daemon.server.connections
+    tables: dict[str, object] = {}
+    for name, routes in _tables(daemon).items():
+        if table is not None and name != table:
+            continue
+        statistics = routes.statistics(moment)
+        if guid is None:
+            entries: Iterator[RouteEntry[int]] = routes.entries(moment, limit)
+        else:
+            found = routes.entry(guid, moment)
+            entries = iter(() if found is None or limit == 0 else (found,))
+        shown = [_route_entry(entry, connections.get) for entry in entries]
+        tables[name] = {
+            "statistics": jsonable(statistics),
+            "shown": len(shown),
+            "truncated": guid is None and len(shown) < statistics.size,
+            "entries": shown,
+        }
+    return {"limit": limit, "guid": None if guid is None else guid.hex(), "tables": tables}
+
+
+def _route_entry(
+    entry: RouteEntry[int], resolve: Callable[[int], Connection | None]
+) -> dict[str, object]:
+    connection_id = entry.value
+    if connection_id == LOCAL:
+        next_hop = "local"
+    else:
+        connection = resolve(connection_id)
+        next_hop = "closed" if connection is None else connection.peer_text
+    return {
+        "guid": entry.guid.hex(),
+        "connection": connection_id,
+        "next_hop": next_hop,
+        "age": _seconds(entry.age),
+        "recorded_at": entry.recorded_at,
+        "generation": entry.generation,
+    }
+
+
+# --- connections ----------------------------------------------------------------------
+
+
+def dump_connections(daemon: RouterView, *, now: float | None = None) -> list[dict[str, object]]:
+    """Every live connection (closing ones included, marked so), oldest first."""
+    moment = _now(now)
+    return [
+        _connection(c, moment)
+        for c in sorted(daemon.server.connections.snapshot(), key=lambda c: c.id)
+    ]
+
+
+def _connection(connection: Connection, now: float) -> dict[str, object]:
+    s = connection.statistics(now)
+    caps = connection.capabilities
+    queue = s.outgoing
+    return {
+        "id": s.id,
+        "peer": s.peer,
+        "role": s.role,
+        "user_agent": s.user_agent,
+        "age_seconds": _seconds(s.age_seconds),
+        "listen_address": s.listen_address,
+        "capabilities": {
+            "ultrapeer": s.ultrapeer,
+            "bye_packet": s.bye_packet,
+            "pong_caching": s.pong_caching,
+            "ggep": s.ggep,
+            "vendor_messages": caps.vendor_messages,
+            "query_routing": caps.query_routing,
+            "dynamic_querying": caps.dynamic_querying,
+            "max_ttl": caps.max_ttl,
+            "degree": caps.degree,
+            "deflate_in": s.deflate_in,
+            "deflate_out": s.deflate_out,
+            "guid": None if caps.guid is None else caps.guid.hex(),
+            "features": jsonable(dict(caps.features)),
+        },
+        "messages_in": s.messages_in,
+        "bytes_in": s.bytes_in,
+        "messages_out": s.messages_out,
+        "bytes_out": s.bytes_out,
+        "malformed_in": s.malformed_in,
+        "outgoing": {
+            "policy": queue.policy,
+            "pending_messages": queue.pending_messages,
+            "pending_bytes": queue.pending_bytes,
+            "capacity": queue.capacity,
+            "peak_messages": queue.peak_messages,
+            "peak_bytes": queue.peak_bytes,
+            "queued_total": queue.queued_total,
+            "sent_total": queue.sent_total,
+            "dropped": dict(queue.dropped),
+            "dropped_by_type": {type_name(t): n for t, n in queue.dropped_by_type.items()},
+        },
+        "flow_control": {
+            "active": queue.flow_controlled,
+            "entries": queue.flow_control_entries,
+            "seconds": _seconds(queue.seconds_in_flow_control),
+        },
+        "closing": s.closing,
+        "close_reason": s.close_reason,
+    }
+
+
+# --- stages and statistics ------------------------------------------------------------
+
+
+def dump_stages(daemon: RouterView) -> dict[str, object]:
+    """Every registered part's statistics (stage queues, pools, workers) and the governor.
+
+    ``stages`` maps each name in the daemon's registry to its statistics; the stages
+    proper (``router``, ``catcher``) have a ``queue`` with its length and threshold,
+    and ``pool_size``/``busy_workers``. ``governor`` is ``None`` when it is off.
+    """
+    governor = daemon.governor
+    return {
+        "stages": jsonable(daemon.registry.statistics()),
+        "governor": None if governor is None else jsonable(governor.statistics()),
+    }
+
+
+def dump_stats(daemon: RouterView) -> dict[str, object]:
+    """The counters: the router's by message type and drop reason, the server's, the
+    catcher's, and the trace recorder's when one runs."""
+    recorder = daemon.recorder
+    return {
+        "router": jsonable(daemon.router.statistics()),
+        "server": jsonable(daemon.server.statistics()),
+        "catcher": jsonable(daemon.catcher.statistics()),
+        "recorder": None if recorder is None else jsonable(recorder.statistics()),
+    }
+
+
+def node_identity(daemon: RouterView, *, now: float | None = None) -> dict[str, object]:
+    """Who and where the node is, and for how long it has been up."""
+    moment = _now(now)
+    started = daemon.started_at
+    admin = daemon.admin_address
+    return {
+        "guid": daemon.guid.hex(),
+        "version": __version__,
+        "user_agent": daemon.config.node.user_agent,
+        "pid": os.getpid(),
+        "listening": [format_address(*a) for a in daemon.server.listen_addresses],
+        "advertised": format_address(*daemon.server.advertised_address()),
+        "admin": None if admin is None else format_address(*admin),
+        "uptime_seconds": None if started is None else _seconds(moment - started),
+        "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+
+
+def redacted_config(daemon: RouterView) -> dict[str, dict[str, object]]:
+    """The configuration as plain data, secrets replaced by a marker."""
+    config = config_as_dict(daemon.config)
+    admin = config.get("admin")
+    if admin is not None and admin.get("token"):
+        admin["token"] = REDACTED
+    return config
+
+
+def full_dump(
+    daemon: RouterView, *, limit: int | None = DEFAULT_ROUTE_LIMIT, now: float | None = None
+) -> dict[str, object]:
+    """Everything at once: identity, configuration, counters, stages, connections and
+    routes (``limit`` entries per table)."""
+    moment = _now(now)
+    return {
+        "node": node_identity(daemon, now=moment),
+        "config": redacted_config(daemon),
+        "stats": dump_stats(daemon),
+        "stages": dump_stages(daemon),
+        "connections": dump_connections(daemon, now=moment),
+        "routes": dump_routes(daemon, limit=limit, now=moment),
+    }
+
+
+# --- the task tree --------------------------------------------------------------------
+
+
+class TaskFrame(TypedDict):
+    """One frame of a task's current await."""
+
+    file: str
+    line: int | None
+    function: str
+    source: NotRequired[str | None]
+    """The source line, once :func:`add_source_lines` has read it."""
+
+
+class TaskNode(TypedDict):
+    """One trio task and the nurseries it runs."""
+
+    name: str
+    frames: list[TaskFrame]
+    """Where the task is waiting, outermost frame first."""
+    nurseries: list[list[TaskNode]]
+
+
+def task_tree(root: trio.lowlevel.Task | None = None) -> TaskNode:
+    """The trio task tree from ``root`` (the run's root task by default), for SIGUSR1.
+
+    Each task is a :class:`TaskNode`: its name, the frames of its current await, and
+    its nurseries' child tasks. Source lines are not read here (that is disk I/O):
+    :func:`add_source_lines` does it later, off the trio thread.
+    """
+    task = trio.lowlevel.current_root_task() if root is None else root
+    if task is None:  # pragma: no cover - only outside a trio run
+        raise RuntimeError("no trio run is active")
+    return _task(task)
+
+
+def _task(task: trio.lowlevel.Task) -> TaskNode:
+    frames = traceback.StackSummary.extract(task.iter_await_frames(), lookup_lines=False)
+    return {
+        "name": task.name,
+        "frames": [
+            {"file": frame.filename, "line": frame.lineno, "function": frame.name}
+            for frame in frames
+        ],
+        "nurseries": [
+            [_task(child) for child in nursery.child_tasks] for nursery in task.child_nurseries
+        ],
+    }
+
+
+def add_source_lines(tree: TaskNode) -> None:
+    """Fill in each frame's source line (reads files: call it from a worker thread)."""
+    stack = [tree]
+    while stack:
+        task = stack.pop()
+        for frame in task["frames"]:
+            line = linecache.getline(frame["file"], frame["line"] or 0).strip()
+            frame["source"] = line or None
+        for nursery in task["nurseries"]:
+            stack.extend(nursery)
+
+
+def count_tasks(tree: TaskNode) -> int:
+    """How many tasks a :func:`task_tree` holds."""
+    return 1 + sum(count_tasks(child) for nursery in tree["nurseries"] for child in nursery)

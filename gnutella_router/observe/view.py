@@ -1,0 +1,81 @@
+"""What the observers read of a running router: :class:`RouterView`.
+
+The admin interface, the dumps, the metrics and the profiler look at a running daemon,
+and the daemon starts them. If they named the daemon's class, each would import the
+module that imports them. Instead they name this protocol: the parts of a router they
+read (its stages, their statistics, its configuration and identity), and
+:class:`gnutella_router.daemon.Daemon` satisfies it structurally. Observers therefore
+sit one floor above the stages and one below the daemon, and a test can hand them any
+object with these attributes.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import structlog
+
+from gnutella_router.config import Config
+from gnutella_router.control.governor import ThreadGovernor
+from gnutella_router.observe.recorder import Recorder
+from gnutella_router.runtime.stage import StageRegistry
+from gnutella_router.stages.catcher import GnutellaCatcher
+from gnutella_router.stages.router import GnutellaRouter
+from gnutella_router.stages.server import GnutellaServer
+
+__all__ = ["ProfileSource", "RouterView"]
+
+
+class ProfileSource(Protocol):
+    """A profiler, as the admin interface serves it (the profiler itself reads a
+    :class:`RouterView`, so naming its class here would tie the two modules in a knot)."""
+
+    def to_json(self) -> str: ...
+
+    def to_csv(self) -> str: ...
+
+
+class RouterView(Protocol):
+    """The read-only face of a running router that observers depend on."""
+
+    @property
+    def config(self) -> Config: ...
+
+    @property
+    def guid(self) -> bytes: ...
+
+    @property
+    def log(self) -> structlog.typing.FilteringBoundLogger: ...
+
+    @property
+    def registry(self) -> StageRegistry: ...
+
+    @property
+    def server(self) -> GnutellaServer: ...
+
+    @property
+    def router(self) -> GnutellaRouter: ...
+
+    @property
+    def catcher(self) -> GnutellaCatcher: ...
+
+    @property
+    def governor(self) -> ThreadGovernor | None: ...
+
+    @property
+    def profiler(self) -> ProfileSource | None: ...
+
+    @property
+    def recorder(self) -> Recorder | None:
+        """The trace recorder while one runs."""
+        ...
+
+    @property
+    def started_at(self) -> float | None:
+        """trio's clock when the router began running, for uptime; None before."""
+        ...
+
+    @property
+    def admin_address(self) -> tuple[str, int] | None:
+        """Where the admin interface listens, once it does."""
+        ...

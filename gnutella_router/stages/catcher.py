@@ -1,0 +1,251 @@
+"""The GnutellaCatcher stage: joining the network and staying joined.
+
+Hosts arrive from four places: the configured seeds, the host cache saved by an earlier
+run, a GWebCache (asked only when the cache has too few candidates), and the running
+network itself (pongs routed to us, ``X-Try-Ultrapeers`` in handshakes). They reach the
+catcher through its own bounded stage queue, so a flood of pongs costs at most a
+counted drop, never unbounded memory, and the router never waits for the catcher.
+
+A maintenance loop keeps at least ``min_connections`` outgoing connections: when short,
+it dials the most promising candidates in parallel, never itself or a peer it is
+already connected to, with exponential backoff per host after a failure. Each new
+outgoing connection gets one ping of our own (TTL 2) so its neighbours' pongs teach us
+more hosts, as the paper's catcher did. The cache is saved atomically now and then and
+at shutdown.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import ipaddress
+from pathlib import Path
+
+import structlog
+import trio
+
+from gnutella_router.config import Config
+from gnutella_router.discovery.gwebcache import GWebCacheError, fetch_hosts
+from gnutella_router.discovery.host_cache import HostCache, HostCacheStatistics, write_atomically
+from gnutella_router.runtime.stage import Stage, StageStatistics
+from gnutella_router.stages.router import GnutellaRouter
+from gnutella_router.stages.server import DialError, GnutellaServer
+
+LearnedHost = tuple[str, int, str]
+MAINTENANCE_INTERVAL = 1.0
+DISCOVERY_PING_TTL = 2
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class CatcherStatistics:
+    stage: StageStatistics
+    hosts: HostCacheStatistics
+    outgoing: int
+    target: int
+    dialing: int
+    dials: int
+    dial_failures: int
+    dropped_hosts: int
+    """Learned hosts dropped because the catcher's queue was full."""
+    gwebcache_requests: int
+    gwebcache_failures: int
+    saves: int
+
+
+class GnutellaCatcher:
+    """Keeps the router connected; the handler of the catcher stage."""
+
+    def __init__(
+        self,
+        config: Config,
+        *,
+        server: GnutellaServer,
+        router: GnutellaRouter,
+        log: structlog.typing.FilteringBoundLogger | None = None,
+    ) -> None:
+        self.config = config
+        self.settings = config.catcher
+        self.server = server
+        self.router = router
+        self.log = log or structlog.get_logger("catcher")
+        self.hosts = HostCache(
+            self.settings.host_cache_size,
+            allow_private=config.network.allow_private_addresses,
+            backoff_initial=self.settings.backoff_initial,
+            backoff_max=self.settings.backoff_max,
+        )
+        self.stage: Stage[LearnedHost] = Stage(
+            "catcher", self._handle, threshold=1000, batch_size=256
+        )
+        self.cache_path = Path(config.node.state_dir) / self.settings.host_cache_file
+        self._dialing: set[tuple[str, int]] = set()
+        self.dials = 0
+        self.dial_failures = 0
+        self.dropped_hosts = 0
+        self.gwebcache_requests = 0
+        self.gwebcache_failures = 0
+        self.saves = 0
+        self._last_gwebcache = -1e9
+
+    # ------------------------------------------------------------------ learning
+
+    def learn(self, host: str, port: int, source: str) -> None:
+        """Called by the router and the server: queue a host, never wait."""
+        if not self.stage.queue.admit_one((host, port, source)):
+            self.dropped_hosts += 1
+
+    def learn_many(self, hosts: list[tuple[str, int]], source: str) -> None:
+        for host, port in hosts:
+            self.learn(host, port, source)
+
+    async def _handle(self, batch: list[LearnedHost]) -> None:
+        now = trio.current_time()
+        for host, port, source in batch:
+            self.hosts.add(host, port, source, now)
+
+    def try_hosts(self) -> list[tuple[str, int]]:
+        """Hosts to suggest to a peer we must refuse (X-Try-Ultrapeers)."""
+        return self.hosts.candidates(trio.current_time(), exclude=self._excluded(), limit=10)
+
+    # ------------------------------------------------------------------ running
+
+    async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        now = trio.current_time()
+        try:
+            loaded = self.hosts.load(self.cache_path, now)
+        except OSError as exc:
+            loaded = 0
+            self.log.warning("host cache not read", path=str(self.cache_path), error=str(exc))
+        for host, port in self.settings.seed_addresses:
+            for address in await self._resolve(host, port):
+                self.hosts.add(address, port, "seed", now)
+        self.log.info(
+            "catcher started",
+            seeds=len(self.settings.seeds),
+            cached_hosts=loaded,
+            target=self.settings.min_connections,
+        )
+        async with trio.open_nursery() as nursery:
+            await nursery.start(self.stage.serve)
+            nursery.start_soon(self._maintain, nursery)
+            nursery.start_soon(self._save_periodically)
+            task_status.started()
+
+    async def _resolve(self, host: str, port: int) -> list[str]:
+        """A seed's addresses: itself if it is an IP, else what the resolver says.
+
+        The host cache holds only literal addresses; a seed may be a name
+        ("localhost:6346"). A name that does not resolve is logged and skipped.
+        """
+        try:
+            ipaddress.ip_address(host)
+        except ValueError:
+            pass
+        else:
+            return [host]
+        try:
+            with trio.fail_after(self.settings.dial_timeout):
+                infos = await trio.socket.getaddrinfo(host, port, type=trio.socket.SOCK_STREAM)
+        except (OSError, trio.TooSlowError) as exc:
+            self.log.warning("seed does not resolve", seed=f"{host}:{port}", error=str(exc))
+            return []
+        addresses: list[str] = []
+        for *_, sockaddr in infos:
+            address = str(sockaddr[0])
+            if address not in addresses:
+                addresses.append(address)
+        return addresses
+
+    def _excluded(self) -> set[tuple[str, int]]:
+        excluded = self.server.connections.addresses() | self._dialing
+        excluded.add(self.server.advertised_address())
+        excluded.update(self.server.listen_addresses)
+        return excluded
+
+    async def _maintain(self, nursery: trio.Nursery) -> None:
+        while True:
+            missing = (
+                self.settings.min_connections
+                - self.server.connections.count("outgoing")
+                - len(self._dialing)
+            )
+            if missing > 0:
+                now = trio.current_time()
+                candidates = self.hosts.candidates(now, exclude=self._excluded(), limit=missing)
+                if len(candidates) < missing and self.settings.gwebcache:
+                    nursery.start_soon(self._ask_gwebcache)
+                for host, port in candidates:
+                    self._dialing.add((host, port))
+                    self.hosts.mark_attempt(host, port, now)
+                    nursery.start_soon(self._dial, host, port)
+            await trio.sleep(MAINTENANCE_INTERVAL)
+
+    async def _dial(self, host: str, port: int) -> None:
+        self.dials += 1
+        try:
+            connection = await self.server.dial(host, port, timeout=self.settings.dial_timeout)
+        except DialError as exc:
+            self.dial_failures += 1
+            self.hosts.mark_failure(host, port, trio.current_time())
+            self.log.debug("dial failed", host=host, port=port, error=str(exc))
+            return
+        finally:
+            self._dialing.discard((host, port))
+        now = trio.current_time()
+        self.hosts.mark_connected(host, port, now)
+        self.router.originate_ping(connection, DISCOVERY_PING_TTL, now)
+
+    async def _ask_gwebcache(self) -> None:
+        now = trio.current_time()
+        if now - self._last_gwebcache < 60.0:
+            return
+        self._last_gwebcache = now
+        self.gwebcache_requests += 1
+        try:
+            reply = await fetch_hosts(self.settings.gwebcache, timeout=self.settings.dial_timeout)
+        except GWebCacheError as exc:
+            self.gwebcache_failures += 1
+            self.log.warning("gwebcache failed", url=self.settings.gwebcache, error=str(exc))
+            return
+        now = trio.current_time()
+        for host, port in reply.hosts:
+            self.hosts.add(host, port, "gwebcache", now)
+        self.log.info("gwebcache answered", hosts=len(reply.hosts), skipped=reply.skipped_lines)
+
+    async def _save_periodically(self) -> None:
+        while True:
+            await trio.sleep(self.settings.save_interval)
+            await self.save()
+
+    async def save(self) -> None:
+        """Write the host cache atomically; a failure is logged, never fatal.
+
+        The snapshot is taken here, on the event loop; the write and its fsyncs run in
+        a worker thread, so routing does not stall on the disk.
+        """
+        text, count = self.hosts.render(trio.current_time())
+        try:
+            await trio.to_thread.run_sync(self._write, text)
+        except OSError as exc:
+            self.log.warning("host cache not saved", path=str(self.cache_path), error=str(exc))
+            return
+        self.saves += 1
+        self.log.debug("host cache saved", path=str(self.cache_path), hosts=count)
+
+    def _write(self, text: str) -> None:
+        self.cache_path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomically(self.cache_path, text)
+
+    def statistics(self) -> CatcherStatistics:
+        return CatcherStatistics(
+            stage=self.stage.statistics(),
+            hosts=self.hosts.statistics(),
+            outgoing=self.server.connections.count("outgoing"),
+            target=self.settings.min_connections,
+            dialing=len(self._dialing),
+            dials=self.dials,
+            dial_failures=self.dial_failures,
+            dropped_hosts=self.dropped_hosts,
+            gwebcache_requests=self.gwebcache_requests,
+            gwebcache_failures=self.gwebcache_failures,
+            saves=self.saves,
+        )

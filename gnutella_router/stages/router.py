@@ -1,0 +1,653 @@
+"""The GnutellaRouter stage: duplicates, TTL, broadcast and reverse-path routing.
+
+Rules, per message type (Gnutella 0.6 draft section 2.2 and what gtk-gnutella and
+LimeWire do):
+
+* Every routed message: TTL 0 on arrival is dropped; hops + TTL over the hard limit
+  (15) is dropped; forwarding decrements TTL and increments hops, and a message whose
+  TTL would reach 0 is not forwarded. Broadcasts are clamped so that hops + TTL never
+  exceeds ``max_ttl`` (7 by default).
+* Ping: duplicates (same GUID within the ping table's life) are dropped. We always
+  answer with our own pong. A peer that announced ``Pong-Caching`` gets cached pongs
+  (at most one answered ping per second) and its ping goes no further; any other peer's
+  ping is broadcast to every other connection, as in the paper's router.
+* Query: duplicates dropped; queries from a peer we are flow-controlling are dropped
+  (it is the one clogging us); the reverse route is recorded *before* any blocking work
+  (the injected per-query delay) so replies find their way even while it runs; then
+  broadcast.
+* Pong and query hit: routed back to the connection the ping or query came from, and
+  only there; no route (or a closed one) means dropped and counted. Query hits teach the
+  push table which connection leads to their servent GUID.
+* Push: routed by servent GUID through the push table; duplicates dropped by message
+  GUID.
+* Bye closes the connection it arrived on; QRP and vendor messages are hop-by-hop:
+  accepted quietly, never forwarded; unknown types are dropped.
+
+Every drop has a named reason; every counter is per message type. The hot path works on
+raw frames: a forwarded message is the payload bytes behind a freshly packed header, and
+one encoded copy is shared by every connection it is broadcast to.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import operator
+import time
+from collections.abc import Callable, Iterator
+
+import structlog
+import trio
+
+from gnutella_router.config import RouterConfig, SheddingConfig
+from gnutella_router.control.shedding import Shedder
+from gnutella_router.discovery.host_cache import classify_address
+from gnutella_router.net.connection import Connection
+from gnutella_router.net.outqueue import Verdict
+from gnutella_router.net.route_table import RouteTable, RouteTableStatistics, SeenTable
+from gnutella_router.runtime.stage import Stage
+from protocol.codec import build_payload, encode_message, parse_payload
+from protocol.constants import GUID_SIZE, MessageType
+from protocol.errors import LocalProtocolError, MalformedPayloadError
+from protocol.framing import Frame
+from protocol.header import HEADER_STRUCT
+from protocol.ipv4 import pack_ipv4
+from protocol.messages import Bye, Message, Ping, Pong, random_guid
+
+PING = MessageType.PING
+PONG = MessageType.PONG
+BYE = MessageType.BYE
+PUSH = MessageType.PUSH
+QUERY = MessageType.QUERY
+QUERY_HIT = MessageType.QUERY_HIT
+HOP_BY_HOP = frozenset({MessageType.QRP, MessageType.VENDOR, MessageType.STANDARD_VENDOR})
+
+_pack_header = HEADER_STRUCT.pack
+_TYPE_BYTE = operator.itemgetter(16)
+"""The payload type's offset in an encoded message."""
+QUEUED = Verdict.QUEUED
+DROPPED = Verdict.DROPPED
+
+
+LOCAL = 0
+"""The route of a message this router originated (connection ids start at 1)."""
+
+HostLearned = Callable[[str, int, str], None]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RouterStatistics:
+    """What the router did, per message type (names), and why it dropped what it dropped."""
+
+    received: dict[str, int]
+    forwarded: dict[str, int]
+    generated: dict[str, int]
+    consumed: dict[str, int]
+    dropped: dict[str, dict[str, int]]
+    """reason -> message type -> count."""
+    tables: dict[str, RouteTableStatistics]
+    pong_cache_size: int
+    pongs_not_cached: dict[str, int]
+    """Pongs routed but not cached, by reason: private addresses on a public network,
+    unspecified, multicast or reserved ones anywhere."""
+
+
+def type_name(message_type: int) -> str:
+    try:
+        return MessageType(message_type).name.lower()
+    except ValueError:
+        return f"0x{message_type:02x}"
+
+
+class PongCache:
+    """Recent pongs by host, for answering pings from peers that asked for caching.
+
+    Bounded (oldest host out first) and short-lived: gtk-gnutella keeps pongs 20 s.
+    """
+
+    def __init__(self, capacity: int, lifetime: float) -> None:
+        self.capacity = capacity
+        self.lifetime = lifetime
+        self._pongs: collections.OrderedDict[tuple[str, int], tuple[bytes, int, float]] = (
+            collections.OrderedDict()
+        )
+
+    def __len__(self) -> int:
+        return len(self._pongs)
+
+    def add(self, host: str, port: int, payload: bytes, hops: int, now: float) -> None:
+        key = (host, port)
+        self._pongs.pop(key, None)
+        self._pongs[key] = (payload, hops, now)
+        while len(self._pongs) > self.capacity:
+            self._pongs.popitem(last=False)
+
+    def recent(
+        self, limit: int, now: float, exclude: tuple[str, int] | None
+    ) -> list[tuple[bytes, int]]:
+        """Up to ``limit`` unexpired pongs, newest first, skipping the asker's own."""
+        out: list[tuple[bytes, int]] = []
+        oldest = now - self.lifetime
+        for key in reversed(self._pongs):
+            payload, hops, seen = self._pongs[key]
+            if seen < oldest:
+                break
+            if key != exclude:
+                out.append((payload, hops))
+                if len(out) >= limit:
+                    break
+        return out
+
+
+class GnutellaRouter:
+    """Routing tables and forwarding decisions; the handler of the router stage."""
+
+    def __init__(
+        self,
+        config: RouterConfig,
+        *,
+        connections: Callable[[], tuple[Connection, ...]],
+        connection_by_id: Callable[[int], Connection | None],
+        own_address: Callable[[], tuple[str, int]],
+        own_guid: bytes,
+        max_ttl: int,
+        hard_ttl_limit: int,
+        allow_private: bool = True,
+        on_host_learned: HostLearned | None = None,
+        shedding: SheddingConfig | None = None,
+        log: structlog.typing.FilteringBoundLogger | None = None,
+        now: float = 0.0,
+    ) -> None:
+        self.config = config
+        self._connections = connections
+        self._connection_by_id = connection_by_id
+        self._own_address = own_address
+        self.own_guid = own_guid
+        self.max_ttl = max_ttl
+        self.hard_ttl_limit = hard_ttl_limit
+        self.allow_private = allow_private
+        self.pongs_not_cached: collections.Counter[str] = collections.Counter()
+        """Pongs routed but kept out of the pong cache, by reason (e.g. "private")."""
+        self.on_host_learned = on_host_learned
+        self.shedder = (
+            None
+            if shedding is None or (shedding.policy == "backpressure" and not shedding.rate_limit)
+            else Shedder(shedding, count=self._count_shed)
+        )
+        """None when nothing can be shed: the admission path is then the plain one."""
+        self.log = log or structlog.get_logger("router")
+        capacity = config.route_table_capacity
+        # Routes hold connection ids, not connections: ints and floats are invisible to
+        # the cyclic garbage collector, so hundreds of thousands of routes cost its full
+        # collections nothing (holding the connection objects made each one take 100 ms
+        # and more). A closed connection's id simply no longer resolves.
+        self.ping_routes: RouteTable[int] = RouteTable(
+            "ping", config.ping_route_seconds, capacity, now
+        )
+        self.query_routes: RouteTable[int] = RouteTable(
+            "query", config.query_route_seconds, capacity, now
+        )
+        self.push_routes: RouteTable[int] = RouteTable(
+            "push", config.push_route_seconds, capacity, now
+        )
+        self.push_seen = SeenTable("push-seen", config.push_route_seconds, capacity, now)
+        self.pong_cache = PongCache(capacity=200, lifetime=config.pong_cache_seconds)
+        self.query_delay = config.query_delay_ms / 1000.0
+        self._own_pong = b""
+        self._fan_datas: list[bytes] = []
+        self._fan_sources: list[Connection] = []
+        self._fan_queries = 0
+        self.received = [0] * 256
+        self.forwarded = [0] * 256
+        self.generated = [0] * 256
+        self.consumed = [0] * 256
+        self.dropped: collections.Counter[tuple[str, int]] = collections.Counter()
+        self.stage: Stage[Frame] = Stage(
+            "router",
+            self.handle,
+            threshold=config.queue_threshold,
+            pool_size=config.threads,
+            max_pool_size=config.max_threads,
+            batch_size=config.batch_size,
+        )
+        self._handlers: list[Callable[[Connection, Frame, float], None]] = [self._on_unknown] * 256
+        self._handlers[PING] = self._on_ping
+        self._handlers[PONG] = self._on_pong
+        self._handlers[BYE] = self._on_bye
+        self._handlers[PUSH] = self._on_push
+        self._handlers[QUERY_HIT] = self._on_query_hit
+        for message_type in HOP_BY_HOP:
+            self._handlers[message_type] = self._on_hop_by_hop
+
+    # ------------------------------------------------------------------ admission
+
+    async def deliver(self, connection: Connection, frames: list[Frame]) -> None:
+        """Admit one read's frames into the router queue, waiting while it is full.
+
+        Waiting here stops the connection's reader, so the peer's TCP window closes:
+        backpressure instead of loss or unbounded memory.
+        """
+        queue = self.stage.queue
+        shedder = self.shedder
+        if shedder is not None:
+            frames = shedder.admit(connection.id, frames, queue, trio.current_time())
+        admitted = queue.admit(frames)
+        while admitted < len(frames):
+            if shedder is not None and not shedder.waits_at_bound:
+                shedder.shed_rest(frames[admitted:])
+                return
+            await queue.wait_for_space()
+            if connection.closing:
+                self._drop_many("connection-closing", frames[admitted:])
+                return
+            frames = frames[admitted:]
+            admitted = queue.admit(frames)
+
+    # ------------------------------------------------------------------ the handler
+
+    async def handle(self, batch: list[Frame]) -> int | None:
+        """Route a batch; returns how many frames were handled when some were handed
+        back to the queue (see :meth:`_delayed_broadcast`), else None for all."""
+        now = trio.current_time()
+        received = self.received
+        handlers = self._handlers
+        for index, frame in enumerate(batch):
+            connection: Connection = frame.tag  # type: ignore[assignment]
+            message_type = frame.payload_type
+            received[message_type] += 1
+            if connection.closing:
+                self.dropped["connection-closing", message_type] += 1
+                continue
+            if message_type == QUERY:
+                data = self._accept_query(connection, frame, now)
+                if data is not None:
+                    if self.query_delay:
+                        await self._delayed_broadcast(batch, index, connection, data, now)
+                        return index + 1
+                    self._broadcast(connection, data)
+            else:
+                handlers[message_type](connection, frame, now)
+        self._flush_broadcasts(now)
+        return None
+
+    async def _delayed_broadcast(
+        self, batch: list[Frame], index: int, source: Connection, data: bytes, now: float
+    ) -> None:
+        """Run the injected query delay as blocking work, then broadcast the query.
+
+        The query's route is already recorded, so replies racing the delay find their
+        way. The rest of the batch goes back to the queue first: another worker routes
+        it while this one is blocked, and with a single worker it waits, exactly like the
+        paper's single-threaded router. Nothing may stay in the shared broadcast buffer
+        while this worker is away either.
+        """
+        self.stage.queue.requeue(batch[index + 1 :])
+        self._flush_broadcasts(now)
+        await self.stage.run_blocking(time.sleep, self.query_delay)
+        self._broadcast(source, data)
+        self._flush_broadcasts(trio.current_time())
+
+    def _count_shed(self, reason: str, frame: Frame) -> None:
+        self.dropped[reason, frame.payload_type] += 1
+
+    def _drop_many(self, reason: str, frames: list[Frame]) -> None:
+        for frame in frames:
+            self.dropped[reason, frame.payload_type] += 1
+
+    def _ttl_ok(self, frame: Frame) -> bool:
+        ttl = frame.ttl
+        if ttl == 0:
+            self.dropped["ttl-zero", frame.payload_type] += 1
+            return False
+        if ttl + frame.hops > self.hard_ttl_limit:
+            self.dropped["hard-ttl-limit", frame.payload_type] += 1
+            return False
+        return True
+
+    def _broadcast(self, source: Connection, data: bytes) -> None:
+        """Queue one encoded message for every connection but its source.
+
+        Broadcasts are collected for the whole batch and handed out by
+        :meth:`_flush_broadcasts`: one call per destination instead of one per message
+        and destination, which is where a flooding router spends most of its time. The
+        message type and hop count stay readable in the header bytes themselves.
+        """
+        self._fan_datas.append(data)
+        self._fan_sources.append(source)
+        self._fan_queries += 1  # only queries come through here; pings are inlined
+
+    def _flush_broadcasts(self, now: float) -> None:
+        """Hand the batch's broadcasts to every connection, then wake the writers."""
+        datas = self._fan_datas
+        connections = self._connections()
+        if datas:
+            sources = self._fan_sources
+            queries = self._fan_queries
+            self._fan_datas = []
+            self._fan_sources = []
+            self._fan_queries = 0
+            senders = set(sources)
+            total_bytes = sum(map(len, datas))
+            pings = len(datas) - queries
+            forwarded = self.forwarded
+            for connection in connections:
+                if connection.closing:
+                    continue
+                if connection in senders:
+                    mine = [d for d, s in zip(datas, sources, strict=True) if s is not connection]
+                    if not mine:
+                        continue
+                    if connection.outgoing.offer_bulk(mine, sum(map(len, mine))):
+                        for message_type, count in collections.Counter(
+                            map(_TYPE_BYTE, mine)
+                        ).items():
+                            forwarded[message_type] += count
+                    else:
+                        self._offer_each(connection, mine, now)
+                elif connection.outgoing.offer_bulk(datas, total_bytes):
+                    forwarded[PING] += pings
+                    forwarded[QUERY] += queries
+                else:
+                    self._offer_each(connection, datas, now)
+        for connection in connections:
+            connection.wake_writer()
+
+    def _offer_each(self, connection: Connection, datas: list[bytes], now: float) -> None:
+        """The careful path, for a queue that has to decide message by message."""
+        offer = connection.offer
+        for data in datas:
+            message_type = data[16]
+            verdict = offer(data, message_type, data[18], now)
+            if verdict is QUEUED:
+                self.forwarded[message_type] += 1
+            else:
+                self.dropped["outgoing-queue", message_type] += 1
+                if verdict is not DROPPED:
+                    connection.refused(verdict)
+                    return
+
+    def _forward_reply(self, route_id: int, frame: Frame, now: float) -> None:
+        """Send a pong, query hit or push one hop further along its recorded path."""
+        message_type = frame.payload_type
+        if route_id == LOCAL:
+            self.consumed[message_type] += 1
+            return
+        route = self._connection_by_id(route_id)
+        if route is None or route.closing:
+            self.dropped["route-closed", message_type] += 1
+            return
+        ttl = frame.ttl - 1
+        if ttl <= 0:
+            self.dropped["ttl-expired", message_type] += 1
+            return
+        payload = frame.payload
+        data = _pack_header(frame.guid, message_type, ttl, frame.hops + 1, len(payload)) + payload
+        if route.send_nowait(data, message_type, frame.hops + 1, now):
+            self.forwarded[message_type] += 1
+        else:
+            self.dropped["outgoing-queue", message_type] += 1
+
+    # ------------------------------------------------------------------ per type
+
+    def _on_ping(self, connection: Connection, frame: Frame, now: float) -> None:
+        # The busiest path of all: checks, dedup, our pong, the broadcast, inlined.
+        ttl = frame.ttl
+        hops = frame.hops
+        if not ttl or ttl + hops > self.hard_ttl_limit:
+            self._ttl_ok(frame)  # counts the reason
+            return
+        payload = frame.payload
+        if payload and payload[0] != 0xC3:
+            self.dropped["malformed", PING] += 1
+            connection.malformed_in += 1
+            return
+        guid = frame.guid
+        if not self.ping_routes.record(guid, connection.id, now):
+            self.dropped["duplicate", PING] += 1
+            return
+        pong = self._own_pong or self._own_pong_payload()
+        verdict = connection.offer(
+            _pack_header(guid, PONG, hops + 1, 0, len(pong)) + pong, PONG, 0, now
+        )
+        if verdict is QUEUED:
+            self.generated[PONG] += 1  # the writer is woken when the batch is flushed
+        else:
+            connection.refused(verdict)
+        if connection.capabilities.pong_caching:
+            if ttl > 1 and now - connection.last_ping_answered >= 1.0:
+                connection.last_ping_answered = now
+                self._answer_from_cache(connection, frame, now)
+            return
+        room = self.max_ttl - hops
+        if ttl > room:
+            ttl = room
+        if ttl > 1:
+            self._fan_datas.append(
+                _pack_header(guid, PING, ttl - 1, hops + 1, len(payload)) + payload
+            )
+            self._fan_sources.append(connection)
+
+    def _own_pong_payload(self) -> bytes:
+        """Our pong's payload, built on first use: the advertised address is fixed once
+        the server listens, and pings only arrive after that."""
+        if not self._own_pong:
+            host, port = self._own_address()
+            try:
+                pack_ipv4(host)
+            except LocalProtocolError:
+                host = "0.0.0.0"  # an IPv6 or named address has no place in a pong
+            self._own_pong = build_payload(Pong(port=port, ip=host))
+        return self._own_pong
+        address = self._own_address()
+        if address != self._own_pong_for:
+            host, port = address
+            try:
+                pack_ipv4(host)
+            except LocalProtocolError:
+                host = "0.0.0.0"  # an IPv6 or named address has no place in a pong
+            self._own_pong = build_payload(Pong(port=port, ip=host))
+            self._own_pong_for = address
+        return self._own_pong
+
+    def _answer_from_cache(self, connection: Connection, ping: Frame, now: float) -> None:
+        """Up to ``pongs_per_ping`` pongs: cached ones first, then our neighbours.
+
+        The cache only holds pongs that crossed this router, which is nothing at all
+        on a young network; what we know first-hand (where our neighbours listen) is
+        always worth telling, as gtk-gnutella does for a TTL 2 ping.
+        """
+        asker = connection.capabilities.listen_address
+        limit = self.config.pongs_per_ping
+        answers = self.pong_cache.recent(limit, now, asker)
+        if len(answers) < limit:
+            answers.extend(self._neighbour_pongs(connection, asker, limit - len(answers)))
+        for payload, hops in answers:
+            data = _pack_header(ping.guid, PONG, ping.hops + 1, hops + 1, len(payload)) + payload
+            if connection.send_nowait(data, PONG, hops + 1, now):
+                self.generated[PONG] += 1
+
+    def _neighbour_pongs(
+        self, asker: Connection, asker_address: tuple[str, int] | None, limit: int
+    ) -> list[tuple[bytes, int]]:
+        pongs: list[tuple[bytes, int]] = []
+        for neighbour in self._connections():
+            address = neighbour.capabilities.listen_address
+            if neighbour is asker or address is None or address == asker_address:
+                continue
+            try:
+                pongs.append((build_payload(Pong(port=address[1], ip=address[0])), 0))
+            except LocalProtocolError:
+                continue  # an IPv6 neighbour cannot be described in a pong
+            if len(pongs) >= limit:
+                break
+        return pongs
+
+    def _accept_query(self, connection: Connection, frame: Frame, now: float) -> bytes | None:
+        """Checks and route recording for a query; the bytes to broadcast, if any."""
+        ttl = frame.ttl
+        if not ttl or ttl + frame.hops > self.hard_ttl_limit:
+            self._ttl_ok(frame)  # counts the reason
+            return None
+        if connection.outgoing.flow_controlled:
+            self.dropped["source-flow-controlled", QUERY] += 1
+            return None
+        payload = frame.payload
+        if len(payload) < 3 or payload.find(b"\x00", 2) < 0:
+            self.dropped["malformed", QUERY] += 1
+            connection.malformed_in += 1
+            return None
+        if not self.query_routes.record(frame.guid, connection.id, now):
+            self.dropped["duplicate", QUERY] += 1
+            return None
+        hops = frame.hops
+        room = self.max_ttl - hops
+        if ttl > room:
+            ttl = room
+        if ttl <= 1:
+            return None
+        return _pack_header(frame.guid, QUERY, ttl - 1, hops + 1, len(payload)) + payload
+
+    def _on_pong(self, connection: Connection, frame: Frame, now: float) -> None:
+        if not self._ttl_ok(frame):
+            return
+        try:
+            pong = parse_payload(PONG, frame.payload)
+        except MalformedPayloadError:
+            self.dropped["malformed", PONG] += 1
+            connection.malformed_in += 1
+            return
+        assert isinstance(pong, Pong)
+        if pong.port:
+            _, problem = classify_address(pong.ip)
+            if problem is None or (problem == "private" and self.allow_private):
+                self.pong_cache.add(pong.ip, pong.port, frame.payload, frame.hops, now)
+            else:
+                # Still routed back to whoever pinged; just not handed out again.
+                self.pongs_not_cached[problem] += 1
+            if self.on_host_learned is not None:
+                self.on_host_learned(pong.ip, pong.port, "pong")
+        route = self.ping_routes.lookup(frame.guid, now)
+        if route is None:
+            self.dropped["no-route", PONG] += 1
+            return
+        self._forward_reply(route, frame, now)
+
+    def _on_query_hit(self, connection: Connection, frame: Frame, now: float) -> None:
+        if not self._ttl_ok(frame):
+            return
+        payload = frame.payload
+        if len(payload) < 11 + GUID_SIZE:
+            self.dropped["malformed", QUERY_HIT] += 1
+            connection.malformed_in += 1
+            return
+        self.push_routes.refresh(payload[-GUID_SIZE:], connection.id, now)
+        route = self.query_routes.lookup(frame.guid, now)
+        if route is None:
+            self.dropped["no-route", QUERY_HIT] += 1
+            return
+        self._forward_reply(route, frame, now)
+
+    def _on_push(self, connection: Connection, frame: Frame, now: float) -> None:
+        if not self._ttl_ok(frame):
+            return
+        payload = frame.payload
+        if len(payload) < 26:
+            self.dropped["malformed", PUSH] += 1
+            connection.malformed_in += 1
+            return
+        if not self.push_seen.add(frame.guid, now):
+            self.dropped["duplicate", PUSH] += 1
+            return
+        servent = payload[:GUID_SIZE]
+        if servent == self.own_guid:
+            self.consumed[PUSH] += 1
+            return
+        route = self.push_routes.lookup(servent, now)
+        if route is None:
+            self.dropped["no-route", PUSH] += 1
+            return
+        self._forward_reply(route, frame, now)
+
+    def _on_bye(self, connection: Connection, frame: Frame, now: float) -> None:
+        try:
+            bye = parse_payload(BYE, frame.payload)
+        except MalformedPayloadError:
+            bye = None
+        if not isinstance(bye, Bye):
+            connection.close("peer sent a malformed Bye")
+            return
+        if frame.hops != 0 or frame.ttl > 1:
+            # The spec asks receivers to ignore a Bye that was relayed.
+            self.dropped["bye-relayed", BYE] += 1
+            return
+        self.consumed[BYE] += 1
+        connection.bye_code_received = bye.code
+        connection.close(f"peer said Bye {bye.code}: {bye.reason}"[:200])
+
+    def _on_hop_by_hop(self, connection: Connection, frame: Frame, now: float) -> None:
+        self.consumed[frame.payload_type] += 1
+
+    def _on_unknown(self, connection: Connection, frame: Frame, now: float) -> None:
+        self.dropped["unknown-type", frame.payload_type] += 1
+
+    # ------------------------------------------------------------------ originating
+
+    def originate_ping(self, connection: Connection, ttl: int, now: float) -> bytes:
+        """Send our own ping (to learn hosts); its pongs are consumed here."""
+        guid = random_guid()
+        self.ping_routes.record(guid, LOCAL, now)
+        if connection.send_message(Message(guid, ttl, 0, Ping()), now):
+            self.generated[PING] += 1
+        return guid
+
+    def originate_query(self, connection: Connection | None, message: Message, now: float) -> None:
+        """Send a query of our own (tests, tools); its hits are consumed here."""
+        self.query_routes.record(message.guid, LOCAL, now)
+        data = encode_message(message)
+        if connection is not None:
+            if connection.send_nowait(data, QUERY, 0, now):
+                self.generated[QUERY] += 1
+            return
+        for target in self._connections():
+            if not target.closing and target.send_nowait(data, QUERY, 0, now):
+                self.generated[QUERY] += 1
+
+    # ------------------------------------------------------------------ observation
+
+    def statistics(self) -> RouterStatistics:
+        now = _current_time()
+        dropped: dict[str, dict[str, int]] = {}
+        for (reason, message_type), count in sorted(self.dropped.items()):
+            dropped.setdefault(reason, {})[type_name(message_type)] = count
+        return RouterStatistics(
+            received=_by_type(self.received),
+            forwarded=_by_type(self.forwarded),
+            generated=_by_type(self.generated),
+            consumed=_by_type(self.consumed),
+            dropped=dropped,
+            tables={
+                table.name: table.statistics(now)
+                for table in (self.ping_routes, self.query_routes, self.push_routes)
+            },
+            pong_cache_size=len(self.pong_cache),
+            pongs_not_cached=dict(self.pongs_not_cached),
+        )
+
+    def total_dropped(self) -> int:
+        return sum(self.dropped.values())
+
+    def route_tables(self) -> Iterator[RouteTable[int]]:
+        yield self.ping_routes
+        yield self.query_routes
+        yield self.push_routes
+
+
+def _by_type(counts: list[int]) -> dict[str, int]:
+    return {type_name(t): n for t, n in enumerate(counts) if n}
+
+
+def _current_time() -> float:
+    try:
+        return trio.current_time()
+    except RuntimeError:
+        return 0.0

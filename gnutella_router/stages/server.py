@@ -1,0 +1,532 @@
+"""The GnutellaServer stage: accepting, dialing, handshaking, and the live connections.
+
+Incoming sockets pass three gates before any Gnutella message is read: a per-IP rate
+limit on connection attempts (a refused attempt costs one short write), a handshake
+under a deadline (a peer silent mid-handshake is dropped), and the connection cap (a
+full node answers ``503`` with ``X-Try-Ultrapeers``, so the peer has somewhere else to
+go). Outgoing connections, dialed for the catcher, go through the same handshake as the
+initiator. A connection that completes its handshake is served by
+:class:`~gnutella_router.net.connection.Connection` until it ends, with its frames handed
+to the router; its end is logged in one summary line.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import dataclasses
+import ipaddress
+from collections.abc import Callable
+
+import structlog
+import trio
+
+from gnutella_router.config import Config
+from gnutella_router.net.connection import Connection, FrameTap, format_address
+from gnutella_router.net.outqueue import OutgoingQueue, make_outgoing_queue
+from gnutella_router.stages.router import GnutellaRouter
+from protocol.errors import HandshakeError, LocalProtocolError
+from protocol.handshake import (
+    NEED_DATA,
+    Acceptor,
+    Capabilities,
+    ConnectRequest,
+    HandshakeComplete,
+    HandshakeEvent,
+    HandshakeRejected,
+    HandshakeResponse,
+    Initiator,
+    busy_response_headers,
+    format_refusal,
+    router_headers,
+)
+
+HANDSHAKE_READ_SIZE = 4096
+
+
+class ConnectionTable:
+    """The live connections, with a tuple snapshot the router can iterate cheaply."""
+
+    def __init__(self) -> None:
+        self._by_id: dict[int, Connection] = {}
+        self._snapshot: tuple[Connection, ...] = ()
+        self._emptied = trio.lowlevel.ParkingLot()
+
+    def add(self, connection: Connection) -> None:
+        self._by_id[connection.id] = connection
+        self._snapshot = tuple(self._by_id.values())
+
+    def remove(self, connection: Connection) -> None:
+        if self._by_id.pop(connection.id, None) is not None:
+            self._snapshot = tuple(self._by_id.values())
+            if not self._by_id:
+                self._emptied.unpark_all()
+
+    async def wait_empty(self) -> None:
+        """Return once no connection is left (at shutdown, after the Byes)."""
+        while self._by_id:
+            await self._emptied.park()
+
+    def snapshot(self) -> tuple[Connection, ...]:
+        return self._snapshot
+
+    def __len__(self) -> int:
+        return len(self._by_id)
+
+    def get(self, connection_id: int) -> Connection | None:
+        return self._by_id.get(connection_id)
+
+    def count(self, role: str) -> int:
+        return sum(1 for c in self._snapshot if c.role == role and not c.closing)
+
+    def addresses(self) -> set[tuple[str, int]]:
+        """Every address a live peer is known by: where it came from and where it listens."""
+        known: set[tuple[str, int]] = set()
+        for connection in self._snapshot:
+            known.add(connection.peer)
+            if connection.capabilities.listen_address is not None:
+                known.add(connection.capabilities.listen_address)
+        return known
+
+
+class RateLimiter:
+    """At most ``limit`` attempts per ``period`` seconds per key, with a bounded memory."""
+
+    def __init__(self, limit: int, period: float = 60.0, max_keys: int = 10_000) -> None:
+        self.limit = limit
+        self.period = period
+        self.max_keys = max_keys
+        self._attempts: collections.OrderedDict[str, collections.deque[float]] = (
+            collections.OrderedDict()
+        )
+
+    def allow(self, key: str, now: float) -> bool:
+        attempts = self._attempts.get(key)
+        if attempts is None:
+            attempts = collections.deque()
+            self._attempts[key] = attempts
+            if len(self._attempts) > self.max_keys:
+                self._attempts.popitem(last=False)
+        else:
+            self._attempts.move_to_end(key)
+        horizon = now - self.period
+        while attempts and attempts[0] <= horizon:
+            attempts.popleft()
+        if len(attempts) >= self.limit:
+            return False
+        attempts.append(now)
+        return True
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ServerStatistics:
+    listening: tuple[str, ...]
+    connections: int
+    incoming: int
+    outgoing: int
+    handshakes_in_progress: int
+    accepted: int
+    completed: dict[str, int]
+    """Completed handshakes by role."""
+    refused: dict[str, int]
+    """Connection attempts turned away or failed before the first message, by reason."""
+    closed: int
+    failed_connections: int
+    """Connections ended by an unexpected exception in their tasks (each one logged)."""
+
+
+class DialError(Exception):
+    """An outgoing connection did not come up; the message says why."""
+
+
+class GnutellaServer:
+    """Owns the listener, every connection task, and the handshake policy."""
+
+    def __init__(
+        self,
+        config: Config,
+        *,
+        router: GnutellaRouter,
+        own_guid: bytes,
+        try_hosts: Callable[[], list[tuple[str, int]]] | None = None,
+        on_hosts_learned: Callable[[list[tuple[str, int]], str], None] | None = None,
+        log: structlog.typing.FilteringBoundLogger | None = None,
+    ) -> None:
+        self.config = config
+        self.router = router
+        self.own_guid = own_guid
+        self.try_hosts = try_hosts
+        self.on_hosts_learned = on_hosts_learned
+        self.log = log or structlog.get_logger("server")
+        self.connections = ConnectionTable()
+        self.listen_addresses: list[tuple[str, int]] = []
+        self.rate_limiter = RateLimiter(config.network.connects_per_ip_per_minute)
+        self._nursery: trio.Nursery | None = None
+        self._listeners: list[trio.SocketListener] = []
+        self._handshaking = 0
+        self._advertised: tuple[str, int] | None = None
+        self._admitting: set[Acceptor] = set()
+        self.accepted = 0
+        self.closed = 0
+        self.failed_connections = 0
+        self.completed: collections.Counter[str] = collections.Counter()
+        self.refused: collections.Counter[str] = collections.Counter()
+        self.recorder: FrameTap | None = None
+        """Handed to every new connection; the daemon sets it when recording a trace."""
+
+    # ------------------------------------------------------------------ addresses
+
+    def advertised_address(self) -> tuple[str, int]:
+        """What we tell peers: the configured advertise address, else where we listen.
+
+        Asked for every ping answered, so it is worked out once, when listening starts.
+        """
+        if self._advertised is None:
+            advertise = self.config.node.advertise
+            if advertise:
+                host, _, port = advertise.rpartition(":")
+                return host.strip("[]"), int(port)
+            if self.listen_addresses:
+                return self.listen_addresses[0]
+            return self.config.node.listen_address
+        return self._advertised
+
+    def _headers(self, remote_ip: str | None) -> list[tuple[str, str]]:
+        host, port = self.advertised_address()
+        listen: tuple[str, int] | None = (host, port)
+        try:
+            ipaddress.ip_address(host)
+        except ValueError:
+            listen = None
+        network = self.config.network
+        return router_headers(
+            user_agent=self.config.node.user_agent,
+            listen=listen if port else None,
+            remote_ip=remote_ip,
+            max_ttl=network.max_ttl,
+            guid=self.own_guid,
+            deflate=network.deflate,
+        )
+
+    def _new_queue(self) -> OutgoingQueue:
+        slow = self.config.slow_peer
+        if slow.policy == "threshold":
+            return make_outgoing_queue(
+                "threshold",
+                max_messages=slow.threshold_messages,
+                max_bytes=slow.threshold_bytes,
+                unbounded_experiment=slow.unbounded_experiment,
+            )
+        return make_outgoing_queue(
+            "flow-control",
+            max_bytes=slow.queue_bytes,
+            enter_ratio=slow.flow_control_enter,
+            leave_ratio=slow.flow_control_leave,
+            max_flow_control_seconds=slow.flow_control_timeout,
+        )
+
+    # ------------------------------------------------------------------ serving
+
+    async def serve(
+        self, *, task_status: trio.TaskStatus[list[tuple[str, int]]] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Listen, accept and serve connections until cancelled."""
+        host, port = self.config.node.listen_address
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                self._listeners = await trio.open_tcp_listeners(port, host=host or None)
+                self.listen_addresses = [
+                    _sockname(listener.socket.getsockname()) for listener in self._listeners
+                ]
+                self._advertised = self.advertised_address()
+                nursery.start_soon(self._housekeeping)
+                for listener in self._listeners:
+                    nursery.start_soon(self._accept_loop, listener)
+                task_status.started(self.listen_addresses)
+        finally:
+            # Cancelled instead of stopped (a crash elsewhere, a test giving up): the
+            # listening sockets must not outlive the server.
+            await self.close_listeners()
+
+    async def _accept_loop(self, listener: trio.SocketListener) -> None:
+        assert self._nursery is not None
+        while True:
+            try:
+                stream = await listener.accept()
+            except trio.ClosedResourceError:
+                return
+            except OSError as exc:
+                # Out of descriptors and the like: count, breathe, carry on.
+                self.refused["accept-error"] += 1
+                self.log.warning("accept failed", error=str(exc))
+                await trio.sleep(0.1)
+                continue
+            self.accepted += 1
+            self._nursery.start_soon(self._handle_incoming, stream)
+
+    async def close_listeners(self) -> None:
+        for listener in self._listeners:
+            with trio.CancelScope(shield=True):
+                await listener.aclose()
+        self._listeners = []
+
+    async def _housekeeping(self) -> None:
+        """Once a second: let outgoing queues apply their time limits."""
+        while True:
+            await trio.sleep(1.0)
+            now = trio.current_time()
+            for connection in self.connections.snapshot():
+                connection.check(now)
+
+    async def _handle_incoming(self, stream: trio.SocketStream) -> None:
+        peer = _sockname(stream.socket.getpeername())
+        now = trio.current_time()
+        if not self.rate_limiter.allow(peer[0], now):
+            self.refused["rate-limited"] += 1
+            await _send_and_close(stream, format_refusal(429, "Too many connection attempts"))
+            return
+        acceptor = Acceptor()
+        self._handshaking += 1
+        try:
+            with trio.move_on_after(self.config.network.handshake_timeout) as scope:
+                complete = await self._accept_handshake(stream, acceptor, peer)
+            if scope.cancelled_caught:
+                self.refused["handshake-timeout"] += 1
+                await _close(stream)
+                return
+        except HandshakeError as exc:
+            self.refused["handshake-error"] += 1
+            self.log.debug("handshake refused", peer=format_address(*peer), error=exc.reason)
+            try:
+                refusal = format_refusal(exc.status_code, exc.reason)
+            except LocalProtocolError:
+                refusal = format_refusal(exc.status_code, "Bad handshake")
+            await _send_and_close(stream, refusal)
+            return
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            self.refused["handshake-io"] += 1
+            await _close(stream)
+            return
+        finally:
+            self._handshaking -= 1
+            # No await between here and the connection's registration in _serve.
+            self._admitting.discard(acceptor)
+        if complete is None:
+            await _close(stream)
+            return
+        await self._serve(stream, peer, "incoming", complete)
+
+    async def _accept_handshake(
+        self, stream: trio.SocketStream, acceptor: Acceptor, peer: tuple[str, int]
+    ) -> HandshakeComplete | None:
+        request = await _next_event(stream, acceptor)
+        assert isinstance(request, ConnectRequest)
+        capabilities = request.capabilities
+        reason = self._refusal_reason(capabilities)
+        if reason is not None:
+            code, text = reason
+            self.refused[text.lower().replace(" ", "-")] += 1
+            headers = busy_response_headers(self._try_hosts()) if code == 503 else []
+            await stream.send_all(acceptor.reject(code, text, headers))
+            return None
+        self._admitting.add(acceptor)
+        reply = acceptor.accept(self._headers(peer[0]), deflate=self.config.network.deflate)
+        await stream.send_all(reply)
+        while True:
+            event = await _next_event(stream, acceptor)
+            if isinstance(event, HandshakeComplete):
+                return event
+            if isinstance(event, HandshakeRejected):
+                self.refused["peer-declined"] += 1
+                return None
+
+    def _refusal_reason(self, capabilities: Capabilities) -> tuple[int, str] | None:
+        if capabilities.guid is not None and capabilities.guid == self.own_guid:
+            return 409, "Connected to self"
+        # Handshakes already accepted but not yet registered hold a slot too: several
+        # peers handshaking at once must not all slip under the limit.
+        if len(self.connections) + len(self._admitting) >= self.config.network.max_connections:
+            return 503, "Too many connections"
+        return None
+
+    def _try_hosts(self) -> list[tuple[str, int]]:
+        hosts = [
+            c.capabilities.listen_address
+            for c in self.connections.snapshot()
+            if c.capabilities.listen_address is not None
+        ]
+        if self.try_hosts is not None:
+            hosts.extend(self.try_hosts())
+        return hosts[:10]
+
+    async def dial(self, host: str, port: int, *, timeout: float) -> Connection:  # noqa: ASYNC109
+        """Connect out and handshake as initiator; the connection is then served in the
+        background. Raises :class:`DialError` with the reason on any failure."""
+        if self._nursery is None:
+            raise DialError("the server is not running")
+        self._handshaking += 1
+        try:
+            with trio.fail_after(timeout):
+                stream = await trio.open_tcp_stream(host, port)
+                try:
+                    complete = await self._initiate_handshake(stream, host)
+                except BaseException:
+                    await _close(stream)
+                    raise
+        except trio.TooSlowError as exc:
+            self.refused["dial-timeout"] += 1
+            raise DialError(f"no handshake within {timeout} s") from exc
+        except HandshakeError as exc:
+            self.refused["dial-handshake-error"] += 1
+            raise DialError(f"handshake failed: {exc.reason}") from exc
+        except OSError as exc:
+            self.refused["dial-failed"] += 1
+            raise DialError(f"cannot connect: {exc.strerror or exc}") from exc
+        except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+            self.refused["dial-failed"] += 1
+            raise DialError("connection lost during the handshake") from exc
+        finally:
+            self._handshaking -= 1
+        peer = _sockname(stream.socket.getpeername())
+        connection = self._connection(stream, peer, "outgoing", complete)
+        self.connections.add(connection)
+        self._nursery.start_soon(self._run_connection, connection)
+        return connection
+
+    async def _initiate_handshake(self, stream: trio.SocketStream, host: str) -> HandshakeComplete:
+        initiator = Initiator()
+        await stream.send_all(initiator.start(self._headers(_literal_ip(host))))
+        event = await _next_event(stream, initiator)
+        if isinstance(event, HandshakeRejected):
+            if event.try_hosts and self.on_hosts_learned is not None:
+                self.on_hosts_learned(list(event.try_hosts), "x-try")
+            raise DialError(f"refused with {event.status_code} {event.reason}")
+        assert isinstance(event, HandshakeResponse)
+        if event.capabilities.guid == self.own_guid:
+            await stream.send_all(initiator.decline(409, "Connected to self"))
+            raise DialError("connected to ourselves")
+        await stream.send_all(initiator.confirm(deflate=self.config.network.deflate))
+        complete = await _next_event(stream, initiator)
+        assert isinstance(complete, HandshakeComplete)
+        return complete
+
+    def _connection(
+        self,
+        stream: trio.SocketStream,
+        peer: tuple[str, int],
+        role: str,
+        complete: HandshakeComplete,
+    ) -> Connection:
+        if complete.peer.try_hosts and self.on_hosts_learned is not None:
+            self.on_hosts_learned(list(complete.peer.try_hosts), "x-try")
+        return Connection(
+            stream=stream,
+            peer=peer,
+            role=role,
+            capabilities=complete.peer,
+            outgoing=self._new_queue(),
+            compress_outgoing=complete.compress_outgoing,
+            decompress_incoming=complete.decompress_incoming,
+            trailing_data=complete.trailing_data,
+            max_payload=self.config.network.max_payload,
+            log=self.log,
+            recorder=self.recorder,
+        )
+
+    async def _serve(
+        self,
+        stream: trio.SocketStream,
+        peer: tuple[str, int],
+        role: str,
+        complete: HandshakeComplete,
+    ) -> None:
+        connection = self._connection(stream, peer, role, complete)
+        self.connections.add(connection)
+        await self._run_connection(connection)
+
+    async def _run_connection(self, connection: Connection) -> None:
+        self.completed[connection.role] += 1
+        connection.log.debug("connected", user_agent=connection.capabilities.user_agent)
+        try:
+            await connection.run(self.router.deliver)
+        except Exception:
+            # A bug in this connection's tasks must cost this connection, not the node.
+            self.failed_connections += 1
+            connection.log.exception("connection task failed")
+        finally:
+            self.connections.remove(connection)
+            self.closed += 1
+            connection.log_summary(trio.current_time())
+
+    async def say_goodbye(self, grace: float) -> None:
+        """Bye 200 to every peer that takes Bye, then wait (at most ``grace``) for them."""
+        for connection in self.connections.snapshot():
+            connection.close("shutting down", bye_code=200)
+        with trio.move_on_after(grace):
+            await self.connections.wait_empty()
+
+    def statistics(self) -> ServerStatistics:
+        return ServerStatistics(
+            listening=tuple(format_address(*a) for a in self.listen_addresses),
+            connections=len(self.connections),
+            incoming=self.connections.count("incoming"),
+            outgoing=self.connections.count("outgoing"),
+            handshakes_in_progress=self._handshaking,
+            accepted=self.accepted,
+            completed=dict(self.completed),
+            refused=dict(self.refused),
+            closed=self.closed,
+            failed_connections=self.failed_connections,
+        )
+
+
+async def _next_event(stream: trio.SocketStream, machine: Acceptor | Initiator) -> HandshakeEvent:
+    """Feed the machine from the socket until it has something to say."""
+    while True:
+        event = machine.next_event()
+        if event is not NEED_DATA:
+            assert not isinstance(event, type(NEED_DATA))
+            return event
+        data = await stream.receive_some(HANDSHAKE_READ_SIZE)
+        machine.receive_data(data)
+
+
+async def _send_and_close(stream: trio.SocketStream, data: bytes) -> None:
+    """Send a refusal and close without losing it.
+
+    Closing a socket that still has unread input makes the kernel send a reset, which
+    can destroy the refusal before the peer reads it. So: send, shut our side down,
+    drain briefly (bounded in time and bytes), then close.
+    """
+    with trio.move_on_after(1.0):
+        try:
+            await stream.send_all(data)
+            await stream.send_eof()
+            drained = 0
+            while drained < 65536 and (chunk := await stream.receive_some(4096)):
+                drained += len(chunk)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            pass
+    await _close(stream)
+
+
+async def _close(stream: trio.SocketStream) -> None:
+    with (
+        trio.CancelScope(shield=True),
+        trio.move_on_after(0.5),
+        contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError, OSError),
+    ):
+        await stream.aclose()
+
+
+def _sockname(address: object) -> tuple[str, int]:
+    assert isinstance(address, tuple)
+    return str(address[0]), int(address[1])
+
+
+def _literal_ip(host: str) -> str | None:
+    try:
+        return str(ipaddress.ip_address(host))
+    except ValueError:
+        return None

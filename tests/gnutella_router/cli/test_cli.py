@@ -1,0 +1,64 @@
+"""The command line's decode job, as a user runs it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gnutella_router.cli.main import main
+from protocol.codec import encode_message
+from protocol.constants import MessageType
+from protocol.header import encode_header
+from protocol.messages import Bye, Message, Pong, Query
+
+
+def test_decode_prints_the_builtin_sample(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["decode", "--count", "30", "--seed", "7"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("# sample capture: 30 messages")
+    assert lines[-1] == "# 30 messages"
+    body = lines[1:-1]
+    assert len(body) == 30
+    assert {line.split()[0] for line in body} <= {"PING", "PONG", "QUERY", "QUERY_HIT", "PUSH"}
+
+
+def test_decode_shows_malformed_messages_and_keeps_going(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    capture = tmp_path / "capture.bin"
+    capture.write_bytes(
+        encode_message(Message(b"a" * 16, 7, 0, Query(b"free jazz")))
+        + encode_header(b"b" * 16, MessageType.PONG, 1, 0, 2)
+        + b"??"
+        + encode_message(Message(b"c" * 16, 1, 0, Bye(200, "Servent shutdown")))
+    )
+    assert main(["decode", str(capture)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert "text='free jazz'" in out[0]
+    assert "MALFORMED" in out[1]
+    assert "code=200 reason='Servent shutdown'" in out[2]
+    assert out[-1] == "# 3 messages"
+
+
+def test_decode_reports_an_unrecoverable_stream(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    capture = tmp_path / "bad.bin"
+    good = encode_message(Message(b"a" * 16, 1, 0, Pong(6346, "127.0.0.1", 1, 2)))
+    capture.write_bytes(good + encode_header(b"x" * 16, 0x80, 1, 0, 1 << 20) + b"zz")
+    assert main(["decode", str(capture)]) == 1
+    captured = capsys.readouterr()
+    assert "127.0.0.1:6346" in captured.out
+    assert "exceeds the maximum" in captured.err
+
+
+def test_sample_writes_a_decodable_capture(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "sample.bin"
+    assert main(["sample", str(path), "--count", "50"]) == 0
+    assert main(["decode", str(path), "--limit", "5"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[-1] == "# 50 messages"
+    assert len(out) == 1 + 5 + 1

@@ -1,0 +1,414 @@
+"""Two-generation GUID tables: lifetimes, bounds, and the bookkeeping dumps rely on."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gnutella_router.net.route_table import (
+    RouteEntry,
+    RouteTable,
+    RouteTableStatistics,
+    SeenTable,
+)
+
+
+def guid(n: int) -> bytes:
+    return n.to_bytes(16, "big")
+
+
+A, B, C, D = guid(1), guid(2), guid(3), guid(4)
+
+
+def test_record_then_lookup_returns_the_value() -> None:
+    table: RouteTable[str] = RouteTable("query", 300.0, 100)
+    assert table.record(A, "conn-1", 1.0) is True
+    assert table.lookup(A, 2.0) == "conn-1"
+    assert A in table
+    assert B not in table
+    assert len(table) == 1
+
+
+def test_duplicate_record_keeps_the_first_value_and_is_counted() -> None:
+    table: RouteTable[str] = RouteTable("query", 300.0, 100)
+    assert table.record(A, "first", 1.0)
+    assert table.record(A, "second", 2.0) is False
+    assert table.lookup(A, 3.0) == "first"
+    stats = table.statistics(3.0)
+    assert (stats.recorded, stats.duplicates, stats.size) == (1, 1, 1)
+
+
+def test_duplicate_is_detected_in_the_previous_generation_too() -> None:
+    table: RouteTable[str] = RouteTable("query", 10.0, 100)
+    table.record(A, "first", 1.0)
+    assert table.record(B, "other", 12.0)  # rotates: A is now in the previous generation
+    assert table.statistics(12.0).previous_size == 1
+    assert table.record(A, "second", 12.0) is False
+    assert table.lookup(A, 12.0) == "first"
+
+
+def test_lookup_of_an_unknown_guid_is_a_counted_miss() -> None:
+    table: RouteTable[str] = RouteTable("ping", 120.0, 100)
+    table.record(A, "x", 0.0)
+    assert table.lookup(B, 1.0) is None
+    assert table.lookup(A, 1.0) == "x"
+    stats = table.statistics(1.0)
+    assert (stats.lookups, stats.misses) == (2, 1)
+
+
+def test_an_entry_survives_one_rotation_but_not_two() -> None:
+    table: RouteTable[str] = RouteTable("ping", 10.0, 100)
+    table.record(A, "x", 0.0)
+    assert table.lookup(A, 9.999) == "x"
+    assert table.lookup(A, 10.0) == "x"  # first rotation: moved to previous
+    assert table.statistics(10.0).previous_size == 1
+    assert table.lookup(A, 19.999) == "x"
+    assert table.lookup(A, 20.0) is None  # second rotation: gone
+    stats = table.statistics(20.0)
+    assert (stats.rotations, stats.expired, stats.size) == (2, 1, 0)
+
+
+def test_lifetime_is_between_one_and_two_generations() -> None:
+    table: RouteTable[str] = RouteTable("ping", 10.0, 100)
+    table.record(A, "late", 9.5)  # recorded just before the first boundary
+    table.record(B, "early", 10.0)  # recorded right at it: starts the next generation
+    # A lives just over one generation, B the full two.
+    assert table.lookup(A, 19.9) == "late"
+    assert table.lookup(A, 20.0) is None
+    assert table.lookup(B, 29.9) == "early"
+    assert table.lookup(B, 30.0) is None
+
+
+def test_rotations_stay_on_the_grid_when_calls_come_late() -> None:
+    table: RouteTable[str] = RouteTable("ping", 10.0, 100)
+    table.record(A, "a", 0.0)
+    table.record(B, "b", 13.0)  # first call after the boundary at 10
+    # The next boundary is 20, not 23: A goes at 20 although it was rotated at 13.
+    assert table.lookup(A, 19.9) == "a"
+    assert table.lookup(A, 20.0) is None
+    assert table.lookup(B, 29.9) == "b"
+    assert table.lookup(B, 30.0) is None
+
+
+def test_an_idle_table_drops_everything_after_two_generations() -> None:
+    table: RouteTable[str] = RouteTable("ping", 10.0, 100)
+    table.record(A, "a", 0.0)
+    table.record(B, "b", 5.0)
+    # No call between 5 and 25: two boundaries passed at once.
+    assert table.lookup(A, 25.0) is None
+    assert table.lookup(B, 25.0) is None
+    assert len(table) == 0
+    stats = table.statistics(25.0)
+    assert (stats.expired, stats.rotations) == (2, 2)
+    table.record(C, "c", 25.0)  # the grid carries on: boundaries at 30, 40
+    assert table.lookup(C, 39.9) == "c"
+    assert table.lookup(C, 40.0) is None
+
+
+def test_a_full_generation_rotates_early() -> None:
+    table: RouteTable[int] = RouteTable("query", 100.0, 3)
+    for n in range(3):
+        assert table.record(guid(n), n, 1.0)
+    stats = table.statistics(1.0)
+    assert (stats.current_size, stats.previous_size, stats.rotations) == (3, 0, 0)
+    assert table.record(guid(3), 3, 2.0)
+    stats = table.statistics(2.0)
+    assert (stats.current_size, stats.previous_size) == (1, 3)
+    assert (stats.rotations, stats.rotations_for_capacity, stats.expired) == (1, 1, 0)
+    assert all(table.lookup(guid(n), 2.0) == n for n in range(4))
+    for n in range(4, 7):
+        table.record(guid(n), n, 3.0)
+    stats = table.statistics(3.0)
+    assert (stats.rotations_for_capacity, stats.expired, stats.size) == (2, 3, 4)
+    assert [table.lookup(guid(n), 3.0) for n in range(3)] == [None, None, None]
+
+
+def test_a_capacity_rotation_restarts_the_generation_clock() -> None:
+    table: RouteTable[int] = RouteTable("query", 10.0, 2)
+    table.record(A, 1, 0.0)
+    table.record(B, 2, 8.0)
+    table.record(C, 3, 8.0)  # full: rotates at 8, the next time boundary is 18
+    assert table.lookup(A, 17.9) == 1
+    assert table.lookup(A, 18.0) is None
+    assert table.lookup(C, 27.9) == 3
+    assert table.lookup(C, 28.0) is None
+
+
+def test_forget_value_drops_every_route_to_a_closed_connection() -> None:
+    table: RouteTable[str] = RouteTable("query", 10.0, 100)
+    table.record(A, "closed", 0.0)
+    table.record(B, "open", 0.0)
+    table.record(C, "closed", 11.0)  # A and B are now in the previous generation
+    table.record(D, "open", 11.0)
+    assert table.forget_value("closed") == 2
+    assert table.lookup(A, 12.0) is None
+    assert table.lookup(C, 12.0) is None
+    assert table.lookup(B, 12.0) == "open"
+    assert table.lookup(D, 12.0) == "open"
+    assert table.forget_value("closed") == 0
+    stats = table.statistics(12.0)
+    assert (stats.forgotten, stats.size) == (2, 2)
+
+
+def test_refresh_keeps_an_entry_alive_across_rotations() -> None:
+    table: RouteTable[str] = RouteTable("push", 10.0, 100)
+    table.record(A, "old-conn", 0.0)
+    table.refresh(A, "new-conn", 15.0)  # A was in previous; now current again, new value
+    stats = table.statistics(15.0)
+    assert (stats.current_size, stats.previous_size) == (1, 0)
+    assert table.lookup(A, 29.9) == "new-conn"
+    assert table.lookup(A, 30.0) is None
+    assert table.statistics(30.0).refreshed == 1
+
+
+def test_refresh_inserts_an_unknown_guid_and_updates_a_current_one() -> None:
+    table: RouteTable[str] = RouteTable("push", 10.0, 100)
+    table.refresh(A, "x", 1.0)
+    assert table.lookup(A, 1.0) == "x"
+    table.record(B, "y", 2.0)
+    table.refresh(A, "z", 3.0)
+    assert table.lookup(A, 3.0) == "z"
+    assert len(table) == 2
+    assert [e.guid for e in table.entries(3.0)] == [A, B]  # A moved to the newest end
+
+
+def test_refresh_respects_capacity() -> None:
+    table: RouteTable[int] = RouteTable("push", 100.0, 2)
+    for n in range(10):
+        table.refresh(guid(n), n, float(n))
+        assert len(table) <= 4
+    assert table.statistics(10.0).rotations_for_capacity == 4
+
+
+def test_entries_are_newest_first_with_ages_and_generations() -> None:
+    table: RouteTable[str] = RouteTable("query", 10.0, 100)
+    table.record(A, "a", 1.0)
+    table.record(B, "b", 2.0)
+    table.record(C, "c", 12.0)
+    table.record(D, "d", 13.0)
+    got = list(table.entries(14.0))
+    assert got == [
+        RouteEntry(D, "d", 13.0, 1.0, "current"),
+        RouteEntry(C, "c", 12.0, 2.0, "current"),
+        RouteEntry(B, "b", 2.0, 12.0, "previous"),
+        RouteEntry(A, "a", 1.0, 13.0, "previous"),
+    ]
+    assert [e.guid for e in table.entries(14.0, limit=3)] == [D, C, B]
+    assert [e.guid for e in table.entries(14.0, limit=1)] == [D]
+    assert list(table.entries(14.0, limit=0)) == []
+    # A due rotation is applied first: a dump never shows expired routes.
+    assert [e.guid for e in table.entries(20.0)] == [D, C]
+
+
+def test_entries_are_a_snapshot() -> None:
+    table: RouteTable[int] = RouteTable("query", 10.0, 100)
+    for n in range(5):
+        table.record(guid(n), n, 0.0)
+    walked = []
+    for entry in table.entries(1.0):
+        table.record(guid(100 + entry.value), 0, 1.0)  # would break a live dict iterator
+        walked.append(entry.value)
+    assert walked == [4, 3, 2, 1, 0]
+
+
+def test_entries_rejects_a_negative_limit() -> None:
+    table: RouteTable[int] = RouteTable("query", 10.0, 100)
+    with pytest.raises(ValueError, match="limit"):
+        table.entries(0.0, limit=-1)
+
+
+def test_statistics_tell_the_whole_story() -> None:
+    table: RouteTable[str] = RouteTable("query", 10.0, 2, now=100.0)
+    assert table.statistics(100.0).oldest_age is None
+    table.record(A, "a", 101.0)
+    table.record(A, "again", 102.0)  # duplicate
+    table.record(B, "b", 103.0)
+    table.record(C, "c", 104.0)  # capacity rotation; the grid restarts at 114
+    table.lookup(A, 105.0)
+    table.lookup(D, 105.0)  # miss
+    table.refresh(D, "d", 106.0)
+    table.forget_value("b")
+    assert table.statistics(107.0) == RouteTableStatistics(
+        name="query",
+        size=3,
+        current_size=2,
+        previous_size=1,
+        capacity=2,
+        generation_seconds=10.0,
+        recorded=3,
+        duplicates=1,
+        refreshed=1,
+        forgotten=1,
+        lookups=2,
+        misses=1,
+        rotations=1,
+        rotations_for_capacity=1,
+        expired=0,
+        oldest_age=6.0,  # A, recorded at 101
+    )
+    stats = table.statistics(114.0)  # time rotation: A goes
+    assert (stats.rotations, stats.expired, stats.size, stats.oldest_age) == (2, 1, 2, 10.0)
+
+
+@pytest.mark.parametrize(("seconds", "capacity"), [(0.0, 10), (-1.0, 10), (10.0, 0)])
+def test_rejects_nonsense_parameters(seconds: float, capacity: int) -> None:
+    with pytest.raises(ValueError, match="must"):
+        RouteTable("bad", seconds, capacity)
+
+
+def test_seen_table_reports_repeats() -> None:
+    seen = SeenTable("push-seen", 10.0, 100)
+    assert seen.add(A, 0.0) is True
+    assert seen.add(A, 5.0) is False
+    assert A in seen
+    assert seen.add(A, 19.0) is False  # still in the previous generation
+    assert seen.add(A, 20.0) is True  # expired, so a new message as far as we know
+    stats = seen.statistics(20.0)
+    assert (stats.added, stats.duplicates, stats.expired, stats.size) == (2, 2, 1, 1)
+    assert [e.guid for e in seen.entries(20.0)] == [A]
+    assert len(seen) == 1
+
+
+# -- differential test against a deliberately naive model
+
+
+@dataclass
+class NaiveTable:
+    """Every entry tagged with its generation number; one loop turn per boundary."""
+
+    generation_seconds: float
+    capacity: int
+    boundary: float
+    generation: int = 0
+    entries: dict[bytes, tuple[int, float, int]] = field(default_factory=dict)
+
+    def _advance(self, now: float) -> None:
+        while now >= self.boundary:
+            self.generation += 1
+            self.boundary += self.generation_seconds
+            self._drop()
+
+    def _drop(self) -> None:
+        self.entries = {g: e for g, e in self.entries.items() if e[2] >= self.generation - 1}
+
+    def _make_room(self, now: float) -> None:
+        if sum(e[2] == self.generation for e in self.entries.values()) >= self.capacity:
+            self.generation += 1
+            self.boundary = now + self.generation_seconds
+            self._drop()
+
+    def record(self, key: bytes, value: int, now: float) -> bool:
+        self._advance(now)
+        if key in self.entries:
+            return False
+        self._make_room(now)
+        self.entries[key] = (value, now, self.generation)
+        return True
+
+    def lookup(self, key: bytes, now: float) -> int | None:
+        self._advance(now)
+        entry = self.entries.get(key)
+        return None if entry is None else entry[0]
+
+    def refresh(self, key: bytes, value: int, now: float) -> None:
+        self._advance(now)
+        old = self.entries.pop(key, None)
+        if old is None or old[2] != self.generation:
+            self._make_room(now)
+        self.entries[key] = (value, now, self.generation)
+
+    def forget_value(self, value: int) -> int:
+        before = len(self.entries)
+        self.entries = {g: e for g, e in self.entries.items() if e[0] != value}
+        return before - len(self.entries)
+
+    def dump(self, now: float) -> list[tuple[bytes, int, float, str]]:
+        self._advance(now)
+        newest_first = list(reversed(self.entries.items()))
+        return [
+            (g, e[0], e[1], label)
+            for gen, label in ((self.generation, "current"), (self.generation - 1, "previous"))
+            for g, e in newest_first
+            if e[2] == gen
+        ]
+
+
+operations = st.lists(
+    st.one_of(
+        st.tuples(st.just("record"), st.integers(0, 11), st.integers(0, 3)),
+        st.tuples(st.just("lookup"), st.integers(0, 11), st.just(0)),
+        st.tuples(st.just("refresh"), st.integers(0, 11), st.integers(0, 3)),
+        st.tuples(st.just("forget"), st.just(0), st.integers(0, 3)),
+        st.tuples(st.just("wait"), st.integers(0, 25), st.just(0)),
+    ),
+    max_size=80,
+)
+
+
+@settings(max_examples=300)
+@given(
+    generation_seconds=st.integers(1, 10),
+    capacity=st.integers(1, 5),
+    ops=operations,
+)
+def test_matches_a_naive_model_and_stays_bounded(
+    generation_seconds: int, capacity: int, ops: list[tuple[str, int, int]]
+) -> None:
+    # Whole-number times keep float arithmetic exact, so both sides see the same grid.
+    table: RouteTable[int] = RouteTable("model", float(generation_seconds), capacity)
+    model = NaiveTable(float(generation_seconds), capacity, boundary=float(generation_seconds))
+    now = 0.0
+    duplicates = misses = 0
+    for op, arg, value in [*ops, ("wait", 0, 0)]:
+        key = guid(arg)
+        if op == "record":
+            expected = model.record(key, value, now)
+            assert table.record(key, value, now) == expected
+            duplicates += not expected
+        elif op == "lookup":
+            expected_value = model.lookup(key, now)
+            assert table.lookup(key, now) == expected_value
+            misses += expected_value is None
+        elif op == "refresh":
+            model.refresh(key, value, now)
+            table.refresh(key, value, now)
+        elif op == "forget":
+            assert table.forget_value(value) == model.forget_value(value)
+        else:
+            now += arg
+        assert len(table) <= 2 * capacity
+        # Thanks to the fixed grid, looking at the table never changes what it will do.
+        dump = [(e.guid, e.value, e.recorded_at, e.generation) for e in table.entries(now)]
+        assert dump == model.dump(now)
+        assert all(e.age < 2 * generation_seconds for e in table.entries(now))
+    stats = table.statistics(now)
+    assert (stats.duplicates, stats.misses, stats.size) == (duplicates, misses, len(model.entries))
+    assert stats.current_size <= capacity
+    assert stats.previous_size <= capacity
+
+
+@settings(max_examples=100)
+@given(
+    gaps=st.lists(st.floats(0.0, 30.0, allow_nan=False), min_size=1, max_size=40),
+    probe=st.floats(0.0, 40.0, allow_nan=False),
+)
+def test_time_alone_keeps_entries_more_than_one_and_at_most_two_generations(
+    gaps: list[float], probe: float
+) -> None:
+    table: RouteTable[float] = RouteTable("lifetime", 10.0, 10_000)
+    now = 0.0
+    recorded: list[tuple[bytes, float]] = []
+    for n, gap in enumerate(gaps):
+        now += gap
+        table.record(guid(n), now, now)
+        recorded.append((guid(n), now))
+    now += probe
+    for key, at in recorded:
+        found = table.lookup(key, now)
+        if now - at <= 10.0:
+            assert found == at
+        if now - at >= 20.0:
+            assert found is None

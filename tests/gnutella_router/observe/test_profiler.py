@@ -1,0 +1,132 @@
+"""The profiler samples a running daemon, exports JSON, CSV and DOT, and plots."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import trio
+
+from gnutella_router.config import load_config
+from gnutella_router.observe.profiler import MAX_CONNECTIONS_TRACKED, read_rss_bytes
+from gnutella_router.traffic.load import LoadSettings, run_load
+from tests.support.peers import running_daemons
+from traffic_models.arrivals import ConstantRate
+from traffic_models.generator import TrafficGenerator
+from traffic_models.mix import PAPER_MIX
+
+ROOT = Path(__file__).resolve().parents[3]
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+PROFILED = {
+    "profiler.enabled": True,
+    "profiler.interval": 0.05,
+    "profiler.samples": 40,
+    "router.query_delay_ms": 5,
+}
+
+
+async def test_a_profiled_daemon_samples_and_exports_at_shutdown(tmp_path: Path) -> None:
+    async with running_daemons(tmp_path, overrides=PROFILED) as (daemon,):
+        profiler = daemon.profiler
+        assert profiler is not None
+        traffic = TrafficGenerator(mix=PAPER_MIX, arrivals=ConstantRate(400), seed=5)
+        settings = LoadSettings(target=daemon.address, peers=3, duration=2.5, drain=0.5)
+        report = await run_load(settings, traffic)
+        assert report.received == report.expected
+        sent = sum(report.sent.values())
+        assert sent > 900
+        samples = list(profiler.samples)
+        # 3 s at 0.05 s is ~60 samples; the ring keeps the last 40.
+        assert profiler.taken > 40
+        assert len(samples) == 40
+        assert all(b.at > a.at for a, b in itertools.pairwise(samples))
+        assert all(s.queues.keys() >= {"router", "catcher"} for s in samples)
+        assert all(0 <= s.queues["router"] <= daemon.config.router.queue_threshold for s in samples)
+        assert all(s.pool_size == 1 and 0 <= s.busy_workers <= 1 for s in samples)
+        assert all(s.connections == 3 for s in samples)
+        assert all(len(s.busiest) <= MAX_CONNECTIONS_TRACKED for s in samples)
+        rss = [s.rss_bytes for s in samples]
+        assert min(rss) > 10 * 2**20
+        assert max(rss) < 2 * 2**30
+        # Per-type rates: about 340 pings/s and 60 queries/s while the load runs.
+        busy = [s.rates for s in samples if s.rates.get("ping", 0) > 100]
+        assert busy, [s.rates for s in samples]
+        assert all(r["ping"] < 1000 and r.get("query", 0) < 300 for r in busy)
+        statistics = profiler.statistics()
+        assert statistics.samples == 40
+        assert statistics.capacity == 40
+        assert statistics.edges["server->router"] >= sent // 2
+        assert statistics.edges["router->connections"] >= sent
+        csv_rows = profiler.to_csv().splitlines()
+        assert csv_rows[0].startswith("at,queue_catcher,queue_router,pool_size")
+        assert len(csv_rows) == 41
+    state = tmp_path / "node0"
+    exported = json.loads((state / "profile.json").read_text())
+    assert len(exported["samples"]) == 40
+    assert exported["samples"][-1]["received"] >= sent // 2
+    assert exported["statistics"]["peak_rss_bytes"] > 0
+    dot = (state / "profile.dot").read_text()
+    assert dot.startswith("digraph stages {")
+    assert 'server -> router [label="' in dot
+    assert 'router -> connections [label="' in dot
+    assert "catcher -> server" in dot
+    assert dot.rstrip().endswith("}")
+
+
+async def test_the_graph_counts_hosts_learned_from_pongs(tmp_path: Path) -> None:
+    from protocol.messages import Pong
+    from tests.support.peers import message, peers
+
+    async with running_daemons(tmp_path, overrides=PROFILED) as (daemon,):
+        (origin,) = await peers(daemon, 1)
+        await origin.send(message(Pong(6346, "1.2.3.4", 1, 10), ttl=1))
+        with trio.fail_after(3):
+            assert daemon.profiler is not None
+            while daemon.profiler.edges()["router->catcher"] < 1:
+                await trio.sleep(0.02)
+        assert 'router -> catcher [label="1"]' in daemon.profiler.stage_graph_dot()
+
+
+def test_the_profiler_is_off_by_default_and_the_flag_turns_it_on() -> None:
+    import argparse
+
+    from gnutella_router.config import add_config_arguments, config_from_args
+
+    assert load_config().profiler.enabled is False
+    parser = argparse.ArgumentParser()
+    add_config_arguments(parser)
+    assert config_from_args(parser.parse_args(["--profile"])).profiler.enabled is True
+    assert config_from_args(parser.parse_args([])).profiler.enabled is False
+
+
+def test_rss_is_read_from_proc() -> None:
+    assert read_rss_bytes() > 2**20
+
+
+async def test_the_plot_script_writes_pngs(tmp_path: Path) -> None:
+    async with running_daemons(tmp_path, overrides=PROFILED) as (daemon,):
+        await trio.sleep(0.3)
+        assert daemon.profiler is not None
+    export = tmp_path / "node0" / "profile.json"
+    out = tmp_path / "figures"
+    result = await trio.to_thread.run_sync(
+        lambda: subprocess.run(
+            [
+                sys.executable,
+                str(ROOT / "scripts" / "plot_profile.py"),
+                str(export),
+                "--out",
+                str(out),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    )
+    assert result.returncode == 0, result.stderr
+    for name in ("queues.png", "pool.png", "rss.png"):
+        assert (out / name).read_bytes()[:8] == PNG_MAGIC

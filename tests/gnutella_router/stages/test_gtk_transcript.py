@@ -1,0 +1,198 @@
+"""gtk-gnutella 1.2.3, replayed from its recorded loopback sessions, in both directions.
+
+The bytes gtk-gnutella sends (its step-1 and step-2 headers, its bare deflated step 3,
+the vendor and QRP messages it sends right after a handshake, its TTL 4 ping carrying
+GGEP SCP, its shutdown Bye) come from shared/notes/gtk-gnutella-interop.md. What
+gtk-gnutella demands of an ultrapeer (X-Ultrapeer; X-Degree >= 16 and
+X-Dynamic-Querying for its leaves; no sflag; deflate offered) is checked on what the
+daemon sends. Everything runs over loopback TCP against a real daemon.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import trio
+
+from protocol.capabilities import Capabilities
+from protocol.codec import encode_message
+from protocol.compression import DeflateCompressor, DeflateDecompressor
+from protocol.constants import MessageType
+from protocol.framing import Frame, FrameDecoder
+from protocol.ggep import GGEPBlock, GGEPExtension
+from protocol.headers import HeaderBlock
+from protocol.messages import (
+    Bye,
+    Message,
+    Ping,
+    QrpPatch,
+    QrpReset,
+    Query,
+    VendorMessage,
+    random_guid,
+)
+from tests.support.gtk_vectors import GTKG_STEP1, GTKG_STEP2
+from tests.support.peers import Peer, message, running_daemons
+from tests.support.waiting import wait_until
+
+GTKG_STEP3_DEFLATE = b"GNUTELLA/0.6 200 OK\r\nContent-Encoding: deflate\r\n\r\n"
+
+
+def gtk_opening_messages() -> tuple[list[Message], bytes]:
+    """What gtk-gnutella sends an ultrapeer right after the handshake, and its ping's GUID."""
+    scp_ping = Message(random_guid(), 4, 0, Ping(GGEPBlock((GGEPExtension("SCP", b"\x01"),))))
+    messages = [
+        Message(
+            bytes(16),
+            1,
+            0,
+            VendorMessage(b"\x00\x00\x00\x00", 0, 0, b"\x02\x00GTKG\x07\x00\x01\x00"),
+        ),
+        Message(
+            bytes(16), 1, 0, VendorMessage(b"\x00\x00\x00\x00", 10, 0, b"\x01\x00HSEP\x01\x00")
+        ),
+        Message(random_guid(), 1, 0, QrpReset(16384, 2)),
+        Message(random_guid(), 1, 0, QrpPatch(1, 1, 1, 4, b"x\x9c\x03\x00\x00\x00\x00\x01")),
+        scp_ping,
+    ]
+    return messages, scp_ping.guid
+
+
+class DeflatedLink:
+    """gtk-gnutella's side of a link after a handshake that negotiated deflate both ways."""
+
+    def __init__(self, stream: trio.SocketStream, leftover: bytes = b"") -> None:
+        self.stream = stream
+        self.out = DeflateCompressor()
+        self.inflater = DeflateDecompressor()
+        self.decoder = FrameDecoder()
+        self.frames: list[Frame] = []
+        if leftover:
+            self._take(leftover)
+
+    def _take(self, data: bytes) -> None:
+        self.inflater.receive_data(data)
+        while chunk := self.inflater.read():
+            self.frames.extend(self.decoder.receive_data(chunk))
+
+    async def send(self, *messages: Message) -> None:
+        await self.stream.send_all(self.out.compress(b"".join(map(encode_message, messages))))
+
+    async def receive(self, message_type: int) -> Frame:
+        with trio.fail_after(3):
+            while True:
+                for frame in self.frames:
+                    if frame.payload_type == message_type:
+                        self.frames.remove(frame)
+                        return frame
+                data = await self.stream.receive_some(65536)
+                assert data, "the daemon closed the link"
+                self._take(data)
+
+
+async def read_head(stream: trio.SocketStream) -> tuple[bytes, bytes]:
+    """One handshake head (up to the blank line) and whatever followed it."""
+    buffer = b""
+    with trio.fail_after(3):
+        while b"\r\n\r\n" not in buffer:
+            chunk = await stream.receive_some(4096)
+            assert chunk, "closed during the handshake"
+            buffer += chunk
+    head, _, rest = buffer.partition(b"\r\n\r\n")
+    return head + b"\r\n\r\n", rest
+
+
+def check_ultrapeer_headers(head: bytes) -> Capabilities:
+    """What gtk-gnutella 1.2 requires of an ultrapeer it talks to (see the interop notes)."""
+    lines = head.decode("latin-1").split("\r\n")
+    headers = HeaderBlock.parse_lines([line.encode("latin-1") for line in lines[1:] if line])
+    capabilities = Capabilities.from_headers(headers)
+    assert capabilities.ultrapeer is True  # else "403 Normal nodes refused"
+    assert capabilities.degree >= 16  # else its leaves: "403 High Outdegree ... Required"
+    assert capabilities.dynamic_querying
+    assert capabilities.accepts_deflate  # its leaves prefer compressed links
+    assert not any(name == "sflag" for name, _ in capabilities.features)
+    assert capabilities.user_agent is not None
+    assert not capabilities.user_agent.lower().startswith("gtk-gnutella")
+    assert capabilities.bye_packet
+    return capabilities
+
+
+async def test_gtk_gnutella_dialing_the_daemon(tmp_path: Path) -> None:
+    async with running_daemons(tmp_path) as (daemon,):
+        stream = await trio.open_tcp_stream(*daemon.address)
+        await stream.send_all(GTKG_STEP1)
+        head, rest = await read_head(stream)
+        assert head.startswith(b"GNUTELLA/0.6 200")
+        check_ultrapeer_headers(head)
+        assert b"\r\nContent-Encoding: deflate\r\n" in head  # gtk asked for it
+        await stream.send_all(GTKG_STEP3_DEFLATE)
+        link = DeflatedLink(stream, rest)
+        opening, ping_guid = gtk_opening_messages()
+        await link.send(*opening)
+
+        pong = await link.receive(MessageType.PONG)
+        assert pong.guid == ping_guid
+        assert (pong.ttl, pong.hops) == (1, 0)
+        await wait_until(lambda: daemon.router.consumed[MessageType.QRP] == 2)
+        assert daemon.router.consumed[MessageType.VENDOR] == 2
+        (connection,) = daemon.server.connections.snapshot()
+        assert connection.capabilities.user_agent is not None
+        assert connection.capabilities.user_agent.startswith("gtk-gnutella/1.2.3")
+        assert connection.statistics(trio.current_time()).deflate_in
+
+        # Traffic from another peer reaches gtk-gnutella, deflated, modern-flagged.
+        other = await Peer.connect(daemon.address)
+        await wait_until(lambda: len(daemon.server.connections) == 2)
+        await other.send(message(Query(b"interop relay"), ttl=3))
+        query = await link.receive(MessageType.QUERY)
+        payload = query.message().payload
+        assert isinstance(payload, Query)
+        assert payload.is_modern
+
+        # gtk-gnutella's shutdown Bye ends its link, and only its link.
+        await link.send(Message(random_guid(), 1, 0, Bye(200, "Servent shutdown")))
+        await wait_until(lambda: len(daemon.server.connections) == 1)
+        assert connection.bye_code_received == 200
+        await stream.aclose()
+
+
+async def serve_as_gtk(
+    record: list[bytes], *, task_status: trio.TaskStatus[tuple[str, int]]
+) -> None:
+    """Accept one connection the way gtk-gnutella does, then play its opening."""
+    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+    listener = listeners[0]
+    task_status.started(listener.socket.getsockname()[:2])
+    stream = await listener.accept()
+    await listener.aclose()
+    step1, _ = await read_head(stream)
+    record.append(step1)
+    await stream.send_all(GTKG_STEP2)
+    step3, rest = await read_head(stream)
+    record.append(step3)
+    link = DeflatedLink(stream, rest)
+    opening, ping_guid = gtk_opening_messages()
+    await link.send(*opening)
+    pong = await link.receive(MessageType.PONG)
+    record.append(b"pong" if pong.guid == ping_guid else b"wrong pong")
+    await stream.aclose()
+
+
+async def test_the_daemon_dialing_gtk_gnutella(tmp_path: Path) -> None:
+    async with running_daemons(tmp_path) as (daemon,), trio.open_nursery() as nursery:
+        record: list[bytes] = []
+        address = await nursery.start(serve_as_gtk, record)
+        connection = await daemon.server.dial(*address, timeout=5)
+        assert connection.capabilities.user_agent is not None
+        assert connection.capabilities.user_agent.startswith("gtk-gnutella/1.2.3")
+        assert connection.capabilities.max_ttl == 4
+        with trio.fail_after(5):
+            while len(record) < 3:
+                await trio.sleep(0.01)
+        step1, step3, verdict = record
+        assert step1.startswith(b"GNUTELLA CONNECT/0.6\r\n")
+        check_ultrapeer_headers(step1)
+        assert step3.startswith(b"GNUTELLA/0.6 200")
+        assert b"\r\nContent-Encoding: deflate\r\n" in step3  # gtk offered deflate
+        assert verdict == b"pong"

@@ -1,0 +1,148 @@
+"""Hostile and broken input: each gets its documented reaction, and others stay served."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import trio
+
+from gnutella_router.daemon import Daemon
+from protocol.constants import MessageType
+from protocol.header import encode_header
+from protocol.messages import Bye, Query, random_guid
+from tests.support.peers import Peer, PeerRefused, message, running_daemons
+from tests.support.waiting import of_type, wait_until
+
+
+async def still_routes(daemon: Daemon) -> None:
+    """Two fresh peers can still exchange a query through the daemon."""
+    a = await Peer.connect(daemon.address)
+    b = await Peer.connect(daemon.address)
+    await wait_until(lambda: len(daemon.server.connections) >= 2)
+    await a.send(message(Query(b"still alive"), ttl=2))
+    await b.receive_matching(of_type(MessageType.QUERY))
+    await a.aclose()
+    await b.aclose()
+
+
+async def raw_exchange(address: tuple[str, int], data: bytes, wait: float = 3.0) -> bytes:
+    """Send raw bytes as a new connection; return everything until the daemon closes."""
+    stream = await trio.open_tcp_stream(*address)
+    received = b""
+    try:
+        if data:
+            await stream.send_all(data)
+        with trio.fail_after(wait):
+            while chunk := await stream.receive_some(65536):
+                received += chunk
+    except trio.BrokenResourceError:
+        pass  # a reset after the daemon's answer: what was read still counts
+    finally:
+        await stream.aclose()
+    return received
+
+
+async def test_oversized_length_gets_bye_400_and_a_close(tmp_path: Path) -> None:
+    async with running_daemons(tmp_path) as (daemon,):
+        attacker = await Peer.connect(daemon.address)
+        await attacker.send(encode_header(random_guid(), MessageType.QUERY, 3, 0, 1 << 20))
+        frames = await attacker.wait_closed()
+        byes = [f.message().payload for f in frames if f.payload_type == MessageType.BYE]
+        assert len(byes) == 1
+        assert isinstance(byes[0], Bye)
+        assert byes[0].code == 400
+        await still_routes(daemon)
+
+
+async def test_truncated_payload_then_close_is_harmless(tmp_path: Path) -> None:
+    async with running_daemons(tmp_path) as (daemon,):
+        attacker = await Peer.connect(daemon.address)
+        await attacker.send(
+            encode_header(random_guid(), MessageType.QUERY, 3, 0, 100) + b"\x80\x00abc"
+        )
+        await attacker.aclose()
+        await wait_until(lambda: len(daemon.server.connections) == 0)
+        await still_routes(daemon)
+
+
+@pytest.mark.parametrize(
+    "garbage",
+    [
+        pytest.param(b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03" + bytes(64), id="tls-hello"),
+        pytest.param(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n", id="http"),
+        pytest.param(b"GNUTELLA CONNECT/1.0\r\n\r\n", id="version-1.0"),
+        pytest.param(
+            b"GNUTELLA CONNECT/0.6\r\n" + b"X-Long: " + b"a" * 10_000 + b"\r\n", id="1e4-line"
+        ),
+    ],
+)
+async def test_garbage_handshakes_are_refused(tmp_path: Path, garbage: bytes) -> None:
+    async with running_daemons(tmp_path) as (daemon,):
+        reply = await raw_exchange(daemon.address, garbage)
+        assert reply == b"" or reply.startswith((b"GNUTELLA/0.6 4", b"GNUTELLA/0.6 5"))
+        assert daemon.server.refused["handshake-error"] == 1
+        await still_routes(daemon)
+
+
+async def test_endless_headers_are_cut_off(tmp_path: Path) -> None:
+    async with running_daemons(tmp_path) as (daemon,):
+        stream = await trio.open_tcp_stream(*daemon.address)
+        await stream.send_all(b"GNUTELLA CONNECT/0.6\r\n")
+        sent = 0
+        with trio.fail_after(5):
+            try:
+                while sent < 10_000:
+                    await stream.send_all(b"X-Filler: yes\r\n" * 50)
+                    sent += 50
+            except (trio.BrokenResourceError, OSError):
+                pass
+        await stream.aclose()
+        assert sent < 10_000 or daemon.server.refused["handshake-error"] == 1
+        await wait_until(lambda: daemon.server.refused["handshake-error"] == 1)
+        await still_routes(daemon)
+
+
+async def test_silent_handshake_times_out(tmp_path: Path) -> None:
+    async with running_daemons(tmp_path, overrides={"network.handshake_timeout": 0.3}) as (daemon,):
+        start = trio.current_time()
+        assert await raw_exchange(daemon.address, b"", wait=3.0) == b""
+        assert trio.current_time() - start < 2.0
+        assert daemon.server.refused["handshake-timeout"] == 1
+        await still_routes(daemon)
+
+
+async def test_full_node_answers_503_with_hosts_to_try(tmp_path: Path) -> None:
+    async with running_daemons(tmp_path, overrides={"network.max_connections": 2}) as (daemon,):
+        first = await Peer.connect(daemon.address, extra_headers=[("Listen-IP", "10.1.1.1:6346")])
+        await Peer.connect(daemon.address)
+        await wait_until(lambda: len(daemon.server.connections) == 2)
+        with pytest.raises(PeerRefused) as refused:
+            await Peer.connect(daemon.address)
+        assert refused.value.rejection.status_code == 503
+        assert ("10.1.1.1", 6346) in refused.value.rejection.try_hosts
+        await first.send(message(Query(b"full but working"), ttl=2))
+
+
+async def test_connection_floods_from_one_address_are_limited(tmp_path: Path) -> None:
+    overrides = {"network.connects_per_ip_per_minute": 3}
+    async with running_daemons(tmp_path, overrides=overrides) as (daemon,):
+        for _ in range(3):
+            peer = await Peer.connect(daemon.address)
+            await peer.aclose()
+        reply = await raw_exchange(daemon.address, b"GNUTELLA CONNECT/0.6\r\n\r\n")
+        assert reply.startswith(b"GNUTELLA/0.6 429")
+        assert daemon.server.refused["rate-limited"] == 1
+
+
+async def test_graceful_stop_says_bye_200(tmp_path: Path) -> None:
+    async with running_daemons(tmp_path) as (daemon,):
+        peer = await Peer.connect(daemon.address)
+        await wait_until(lambda: len(daemon.server.connections) == 1)
+        daemon.request_stop()
+        frames = await peer.wait_closed()
+        byes = [f.message().payload for f in frames if f.payload_type == MessageType.BYE]
+        assert [b.code for b in byes if isinstance(b, Bye)] == [200]
+        with trio.fail_after(5):
+            await daemon.stopped.wait()
+        assert (tmp_path / "node0" / "hosts.txt").exists()

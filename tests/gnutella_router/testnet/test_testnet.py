@@ -1,0 +1,236 @@
+"""The local test network: topologies, its GWebCache, and a whole run end to end."""
+
+from __future__ import annotations
+
+import io
+import itertools
+import json
+from pathlib import Path
+
+import pytest
+import trio
+
+from gnutella_router.cli.main import build_parser, main
+from gnutella_router.discovery.gwebcache import fetch_hosts
+from gnutella_router.testnet.network import (
+    HostCacheService,
+    LocalNetwork,
+    NetworkSettings,
+    Topology,
+    plan_topology,
+    run_network,
+    sink_nodes,
+)
+
+# --- topologies ------------------------------------------------------------------------
+
+
+def pairs(topology: Topology) -> list[frozenset[int]]:
+    return [frozenset(link) for link in topology.links]
+
+
+def test_ring_links_each_node_to_the_next() -> None:
+    assert plan_topology("ring", 4).links == ((0, 1), (1, 2), (2, 3), (3, 0))
+    assert plan_topology("ring", 2).links == ((0, 1),)  # one link, not two
+    assert plan_topology("ring", 1).links == ()
+
+
+def test_star_links_every_node_to_node_0() -> None:
+    star = plan_topology("star", 5)
+    assert star.links == ((1, 0), (2, 0), (3, 0), (4, 0))
+    assert star.out_neighbours(0) == []
+    assert star.degree(0) == 4
+    assert star.distances(0) == {0: 0, 1: 1, 2: 1, 3: 1, 4: 1}
+
+
+@pytest.mark.parametrize(
+    ("nodes", "degree", "seed"), list(itertools.product((3, 8, 25), (0, 1, 3), (1, 7)))
+)
+def test_random_is_seeded_connected_and_simple(nodes: int, degree: int, seed: int) -> None:
+    topology = plan_topology("random", nodes, degree=degree, seed=seed)
+    assert topology == plan_topology("random", nodes, degree=degree, seed=seed)
+    assert topology.is_connected()
+    assert all(a != b for a, b in topology.links), "self-link"
+    assert len(set(pairs(topology))) == len(topology.links), "two links between one pair"
+    ring = {frozenset((n, (n + 1) % nodes)) for n in range(nodes)}
+    assert ring <= set(pairs(topology)), "the ring keeps the network connected"
+    for node in range(nodes):
+        # Its ring link, plus `degree` drawn links unless too few pairs were left free
+        # (pairs only ever get taken, so the ones still free now were free then).
+        free = nodes - 1 - topology.degree(node)
+        assert len(topology.out_neighbours(node)) >= 1 + min(degree, free)
+    if nodes >= 8 and degree:
+        assert len(topology.links) > nodes
+
+
+def test_random_depends_on_the_seed() -> None:
+    draws = {plan_topology("random", 20, degree=2, seed=seed).links for seed in range(5)}
+    assert len(draws) > 1
+
+
+def test_plan_refuses_nonsense() -> None:
+    with pytest.raises(ValueError, match="unknown topology"):
+        plan_topology("mesh", 3)
+    with pytest.raises(ValueError, match="at least one node"):
+        plan_topology("ring", 0)
+
+
+def test_sinks_sit_within_query_reach_farthest_first() -> None:
+    ring = plan_topology("ring", 14)  # node 7 is 7 hops away, beyond a TTL 7 query
+    assert sink_nodes(ring) == [4, 5, 9, 10]
+    assert sink_nodes(plan_topology("ring", 1)) == []
+    assert sink_nodes(plan_topology("star", 3)) == [1, 2]
+
+
+# --- the GWebCache ---------------------------------------------------------------------
+
+
+async def test_host_cache_serves_the_nodes_in_v2_format() -> None:
+    topology = plan_topology("ring", 3)
+    cache = HostCacheService(topology)
+    nodes = [("127.0.0.1", 7001), ("127.0.0.1", 7002), ("127.0.0.1", 7003)]
+    async with trio.open_nursery() as nursery:
+        await nursery.start(cache.serve)
+        cache.publish(nodes)
+        stream = await trio.open_tcp_stream("127.0.0.1", cache.port)
+        await stream.send_all(
+            b"GET /gwc?get=1&net=gnutella HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+        )
+        answer = b""
+        with trio.fail_after(5):
+            while chunk := await stream.receive_some(4096):
+                answer += chunk
+        await stream.aclose()
+        head, _, body = answer.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 200 OK")
+        lines = body.decode().splitlines()
+        assert lines[0].startswith("I|pong|")
+        assert lines[1:] == [f"H|127.0.0.1:{port}|0" for _, port in nodes]
+
+        # The project's own client reads it, and each node's page lists whom it dials.
+        everyone = await fetch_hosts(cache.url(), timeout=5)
+        assert list(everyone.hosts) == nodes
+        assert (await fetch_hosts(cache.url(2), timeout=5)).hosts == (nodes[0],)
+        nursery.cancel_scope.cancel()
+
+
+async def test_host_cache_holds_requests_until_the_network_listens() -> None:
+    cache = HostCacheService(plan_topology("star", 2))
+    async with trio.open_nursery() as nursery:
+        await nursery.start(cache.serve)
+        answers: list[object] = []
+
+        async def ask() -> None:
+            answers.append((await fetch_hosts(cache.url(1), timeout=5)).hosts)
+
+        nursery.start_soon(ask)
+        await trio.sleep(0.2)
+        assert answers == []
+        cache.publish([("127.0.0.1", 9001), ("127.0.0.1", 9002)])
+        with trio.fail_after(5):
+            while not answers:
+                await trio.sleep(0.01)
+        assert answers == [(("127.0.0.1", 9001),)]
+        nursery.cancel_scope.cancel()
+
+
+# --- whole runs ------------------------------------------------------------------------
+
+
+async def test_ring_network_forms_routes_collects_and_stops(tmp_path: Path) -> None:
+    results = tmp_path / "results"
+    out = io.StringIO()
+    settings = NetworkSettings(
+        nodes=3, topology="ring", duration=3.0, rate=50.0, results=results, form_timeout=10
+    )
+    with trio.fail_after(30):
+        outcome = await run_network(settings, out=out)
+    assert outcome.ok, outcome.error
+    report = outcome.report
+    assert report is not None
+    assert report.sinks == 3  # one on node 0, one on each other node
+    assert report.received.get("query", 0) > 0
+    assert report.received.get("ping", 0) > 0
+    assert report.loss == {"ping": 0.0, "query": 0.0}, report.to_text()
+    assert report.disconnected == []
+
+    summary = json.loads((results / "summary.json").read_text())
+    assert summary["topology"]["links"] == [[0, 1], [1, 2], [2, 0]]
+    assert summary["stopped"] is True
+    assert summary["error"] is None
+    assert summary["load"]["loss"] == {"ping": 0.0, "query": 0.0}
+    assert [n["node"] for n in summary["nodes"]] == [0, 1, 2]
+    for node in summary["nodes"]:
+        assert node["connections"] == 2  # the ring itself; the load client has left
+        assert node["received"].get("query", 0) > 0
+        assert node["route_tables"]["query"] > 0
+    for index in range(3):
+        state = json.loads((results / f"node-{index}" / "state.json").read_text())
+        assert state
+        assert "error" not in state
+    text = out.getvalue()
+    assert "3 nodes stopped (Bye sent)" in text
+    assert "copies reached the sinks (loss 0.00%)" in text
+
+
+async def test_idle_network_stays_up_until_stopped(tmp_path: Path) -> None:
+    network = LocalNetwork(
+        NetworkSettings(nodes=2, topology="star", duration=0, results=tmp_path), out=io.StringIO()
+    )
+    async with trio.open_nursery() as nursery:
+
+        async def stop_when_formed() -> None:
+            with trio.fail_after(15):
+                while network.phase != "up":
+                    await trio.sleep(0.05)
+            assert network.missing_links() == []
+            network.request_stop()
+
+        nursery.start_soon(stop_when_formed)
+        with trio.fail_after(25):
+            outcome = await network.run()
+    assert outcome.ok
+    assert outcome.interrupted
+    assert outcome.report is None
+    assert outcome.summary["load"] is None
+    assert outcome.summary["stopped"] is True
+    assert (tmp_path / "node-1" / "state.json").exists()
+
+
+async def test_a_network_that_does_not_form_names_the_missing_links(tmp_path: Path) -> None:
+    # Far too short for any catcher to dial: every link is still missing.
+    settings = NetworkSettings(nodes=3, topology="star", results=tmp_path, form_timeout=0.001)
+    with trio.fail_after(25):
+        outcome = await run_network(settings, out=io.StringIO())
+    assert not outcome.ok
+    assert outcome.error is not None
+    assert "did not form within" in outcome.error
+    assert "node-1 -> node-0 (127.0.0.1:" in outcome.error
+    assert "node-2 -> node-0" in outcome.error
+    assert outcome.summary["stopped"] is True  # still shut down, and collected
+    assert json.loads((tmp_path / "summary.json").read_text())["error"] == outcome.error
+
+
+# --- command line ----------------------------------------------------------------------
+
+
+def test_defaults_need_no_configuration() -> None:
+    args = build_parser().parse_args(["testnet"])
+    assert (args.nodes, args.topology, args.traffic, args.rate, args.duration) == (
+        5,
+        "random",
+        "paper",
+        200.0,
+        20.0,
+    )
+    assert args.seed == []
+    assert args.base_port is None
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["--nodes", "0"], ["--rate", "0"], ["--duration", "-1"], ["--seed", "nowhere"]],
+)
+def test_bad_arguments_exit_2(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["testnet", *argv]) == 2
+    assert "gnutella-router testnet:" in capsys.readouterr().err

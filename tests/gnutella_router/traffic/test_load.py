@@ -1,0 +1,261 @@
+"""The load client measures what it should: checked against known delays."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+import trio
+
+from gnutella_router.traffic.echo import EchoRouter
+from gnutella_router.traffic.load import LoadError, LoadSettings, run_load
+from protocol.constants import MessageType
+from protocol.messages import random_guid
+from tests.support.peers import running_daemons
+from traffic_models.arrivals import ConstantRate
+from traffic_models.generator import TrafficGenerator
+from traffic_models.latency import LatencyBook, LoadReport, read_stamp, stamp_guid
+from traffic_models.mix import PAPER_MIX
+from traffic_models.trace import TraceRecord, write_trace
+from traffic_models.trace_traffic import TraceTraffic
+
+
+def paper_traffic(rate: float, seed: int = 1) -> TrafficGenerator:
+    return TrafficGenerator(mix=PAPER_MIX, arrivals=ConstantRate(rate), seed=seed)
+
+
+async def load_echo(delay: float, rate: float, duration: float = 2.0) -> LoadReport:
+    """A load run through an in-process stand-in that adds exactly ``delay`` seconds."""
+    echo = EchoRouter(delay=delay)
+    async with trio.open_nursery() as nursery:
+        address = await nursery.start(echo.serve)
+        settings = LoadSettings(target=address, peers=3, duration=duration, drain=0.5)
+        report = await run_load(settings, paper_traffic(rate))
+        nursery.cancel_scope.cancel()
+    return report
+
+
+def test_stamps_round_trip() -> None:
+    guid = stamp_guid(123_456_789, 42, 7)
+    assert len(guid) == 16
+    assert guid[8] == 0xFF
+    assert guid[15] == 0
+    assert read_stamp(guid, 42) == 123_456_789
+    assert read_stamp(guid, 43) is None
+    assert read_stamp(bytes(16), 42) is None
+
+
+async def test_a_known_delay_is_measured_as_such() -> None:
+    report = await load_echo(delay=0.030, rate=200)
+    one_hop = report.latency["one-hop"]
+    for name in ("ping", "query"):
+        assert 30_000 <= one_hop[name].p50 <= 40_000, one_hop[name]
+        assert one_hop[name].p99 <= 60_000, one_hop[name]
+    assert report.received == report.expected  # two sinks, every copy
+    assert sum(report.expected.values()) == 2 * sum(report.sent.values())
+    # Sends more than 1 ms behind schedule happen (the echo, the sinks and the sender share
+    # one event loop here); they are counted, and latency is measured from the schedule.
+    assert report.late <= 0.1 * sum(report.sent.values())
+    assert 190 <= report.achieved_rate <= 210
+    assert report.loss == {"ping": 0.0, "query": 0.0}
+
+
+async def test_without_delay_the_client_adds_little() -> None:
+    report = await load_echo(delay=0.0, rate=1000)
+    assert report.latency["one-hop"]["ping"].p50 < 5_000
+    assert report.received == report.expected
+
+
+async def test_no_latency_is_shorter_than_a_loopback_hop() -> None:
+    """At 1,000 msgs/s the sender wakes before most messages are due and writes them
+    early; they must be timed from when they were written, not from the future (which
+    once made one-hop pings through a Python process read 1 us)."""
+    report = await load_echo(delay=0.0, rate=1000)
+    assert report.early > 0  # the timer slack is real, so this test checks something
+    assert report.negative_samples == 0
+    for name in ("ping", "query"):
+        # A loopback hop through a Python process and back costs tens of microseconds
+        # at the very least.
+        assert report.latency["one-hop"][name].p50 >= 20, report.latency["one-hop"][name]
+
+
+async def test_a_five_millisecond_stand_in_reads_five_milliseconds() -> None:
+    report = await load_echo(delay=0.005, rate=1000)
+    assert report.negative_samples == 0
+    for name in ("ping", "query"):
+        assert 5_000 <= report.latency["one-hop"][name].p50 <= 7_000, report.latency
+
+
+def test_negative_samples_are_counted_not_clamped() -> None:
+    book = LatencyBook()
+    book.record("one-hop", MessageType.PING, -2_000)
+    book.record("one-hop", MessageType.PING, 3_000_000)
+    assert book.negative == 1
+    summary = book.summaries()["one-hop"]["ping"]
+    assert summary.count == 1  # the negative sample is not in the histogram
+    assert 2_990 <= summary.p50 <= 3_010
+
+
+def test_a_report_with_instrument_errors_says_so() -> None:
+    report = dataclasses.replace(_small_report(), negative_samples=3)
+    assert "INSTRUMENT ERROR: 3 latency samples below zero" in report.to_text()
+    assert '"negative_samples": 3' in report.to_json()
+    assert "INSTRUMENT ERROR" not in _small_report().to_text()
+
+
+async def test_the_papers_query_delay_shows_in_query_latency(tmp_path: Path) -> None:
+    overrides = {"router.query_delay_ms": 20, "router.threads": 1}
+    async with running_daemons(tmp_path, overrides=overrides) as (daemon,):
+        settings = LoadSettings(target=daemon.address, peers=3, duration=2.0, drain=0.5)
+        report = await run_load(settings, paper_traffic(100))
+    one_hop = report.latency["one-hop"]
+    assert 20_000 <= one_hop["query"].p50 <= 35_000, one_hop["query"]
+    assert one_hop["ping"].p50 < one_hop["query"].p50 - 10_000, one_hop["ping"]
+    assert report.received == report.expected
+    # The router answers every ping with its own pong: replies timed at the injector.
+    assert report.replies.get("pong", 0) == report.sent["ping"]
+    assert "target-reply" in report.latency
+
+
+async def test_responding_sinks_make_round_trips(tmp_path: Path) -> None:
+    async with running_daemons(tmp_path) as (daemon,):
+        settings = LoadSettings(
+            target=daemon.address, peers=3, duration=1.5, drain=0.5, respond=True
+        )
+        report = await run_load(settings, paper_traffic(200))
+    round_trip = report.latency["round-trip"]
+    assert round_trip["pong"].count == 2 * report.sent["ping"]  # one pong per sink
+    assert 0 < round_trip["query_hit"].count <= 2 * report.sent["query"]
+    assert round_trip["pong"].p50 < 20_000
+
+
+async def test_a_refusing_target_is_a_clear_error(tmp_path: Path) -> None:
+    overrides = {"network.max_connections": 1}
+    async with running_daemons(tmp_path, overrides=overrides) as (daemon,):
+        settings = LoadSettings(target=daemon.address, peers=3, duration=1.0)
+        with pytest.raises(LoadError, match="503"):
+            await run_load(settings, paper_traffic(100))
+
+
+def _small_report() -> LoadReport:
+    return LoadReport(
+        target="127.0.0.1:1",
+        duration=1.0,
+        peers=2,
+        injectors=1,
+        sinks=1,
+        offered_rate=10.0,
+        sent={"ping": 10},
+        late=0,
+        late_threshold_ms=1.0,
+        early=0,
+        achieved_rate=10.0,
+        received={"ping": 9},
+        expected={"ping": 10},
+        replies={},
+        latency={},
+        disconnected=[],
+    )
+
+
+def test_report_text_and_json_name_every_figure() -> None:
+    report = _small_report()
+    assert "9 of 10 copies" in report.to_text()
+    assert '"loss"' in report.to_json()
+    assert report.loss["ping"] == pytest.approx(0.1)
+
+
+async def test_a_recorded_trace_can_be_the_load(tmp_path: Path) -> None:
+    records = [
+        TraceRecord(
+            at=i * 0.01,
+            connection=1,
+            guid=random_guid(),
+            payload_type=MessageType.QUERY if i % 4 == 0 else MessageType.PING,
+            ttl=3,
+            hops=0,
+            payload=(b"\x80\x00trace load\x00" if i % 4 == 0 else b""),
+        )
+        for i in range(50)
+    ]
+    path = tmp_path / "load.trace"
+    write_trace(path, records)
+    echo = EchoRouter()
+    async with trio.open_nursery() as nursery:
+        address = await nursery.start(echo.serve)
+        settings = LoadSettings(target=address, peers=3, duration=1.0, drain=0.3)
+        report = await run_load(settings, TraceTraffic(path, speed=2.0))
+        nursery.cancel_scope.cancel()
+    # 50 records over 0.49 s, played twice as fast, looped to fill one second: ~4 loops.
+    assert 150 <= sum(report.sent.values()) <= 250
+    assert report.received == report.expected
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_folding_values_keeps_the_histogram_exact(seed: int) -> None:
+    import random
+
+    from hdrh.histogram import HdrHistogram
+
+    from traffic_models.latency import HIGHEST_TRACKABLE_US, LatencyBook, LatencySummary
+
+    rng = random.Random(seed)
+    book = LatencyBook()
+    reference = HdrHistogram(1, HIGHEST_TRACKABLE_US, 3)
+    for _ in range(5000):
+        micros = int(rng.lognormvariate(7, 2)) + 1
+        micros = min(micros, HIGHEST_TRACKABLE_US)
+        book.record("one-hop", 0, micros * 1000)
+        reference.record_value(micros)
+    assert book.summaries()["one-hop"]["ping"] == LatencySummary.of(reference)
+
+
+async def test_a_warmup_is_sent_but_not_timed() -> None:
+    echo = EchoRouter()
+    async with trio.open_nursery() as nursery:
+        address = await nursery.start(echo.serve)
+        settings = LoadSettings(target=address, peers=2, duration=1.5, drain=0.3, warmup=1.0)
+        report = await run_load(settings, paper_traffic(200))
+        nursery.cancel_scope.cancel()
+    copies = sum(report.received.values())
+    timed = sum(s.count for s in report.latency["one-hop"].values())
+    assert copies == sum(report.expected.values()) == 300
+    assert 80 <= timed <= 120  # the last half second of 1.5
+
+
+def test_the_calibration_commands_as_a_user_runs_them(tmp_path: Path) -> None:
+    """`gnutella-router echo --delay-ms 5` and `gnutella-router load --json` as processes:
+    the 5 ms stand-in reads 5.0-7.0 ms at the median, with no sample below zero."""
+    import json
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    command = [sys.executable, "-m", "gnutella_router"]
+    echo = subprocess.Popen(
+        [*command, "echo", "--listen", f"127.0.0.1:{port}", "--delay-ms", "5"],
+        stderr=subprocess.PIPE,
+    )
+    try:
+        assert echo.stderr is not None
+        assert b"echo stand-in on" in echo.stderr.readline()
+        out = tmp_path / "load.json"
+        arguments = ["--rate", "1000", "--duration", "3", "--json", str(out), "--quiet"]
+        load = subprocess.run(
+            [*command, "load", "--target", f"127.0.0.1:{port}", *arguments],
+            capture_output=True,
+            timeout=60,
+            check=False,
+        )
+        assert load.returncode == 0, load.stderr
+    finally:
+        echo.terminate()
+        echo.communicate(timeout=10)
+    report = json.loads(out.read_text())
+    assert report["negative_samples"] == 0
+    for name in ("ping", "query"):
+        assert 5_000 <= report["latency"]["one-hop"][name]["p50"] <= 7_000, report["latency"]
