@@ -180,6 +180,55 @@ class LatencyBook:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class RouterCounts:
+    """The router's own counters over a load run (read from its admin interface), set
+    beside the client's, so that a loss can be told apart from a drop or a copy in
+    flight. The router counts every peer it has: on a router with other peers than the
+    load client's, its figures include theirs."""
+
+    admin: str
+    """Where the counters were read."""
+    note: str | None = None
+    """Why there are no counters, when there are none."""
+    received: dict[str, int] = dataclasses.field(default_factory=dict)
+    """Messages the router read during the run, by type."""
+    forwarded: dict[str, int] = dataclasses.field(default_factory=dict)
+    """Copies it queued for its peers, by type."""
+    dropped: dict[str, dict[str, int]] = dataclasses.field(default_factory=dict)
+    """What it dropped, by reason and type."""
+    copies_at_our_peers: dict[str, int] = dataclasses.field(default_factory=dict)
+    """Copies of our broadcasts that reached any of the client's peers (sinks and other
+    injectors), by type: compare with ``forwarded``."""
+
+    def lines(self, sent: Mapping[str, int]) -> list[str]:
+        if self.note is not None:
+            return [f"router counters ({self.admin}): not available: {self.note}"]
+        out = [f"router counters ({self.admin}), during the run:"]
+        for name in sorted(sent):
+            got = self.received.get(name, 0)
+            out.append(
+                f"  {name}: sent {sent[name]:,}, the router read {got:,}"
+                + (
+                    f" ({sent[name] - got:,} not read when the client stopped)"
+                    if got < sent[name]
+                    else ""
+                )
+            )
+        if self.dropped:
+            for reason, by_type in sorted(self.dropped.items()):
+                out.append(f"  dropped by the router, {reason}: {_counts(by_type)}")
+        else:
+            out.append("  dropped by the router: none")
+        for name, forwarded in sorted(self.forwarded.items()):
+            arrived = self.copies_at_our_peers.get(name, 0)
+            out.append(
+                f"  {name}: the router forwarded {forwarded:,} copies, {arrived:,} reached our "
+                f"peers ({max(forwarded - arrived, 0):,} in flight or lost at the end)"
+            )
+        return out
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class LoadReport:
     """Everything a load run measured; what the JSON output holds."""
 
@@ -214,6 +263,10 @@ class LoadReport:
     Anything but 0 means the figures above cannot be trusted."""
     clamped_samples: int = 0
     """Latency samples above a minute, recorded at that ceiling."""
+    interrupted: bool = False
+    """The run was stopped early (Ctrl-C): every figure covers only what was measured."""
+    router: RouterCounts | None = None
+    """The router's own counters for the run, when its admin interface was given."""
 
     @property
     def loss(self) -> dict[str, float]:
@@ -232,7 +285,8 @@ class LoadReport:
     def to_text(self) -> str:
         lines = [
             f"target {self.target}: {self.duration:.1f} s, {self.injectors} injecting and "
-            f"{self.sinks} sinking peers",
+            f"{self.sinks} sinking peers"
+            + (" (INTERRUPTED: partial figures)" if self.interrupted else ""),
             f"offered {self.offered_rate:,.0f} msgs/s; sent {sum(self.sent.values()):,} "
             f"({_counts(self.sent)}) at {self.achieved_rate:,.0f} msgs/s; "
             f"late (> {self.late_threshold_ms:g} ms): {self.late:,}; "
@@ -241,11 +295,13 @@ class LoadReport:
         for name, expected in sorted(self.expected.items()):
             got = self.received.get(name, 0)
             lines.append(
-                f"{name}: {got:,} of {expected:,} copies reached the sinks "
-                f"(loss {self.loss.get(name, 0.0):.2%})"
+                f"{name}: {got:,} of {expected:,} copies reached the sinks by the end of the "
+                f"drain (not arrived {self.loss.get(name, 0.0):.2%})"
             )
         if self.replies:
             lines.append(f"replies back at the injectors: {_counts(self.replies)}")
+        if self.router is not None:
+            lines.extend(self.router.lines(self.sent))
         columns = ("count", "p50", "p90", "p99", "p99.9")
         lines.append(
             f"{'latency (us)':<26}" + "".join(f"{c:>10}" for c in columns) + f"{'max':>11}"

@@ -2,8 +2,7 @@
 
 ``dump routes|connections|stats|queues|all`` asks the admin interface
 (:mod:`gnutella_router.observe.admin`) for one view and prints it as aligned tables, or as the
-raw JSON with ``--json``. The client is plain :mod:`http.client`: one GET, no proxies
-(an admin interface is on this machine or reached directly), a timeout on everything.
+raw JSON with ``--json``. The client is :mod:`gnutella_router.observe.admin_client`.
 
 Exit status: 0 when the view was printed, 1 when the daemon could not be reached or
 refused the request (the reason on stderr), 2 for bad arguments.
@@ -12,7 +11,6 @@ refused the request (the reason on stderr), 2 for bad arguments.
 from __future__ import annotations
 
 import argparse
-import http.client
 import json
 import os
 import sys
@@ -21,18 +19,12 @@ from collections.abc import Mapping, Sequence
 from typing import TextIO
 
 from gnutella_router.config import ConfigError, parse_host_port
+from gnutella_router.observe.admin_client import TOKEN_ENVIRONMENT, FetchError, fetch
 
 DEFAULT_ADMIN = "127.0.0.1:6347"
 """The admin interface of a daemon run with the defaults (node port 6346, plus one)."""
-TOKEN_ENVIRONMENT = "GNUTELLA_ADMIN_TOKEN"
 VIEWS = ("routes", "connections", "stats", "queues", "all")
 TABLES = ("ping", "query", "push")
-MAX_RESPONSE_BYTES = 256 * 1024 * 1024
-
-
-class FetchError(Exception):
-    """The admin interface could not be reached or did not answer 200."""
-
 
 # --- fetching ---------------------------------------------------------------------------
 
@@ -55,49 +47,6 @@ def view_path(
             view, "/dump"
         )
     return path + ("?" + urllib.parse.urlencode(params) if params else "")
-
-
-def fetch(address: tuple[str, int], path: str, *, token: str = "", timeout: float = 10.0) -> object:
-    """GET ``path`` from the admin interface at ``address`` and decode its JSON.
-
-    Raises:
-        FetchError: the connection failed, or the answer was not a 200 with JSON; the
-            message is a sentence for the operator.
-    """
-    host, port = address
-    where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-    connection = http.client.HTTPConnection(host, port, timeout=timeout)
-    headers = {"Accept": "application/json"}
-    if token:
-        headers["Authorization"] = f"Bearer {token}"
-    try:
-        connection.request("GET", path, headers=headers)
-        response = connection.getresponse()
-        body = response.read(MAX_RESPONSE_BYTES)
-    except (OSError, http.client.HTTPException) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        raise FetchError(
-            f"cannot reach the admin interface at {where}: {reason or type(exc).__name__}"
-        ) from None
-    finally:
-        connection.close()
-    try:
-        data = json.loads(body)
-    except ValueError:
-        data = None
-    if response.status != 200:
-        detail = data.get("error") if isinstance(data, dict) else None
-        hint = ""
-        if response.status == 401:
-            hint = f" (give --token or set {TOKEN_ENVIRONMENT})"
-        raise FetchError(
-            f"the admin interface at {where} answered {response.status} {response.reason}"
-            + (f": {detail}" if detail else "")
-            + hint
-        )
-    if data is None:
-        raise FetchError(f"the admin interface at {where} sent something that is not JSON")
-    return data
 
 
 # --- tables -----------------------------------------------------------------------------

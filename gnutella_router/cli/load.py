@@ -3,18 +3,23 @@
 from __future__ import annotations
 
 import argparse
-import ipaddress
+import functools
 import sys
 from pathlib import Path
 
 import trio
 
+from gnutella_router.cli.arguments import count, loopback_address, non_negative, positive
+from gnutella_router.cli.interrupt import INTERRUPTED, run_interruptible
 from gnutella_router.traffic.echo import EchoRouter
-from gnutella_router.traffic.load import LoadError, LoadSettings, Traffic, run_load
-from traffic_models.arrivals import ConstantRate, parse_arrivals
+from gnutella_router.traffic.load import LoadError, LoadRun, LoadSettings, Traffic
+from traffic_models.arrivals import ConstantRate, Schedule, parse_arrivals
 from traffic_models.generator import TrafficGenerator
 from traffic_models.mix import mix_by_name_or_path
 from traffic_models.trace_traffic import TraceTraffic
+
+DEFAULT_DURATION = 10.0
+"""Seconds of traffic when neither ``--duration`` nor the schedule says how long."""
 
 
 def add_load_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -24,11 +29,16 @@ def add_load_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser
         description=(
             "Connect PEERS peers to a router on loopback; INJECTORS of them send traffic "
             "on an open-loop schedule, the rest sink it. Reports per-type latency "
-            "(p50/p90/p99/max, measured from each message's scheduled time), loss, "
-            "achieved rates and late sends."
+            "(p50/p90/p99/max, measured from each message's scheduled time), copies that "
+            "did not arrive, achieved rates and late sends, beside the router's own "
+            "counters when its admin interface answers. Ctrl-C stops early with a partial "
+            "report (exit 130); a second Ctrl-C quits at once."
         ),
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    load.add_argument("--target", required=True, metavar="HOST:PORT", help="router to load")
+    load.add_argument(
+        "--target", required=True, type=loopback_address, metavar="HOST:PORT", help="router"
+    )
     source = load.add_mutually_exclusive_group()
     source.add_argument(
         "--model",
@@ -36,34 +46,61 @@ def add_load_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser
         help="message mix: 'paper' (15%% queries), 'trace' (pong-heavy), or a TOML/JSON file",
     )
     source.add_argument(
-        "--trace", metavar="FILE", help="replay a recorded trace as the load (with --speed)"
+        "--trace", metavar="FILE", help="replay a recorded trace as the load (see --speed, --loop)"
     )
-    load.add_argument("--speed", type=float, default=1.0, help="trace playback speed factor")
+    load.add_argument("--speed", type=positive, default=1.0, help="trace playback speed factor")
+    load.add_argument(
+        "--loop", type=count(1, 1_000_000), default=1, metavar="N", help="play the trace N times"
+    )
     rate = load.add_mutually_exclusive_group()
-    rate.add_argument("--rate", type=float, help="constant offered rate, messages/s")
+    rate.add_argument(
+        "--rate", type=positive, default=1000.0, help="constant offered rate, messages/s"
+    )
     rate.add_argument(
         "--arrivals",
         help="arrival process: constant:R, poisson:R, bursts:NxDms, steps:10s@100,10s@1000, "
-        "ramp:30s@100-1000",
+        "ramp:30s@100-1000 (steps and ramps run their own length unless --duration is given)",
     )
-    load.add_argument("--duration", type=float, default=10.0, help="seconds of traffic")
+    load.add_argument(
+        "--duration",
+        type=positive,
+        default=None,
+        help="seconds of traffic (default: the schedule's or the trace's own length, "
+        f"else {DEFAULT_DURATION:g})",
+    )
     load.add_argument(
         "--warmup",
-        type=float,
+        type=non_negative,
         default=0.0,
         help="seconds at the start that are sent but not timed (steady-state latency)",
     )
-    load.add_argument("--peers", type=int, default=4, help="peers to connect (default 4)")
-    load.add_argument("--injectors", type=int, default=1, help="peers that send (default 1)")
+    load.add_argument(
+        "--drain",
+        type=non_negative,
+        default=5.0,
+        help="longest wait after the last message for copies still in flight (it ends "
+        "sooner once all arrived or none came for 1 s)",
+    )
+    load.add_argument("--peers", type=count(2, 1024), default=4, help="peers to connect")
+    load.add_argument(
+        "--injectors", type=count(1, 1023), default=1, help="peers that send (fewer than --peers)"
+    )
     load.add_argument("--legacy", action="store_true", help="connect with the 0.4 handshake")
     load.add_argument(
         "--respond",
         action="store_true",
         help="sinks answer pings and queries, so replies are timed as round trips",
     )
-    load.add_argument("--seed", type=int, default=1)
+    load.add_argument("--seed", type=int, default=1, help="seed of the traffic model")
     load.add_argument(
-        "--late-ms", type=float, default=1.0, help="a send later than this is counted late"
+        "--late-ms", type=positive, default=1.0, help="a send later than this is counted late"
+    )
+    load.add_argument(
+        "--admin",
+        default="auto",
+        metavar="HOST:PORT|auto|off",
+        help="the router's admin interface, whose counters are set beside ours; auto: the "
+        "target's port + 1 (a router's default), used if it answers",
     )
     load.add_argument(
         "--json", metavar="FILE", help="also write the results as JSON ('-' = stdout)"
@@ -85,19 +122,20 @@ def add_echo_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     echo.add_argument(
-        "--listen", default="127.0.0.1:6346", metavar="HOST:PORT", help="loopback address"
+        "--listen",
+        type=loopback_address,
+        default="127.0.0.1:6346",
+        metavar="HOST:PORT",
+        help="loopback address",
     )
     echo.add_argument(
-        "--delay-ms", type=float, default=0.0, help="milliseconds added to every message"
+        "--delay-ms", type=non_negative, default=0.0, help="milliseconds added to every message"
     )
     echo.set_defaults(handler=cmd_echo)
 
 
 def cmd_echo(args: argparse.Namespace) -> int:
-    host, port = _loopback_target(args.listen, command="echo")
-    if not args.delay_ms >= 0:
-        print("gnutella-router echo: --delay-ms must be 0 or more", file=sys.stderr)
-        return 2
+    host, port = args.listen
     echo = EchoRouter(delay=args.delay_ms / 1000, host=host, port=port)
 
     async def serve() -> None:
@@ -114,68 +152,92 @@ def cmd_echo(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         return 130
     except OSError as exc:
-        print(f"gnutella-router echo: cannot listen on {args.listen}: {exc}", file=sys.stderr)
+        print(f"gnutella-router echo: cannot listen on {host}:{port}: {exc}", file=sys.stderr)
         return 1
     return 0
 
 
-def _loopback_target(text: str, command: str = "load") -> tuple[str, int]:
-    host, _, port = text.rpartition(":")
-    host = host.strip("[]") or "127.0.0.1"
-    try:
-        if not ipaddress.ip_address(host).is_loopback:
-            raise ValueError
-    except ValueError:
-        if host != "localhost":
-            raise SystemExit(
-                f"gnutella-router {command}: {text}: only loopback addresses are allowed"
-            ) from None
-    try:
-        return host, int(port)
-    except ValueError:
-        raise SystemExit(f"gnutella-router {command}: {text}: not HOST:PORT") from None
+def _fail(text: str, status: int = 2) -> int:
+    print(f"gnutella-router load: {text}", file=sys.stderr)
+    return status
+
+
+def _admin_address(text: str, target: tuple[str, int]) -> tuple[str, int] | None:
+    if text == "off":
+        return None
+    if text == "auto":
+        return (target[0], target[1] + 1)
+    return loopback_address(text)
 
 
 def cmd_load(args: argparse.Namespace) -> int:
-    target = _loopback_target(args.target)
+    target: tuple[str, int] = args.target
+    if args.json not in (None, "-") and not Path(args.json).parent.is_dir():
+        return _fail(f"--json {args.json}: the folder {Path(args.json).parent} does not exist")
     try:
-        mix = mix_by_name_or_path(args.model)
-        if args.arrivals:
-            arrivals = parse_arrivals(args.arrivals, seed=args.seed)
+        admin = _admin_address(args.admin, target)
+    except argparse.ArgumentTypeError as exc:
+        return _fail(f"--admin: {exc}")
+    traffic: Traffic
+    notes: list[str] = []
+    try:
+        if args.trace:
+            trace = TraceTraffic(Path(args.trace), speed=args.speed, loops=args.loop)
+            natural: float | None = trace.length
+            traffic = trace
         else:
-            arrivals = ConstantRate(args.rate if args.rate else 1000.0)
+            mix = mix_by_name_or_path(args.model)
+            arrivals = (
+                parse_arrivals(args.arrivals, seed=args.seed)
+                if args.arrivals
+                else ConstantRate(args.rate)
+            )
+            natural = arrivals.total_duration if isinstance(arrivals, Schedule) else None
+            traffic = TrafficGenerator(mix=mix, arrivals=arrivals, seed=args.seed)
+        duration = args.duration or natural or DEFAULT_DURATION
+        if args.duration is not None and natural is not None and args.duration != natural:
+            what = "trace" if args.trace else "schedule"
+            if args.duration < natural:
+                notes.append(f"--duration {args.duration:g} s cuts the {natural:g} s {what} short")
+            elif args.trace:
+                notes.append(f"the trace ends after {natural:g} s, before --duration")
+                duration = natural
+            else:
+                notes.append(
+                    f"the schedule lasts {natural:g} s; its last rate is held for the "
+                    f"remaining {args.duration - natural:g} s"
+                )
         settings = LoadSettings(
             target=target,
             peers=args.peers,
             injectors=args.injectors,
-            duration=args.duration,
+            duration=duration,
             seed=args.seed,
             legacy=args.legacy,
             respond=args.respond,
             late_threshold_ms=args.late_ms,
             warmup=args.warmup,
+            drain=args.drain,
+            admin=admin,
             progress=not args.quiet and sys.stderr.isatty(),
         )
-    except ValueError as exc:
-        print(f"gnutella-router load: {exc}", file=sys.stderr)
-        return 2
-    traffic: Traffic
-    if args.trace:
-        try:
-            traffic = TraceTraffic(Path(args.trace), speed=args.speed)
-        except (OSError, ValueError) as exc:
-            print(f"gnutella-router load: {exc}", file=sys.stderr)
-            return 2
-    else:
-        traffic = TrafficGenerator(mix=mix, arrivals=arrivals, seed=args.seed)
+    except (OSError, ValueError) as exc:
+        return _fail(str(exc))
+    for note in notes:
+        print(f"gnutella-router load: note: {note}", file=sys.stderr)
+    run = LoadRun(settings, traffic)
     try:
-        report = trio.run(run_load, settings, traffic)
+        report = trio.run(
+            functools.partial(run_interruptible, run.run, run.request_stop, command="load")
+        )
     except LoadError as exc:
-        print(f"gnutella-router load: {exc}", file=sys.stderr)
-        return 1
+        return _fail(str(exc), 1)
     print(report.to_text())
     if args.json == "-":
         print(report.to_json())
     elif args.json:
-        Path(args.json).write_text(report.to_json() + "\n")
-    return 0
+        try:
+            Path(args.json).write_text(report.to_json() + "\n")
+        except OSError as exc:
+            return _fail(f"--json {args.json}: {exc.strerror or exc}", 1)
+    return INTERRUPTED if report.interrupted else 0

@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import argparse
-import math
+import functools
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from functools import partial
 from pathlib import Path
 
+import trio
+
 from gnutella_router import __version__
+from gnutella_router.cli.arguments import count, positive
 from gnutella_router.cli.dump import add_dump_parser
+from gnutella_router.cli.interrupt import INTERRUPTED, run_interruptible
 from gnutella_router.cli.load import add_echo_parser, add_load_parser
 from gnutella_router.cli.testnet import add_testnet_parser
 from gnutella_router.config import add_config_arguments
@@ -19,6 +23,7 @@ from gnutella_router.observe.describe import describe_frame
 from protocol.codec import encode_message
 from protocol.errors import RemoteProtocolError
 from protocol.framing import FrameDecoder
+from traffic_models.trace import MAGIC
 
 READ_SIZE = 64 * 1024
 
@@ -31,12 +36,32 @@ def sample_capture(count: int, seed: int) -> bytes:
 
 
 def cmd_decode(args: argparse.Namespace) -> int:
+    """Print one line per message of a raw capture, a router's trace, or a sample."""
+    try:
+        return _decode(args)
+    except BrokenPipeError:
+        # `decode ... | head`: the reader has all it wanted. Point stdout at /dev/null
+        # so that the interpreter's final flush does not complain a second time.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+
+
+def _decode(args: argparse.Namespace) -> int:
     if args.capture is None:
         data = sample_capture(args.count, args.seed)
         print(f"# sample capture: {args.count} messages, {len(data)} bytes (seed {args.seed})")
-        chunks = [data]
+        chunks: Iterable[bytes] = [data]
     else:
-        chunks = _read_chunks(Path(args.capture))
+        path = Path(args.capture)
+        try:
+            with path.open("rb") as stream:
+                head = stream.read(len(MAGIC))
+        except OSError as exc:
+            print(f"gnutella-router decode: {path}: {exc.strerror or exc}", file=sys.stderr)
+            return 1
+        if head == MAGIC:
+            return _decode_trace(path, args.limit)
+        chunks = _read_chunks(path)
     decoder = FrameDecoder(max_payload=args.max_payload)
     shown = 0
     try:
@@ -56,21 +81,43 @@ def cmd_decode(args: argparse.Namespace) -> int:
     return 0
 
 
-def _read_chunks(path: Path) -> list[bytes]:
+def _decode_trace(path: Path, limit: int | None) -> int:
+    """A trace written by ``run --record``: each record with its time and connection."""
+    from traffic_models.trace import TraceFormatError, read_trace
+
+    shown = 0
+    try:
+        for record in read_trace(
+            path, on_problem=lambda problem: print(f"# {problem}", file=sys.stderr)
+        ):
+            if limit is None or shown < limit:
+                line = describe_frame(record.frame())
+                print(f"{record.at:10.6f} conn={record.connection:<4} {line}")
+            shown += 1
+    except (TraceFormatError, OSError) as exc:
+        print(f"gnutella-router decode: {exc}", file=sys.stderr)
+        return 1
+    print(f"# {shown} messages (trace {path})")
+    return 0
+
+
+def _read_chunks(path: Path) -> Iterator[bytes]:
     with path.open("rb") as stream:
-        return list(iter(lambda: stream.read(READ_SIZE), b""))
+        yield from iter(lambda: stream.read(READ_SIZE), b"")
 
 
 def cmd_sample(args: argparse.Namespace) -> int:
     data = sample_capture(args.count, args.seed)
-    Path(args.output).write_bytes(data)
+    try:
+        Path(args.output).write_bytes(data)
+    except OSError as exc:
+        print(f"gnutella-router sample: {args.output}: {exc.strerror or exc}", file=sys.stderr)
+        return 1
     print(f"wrote {args.count} messages ({len(data)} bytes) to {args.output}")
     return 0
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    import trio
-
     from gnutella_router.config import ConfigError, config_from_args
     from gnutella_router.daemon import Daemon
     from gnutella_router.logs import configure_logging
@@ -108,36 +155,30 @@ def _absolute_path(text: str) -> str:
     return os.path.abspath(text)
 
 
-def _positive(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"{text!r}: expected a positive number")
-    return value
-
-
-def _count(low: int, high: int) -> Callable[[str], int]:
-    def parse(text: str) -> int:
-        if not text.isdigit() or not low <= int(text) <= high:
-            raise argparse.ArgumentTypeError(f"{text!r}: expected a whole number {low} to {high}")
-        return int(text)
-
-    return parse
-
-
 def cmd_replay(args: argparse.Namespace) -> int:
-    from gnutella_router.traffic.replay import run_replay
+    """Replay a trace; Ctrl-C stops it with a partial summary (exit 130)."""
+    from gnutella_router.traffic.replay import ReplayControl, ReplayError, parse_target, replay
 
-    return run_replay(
-        Path(args.trace),
-        args.target,
-        speed=args.speed,
-        loops=args.loop,
-        peers=args.peers,
-        warn=lambda text: print(text, file=sys.stderr),
-    )
+    control = ReplayControl()
+    try:
+        work = functools.partial(
+            replay,
+            Path(args.trace),
+            parse_target(args.target),
+            speed=args.speed,
+            loops=args.loop,
+            peers=args.peers,
+            on_problem=lambda problem: print(f"warning: {problem}", file=sys.stderr),
+            control=control,
+        )
+        summary = trio.run(
+            functools.partial(run_interruptible, work, control.request_stop, command="replay")
+        )
+    except ReplayError as exc:
+        print(f"gnutella-router replay: {exc}", file=sys.stderr)
+        return 1
+    print(summary.format())
+    return INTERRUPTED if summary.interrupted else 0
 
 
 def cmd_trace_summary(args: argparse.Namespace) -> int:
@@ -176,7 +217,12 @@ def _add_trace_commands(
         "current directory; overrides trace.record)",
     )
     replay = commands.add_parser(
-        "replay", help="replay a recorded trace into a router on this machine"
+        "replay",
+        help="replay a recorded trace into a router on this machine",
+        description="Play a trace recorded with `run --record` into a router on loopback, "
+        "at its recorded pace (or --speed X). Ctrl-C stops early with a partial summary "
+        "(exit 130); a second Ctrl-C quits at once.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     replay.add_argument("trace", help="trace file (a rotated set is read from its base name)")
     replay.add_argument(
@@ -184,21 +230,21 @@ def _add_trace_commands(
     )
     replay.add_argument(
         "--speed",
-        type=_positive,
+        type=positive,
         default=1.0,
         metavar="X",
         help="play X times as fast as recorded (default 1)",
     )
     replay.add_argument(
         "--loop",
-        type=_count(1, 1_000_000),
+        type=count(1, 1_000_000),
         default=1,
         metavar="N",
         help="play the trace N times, with fresh GUIDs each pass (default 1)",
     )
     replay.add_argument(
         "--peers",
-        type=_count(1, 256),
+        type=count(1, 256),
         default=None,
         metavar="K",
         help="connections to open (default: one per connection in the trace, at most 16)",
@@ -211,7 +257,7 @@ def _add_trace_commands(
     summary.add_argument("--png", metavar="FILE", help="also draw the figures into a PNG file")
     summary.add_argument(
         "--bucket",
-        type=_positive,
+        type=positive,
         default=1.0,
         metavar="SECONDS",
         help="time bucket for rates (default 1)",
@@ -247,21 +293,38 @@ def build_parser() -> argparse.ArgumentParser:
     run.set_defaults(handler=cmd_run)
 
     decode = commands.add_parser(
-        "decode", help="decode a raw Gnutella message stream and print one line per message"
+        "decode",
+        help="decode a raw Gnutella message stream or a trace, one line per message",
+        description="Print one line per message of a raw capture (back-to-back messages), "
+        "of a trace written by `run --record` (recognised by its header), or of a "
+        "built-in sample.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     decode.add_argument(
-        "capture", nargs="?", help="file of back-to-back messages (default: a built-in sample)"
+        "capture", nargs="?", help="capture or trace file (default: a built-in sample)"
     )
-    decode.add_argument("--count", type=int, default=20, help="sample size when no file is given")
-    decode.add_argument("--seed", type=int, default=1, help="sample seed when no file is given")
-    decode.add_argument("--limit", type=int, default=None, help="print at most this many")
-    decode.add_argument("--max-payload", type=int, default=64 * 1024)
+    decode.add_argument(
+        "--count", type=count(1, 10_000_000), default=20, help="sample size without a file"
+    )
+    decode.add_argument("--seed", type=int, default=1, help="sample seed without a file")
+    decode.add_argument(
+        "--limit", type=count(0, 2**62), default=None, help="print at most this many"
+    )
+    decode.add_argument(
+        "--max-payload", type=count(0, 2**31), default=64 * 1024, help="longest payload, bytes"
+    )
     decode.set_defaults(handler=cmd_decode)
 
-    sample = commands.add_parser("sample", help="write a sample capture file")
-    sample.add_argument("output")
-    sample.add_argument("--count", type=int, default=1000)
-    sample.add_argument("--seed", type=int, default=1)
+    sample = commands.add_parser(
+        "sample",
+        help="write a sample capture file",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    sample.add_argument("output", help="file to write")
+    sample.add_argument(
+        "--count", type=count(1, 10_000_000), default=1000, help="messages to write"
+    )
+    sample.add_argument("--seed", type=int, default=1, help="seed of the sample")
     sample.set_defaults(handler=cmd_sample)
     _add_trace_commands(commands, run)
     add_load_parser(commands)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import trio
 
+from gnutella_router.cli.interrupt import INTERRUPTED
 from gnutella_router.config import ConfigError, parse_host_port
 from gnutella_router.testnet.network import (
     DEFAULT_RESULTS,
@@ -27,8 +28,11 @@ def add_testnet_parser(commands: argparse._SubParsersAction[argparse.ArgumentPar
             "topology (bootstrapped from a local GWebCache), wait until every link is up, "
             "drive synthetic traffic through them with the load client, print a live "
             "status line and a final summary, write the results folder, and stop every "
-            "router with Bye. Ctrl-C stops early; a second Ctrl-C stops at once."
+            "router with Bye. Ctrl-C stops early (exit 130, results still written); a "
+            "second Ctrl-C stops at once. SIGUSR1 writes a dump of every node into its "
+            "node-* folder. Results of an earlier run in the results folder are replaced."
         ),
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     testnet.add_argument("--nodes", type=int, default=5, metavar="N", help="routers (default 5)")
     testnet.add_argument(
@@ -142,5 +146,7 @@ def cmd_testnet(args: argparse.Namespace) -> int:
         outcome = trio.run(partial(run_network, settings, handle_signals=True))
     except KeyboardInterrupt:
         print("gnutella-router testnet: interrupted", file=sys.stderr)
-        return 130
+        return INTERRUPTED
+    if outcome.interrupted:
+        return INTERRUPTED
     return 0 if outcome.ok else 1

@@ -59,6 +59,7 @@ import trio
 from gnutella_router.config import Config, config_as_dict, load_config
 from gnutella_router.daemon import Daemon
 from gnutella_router.net.connection import format_address
+from gnutella_router.observe.admin import write_dump_file
 from gnutella_router.traffic.load import (
     ClientPeer,
     LoadError,
@@ -399,6 +400,17 @@ class NetworkSettings:
             raise ValueError(f"--base-port: ports {self.base_port}..+{self.nodes - 1} do not fit")
         if self.form_timeout <= 0:
             raise ValueError("the formation timeout must be positive")
+        # The mix and the arrival process are checked here, before any router starts,
+        # so a typo is refused in a second rather than after the network has formed.
+        try:
+            mix_by_name_or_path(self.traffic)
+        except (OSError, ValueError) as exc:
+            raise ValueError(f"--traffic {self.traffic}: {exc}") from None
+        if self.arrivals is not None:
+            try:
+                parse_arrivals(self.arrivals, seed=self.seed)
+            except ValueError as exc:
+                raise ValueError(f"--arrivals: {exc}") from None
 
 
 class NetworkError(Exception):
@@ -496,8 +508,19 @@ class LocalNetwork:
         return outcome
 
     def _prepare_results(self) -> None:
+        """A results folder holding this run only: what an earlier run left in it (its
+        ``node-*`` folders and ``summary.json``; nothing else) is removed, and said."""
+        results = self.settings.results
         try:
-            self.settings.results.mkdir(parents=True, exist_ok=True)
+            earlier = sorted(results.glob("node-*")) + sorted(results.glob("summary.json"))
+            for old in earlier:
+                if old.is_dir() and not old.is_symlink():
+                    shutil.rmtree(old)
+                else:
+                    old.unlink()
+            if earlier:
+                self._note(f"results: removed an earlier run's results from {results}")
+            results.mkdir(parents=True, exist_ok=True)
             for index in range(self.settings.nodes):
                 state = self.node_dir(index)
                 state.mkdir(exist_ok=True)
@@ -845,13 +868,28 @@ class LocalNetwork:
         print(f"results: {outcome.results}", file=out, flush=True)
 
     async def _watch_signals(self, everything: trio.CancelScope) -> None:
-        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-            async for _ in signals:
+        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGUSR1) as signals:
+            async for signum in signals:
+                if signum == signal.SIGUSR1:
+                    await self._dump_nodes()
+                    continue
                 if self._stop.is_set():
                     everything.cancel()
                     return
                 self._note("stopping: collecting results and saying Bye (again to force)")
                 self.request_stop()
+
+    async def _dump_nodes(self) -> None:
+        """SIGUSR1: every running node writes its full dump into its own folder, as a
+        single router does on SIGUSR1; the network carries on."""
+        written = 0
+        for index, daemon in enumerate(self.daemons):
+            try:
+                await write_dump_file(daemon, self.node_dir(index))
+                written += 1
+            except OSError as exc:
+                self._note(f"node-{index}: dump not written: {exc}")
+        self._note(f"SIGUSR1: wrote a dump for {written} node(s) into their node-* folders")
 
 
 async def run_network(

@@ -18,21 +18,34 @@ path back to the injectors, where they are timed as round trips.
 
 Before the clock starts, a few probe pings make sure the target has registered every
 peer; they are not counted.
+
+After the last message the client *drains*: it keeps reading until every expected copy
+has arrived, or nothing has arrived for ``DRAIN_QUIET`` seconds, or ``drain`` seconds
+have passed. Without it, copies still in socket buffers when the client hung up would
+be reported as lost. When the router's admin interface is reachable, its counters are
+read before and after the run, so the report can say how many of our messages the
+router received, forwarded and dropped (and why), and how many copies it forwarded
+that had not reached us when the client stopped.
+
+:meth:`LoadRun.request_stop` (Ctrl-C in ``gnutella-router load``) ends the sending and
+the drain at once; the report is still made, from what was measured so far.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import gc
 import itertools
 import math
 import sys
 import time
 from collections.abc import Iterator, Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 import trio
 
+from gnutella_router.observe.admin_client import FetchError, fetch
 from protocol.codec import encode_message
 from protocol.constants import MessageType
 from protocol.errors import RemoteProtocolError
@@ -50,6 +63,7 @@ from traffic_models.generator import Scheduled
 from traffic_models.latency import (
     LatencyBook,
     LoadReport,
+    RouterCounts,
     read_stamp,
     run_marker,
     stamp_guid,
@@ -65,6 +79,8 @@ BROADCAST_TYPES = frozenset({PING, QUERY})
 YOUNG_COLLECTION_THRESHOLD = 20_000
 READ_SIZE = 64 * 1024
 """Per read: small enough that decoding one read never keeps the sender waiting long."""
+DRAIN_QUIET = 1.0
+"""The drain ends when no copy has arrived for this long."""
 SEND_SLACK = 0.001
 """The sender wakes this much before the next message is due and sends everything due
 within it: timer wake-ups come in whole milliseconds (epoll), so waking on the dot would
@@ -84,8 +100,11 @@ class LoadSettings:
     respond: bool = False
     """Sinks answer like servents, so replies (and their round trips) are measured."""
     late_threshold_ms: float = 1.0
-    drain: float = 1.0
-    """Seconds to keep listening after the last message, for copies still in flight."""
+    drain: float = 5.0
+    """Longest to keep listening after the last message, for copies still in flight; the
+    drain ends sooner once every copy has arrived or none has for ``DRAIN_QUIET``."""
+    admin: tuple[str, int] | None = None
+    """The router's admin interface, to reconcile our counts with its own; None: none."""
     user_agent: str = "gnutella-router-load/0.1"
     progress: bool = False
     warmup: float = 0.0
@@ -97,8 +116,12 @@ class LoadSettings:
             raise ValueError("a load run needs at least 2 peers: one to inject, one to sink")
         if not 1 <= self.injectors < self.peers:
             raise ValueError("injectors must be at least 1 and fewer than peers")
-        if self.duration <= 0:
+        if not self.duration > 0:
             raise ValueError("duration must be positive")
+        if not self.drain >= 0:
+            raise ValueError("drain must be 0 or more seconds")
+        if not self.warmup >= 0:
+            raise ValueError("warmup must be 0 or more seconds")
 
 
 class Traffic(Protocol):
@@ -203,6 +226,7 @@ class LoadRun:
         self.book = LatencyBook()
         self.sent = [0] * 256
         self.received = [0] * 256
+        self.injector_copies = [0] * 256
         self.replies = [0] * 256
         self.expected = [0] * 256
         self.late = 0
@@ -214,10 +238,43 @@ class LoadRun:
         self.started_ns = 0
         self.timed_from_ns = 0
         self.send_elapsed = 0.0
+        self.interrupted = False
+        self._last_arrival = 0.0
+        self._stop_scope: trio.CancelScope | None = None
+        self._router_before: dict[str, Any] | None = None
+        self._router_after: dict[str, Any] | None = None
+        self._router_note: str | None = None
+
+    def request_stop(self) -> None:
+        """End the sending and the drain now; the report is made from what was measured."""
+        self.interrupted = True
+        if self._stop_scope is not None:
+            self._stop_scope.cancel()
+
+    def _stoppable(self) -> trio.CancelScope:
+        """A cancel scope that :meth:`request_stop` cancels (at once, if it came first)."""
+        scope = self._stop_scope = trio.CancelScope()
+        if self.interrupted:
+            scope.cancel()
+        return scope
 
     # ------------------------------------------------------------------ the run
 
     async def run(self) -> LoadReport:
+        """Connect, probe, send, drain and report.
+
+        For the run, young garbage collections are made rarer (almost everything the
+        client allocates dies young): fewer pauses, so fewer sends late through the
+        client's own fault. The previous setting is restored afterwards.
+        """
+        threshold = gc.get_threshold()
+        gc.set_threshold(YOUNG_COLLECTION_THRESHOLD, *threshold[1:])
+        try:
+            return await self._run()
+        finally:
+            gc.set_threshold(*threshold)
+
+    async def _run(self) -> LoadReport:
         settings = self.settings
         peers: list[ClientPeer] = []
         try:
@@ -245,11 +302,16 @@ class LoadRun:
                         else None
                     )
                     nursery.start_soon(self._read, peer, True, responder)
-                await self._probe(injectors[0], sinks)
+                with self._stoppable():
+                    await self._probe(injectors[0], sinks)
+                self._router_before = await self._router_counters()
                 if settings.progress:
                     nursery.start_soon(self._show_progress)
-                await self._send(injectors, len(sinks))
-                await trio.sleep(settings.drain)
+                with self._stoppable():
+                    await self._send(injectors, len(sinks))
+                    await self._drain()
+                self._sending_done.set()
+                self._router_after = await self._router_counters()
                 nursery.cancel_scope.cancel()
         finally:
             for peer in peers:
@@ -324,10 +386,38 @@ class LoadRun:
                     except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
                         peer.closed = peer.closed or f"{peer.name}: {exc.__class__.__name__}"
                         return
+            self.send_elapsed = trio.current_time() - start
             if pending is not None:
                 await trio.sleep_until(start + pending.at - SEND_SLACK)
-        self.send_elapsed = trio.current_time() - start
-        self._sending_done.set()
+
+    async def _drain(self) -> None:
+        """Read on until every expected copy is in, or none came for a while, or time's up."""
+        deadline = trio.current_time() + self.settings.drain
+        self._last_arrival = trio.current_time()
+        while trio.current_time() < deadline:
+            if sum(self.received) >= sum(self.expected):
+                return
+            if trio.current_time() - self._last_arrival >= DRAIN_QUIET:
+                return
+            await trio.sleep(0.02)
+
+    async def _router_counters(self) -> dict[str, Any] | None:
+        """The router's /stats, or None (with a note saying why) when it cannot be read."""
+        admin = self.settings.admin
+        if admin is None or self._router_note is not None:
+            return None
+        try:
+            data = await trio.to_thread.run_sync(
+                functools.partial(fetch, admin, "/stats", timeout=5.0)
+            )
+        except FetchError as exc:
+            self._router_note = str(exc)
+            return None
+        router = data.get("router") if isinstance(data, dict) else None
+        if not isinstance(router, dict):
+            self._router_note = "the admin interface's /stats has no router counters"
+            return None
+        return router
 
     # ------------------------------------------------------------------ receiving
 
@@ -339,6 +429,7 @@ class LoadRun:
             while True:
                 if data:
                     arrived = time.perf_counter_ns()
+                    self._last_arrival = trio.current_time()
                     frames = peer.decoder.receive_data(data)
                     self._account(frames, arrived, sink, run, book, peer)
                     if responder is not None:
@@ -379,6 +470,9 @@ class LoadRun:
                     self.received[message_type] += 1
                     if timed:
                         book.record("one-hop", message_type, arrived - due)
+            elif message_type in BROADCAST_TYPES:
+                # Another injector's broadcast: a copy, not a reply to anything of ours.
+                self.injector_copies[message_type] += 1
             else:
                 self.replies[message_type] += 1
                 if timed:
@@ -437,11 +531,55 @@ class LoadRun:
             disconnected=[p.closed for p in closed if p.closed],
             negative_samples=self.book.negative,
             clamped_samples=self.book.clamped,
+            interrupted=self.interrupted,
+            router=self._reconcile(),
+        )
+
+    def _reconcile(self) -> RouterCounts | None:
+        """Our counts beside the router's own, for the run (after minus before)."""
+        before, after = self._router_before, self._router_after
+        admin = self.settings.admin
+        if admin is None:
+            return None
+        where = f"{admin[0]}:{admin[1]}"
+        if before is None or after is None:
+            return RouterCounts(admin=where, note=self._router_note or "not read")
+        dropped: dict[str, dict[str, int]] = {}
+        after_dropped = _mapping(after.get("dropped"))
+        before_dropped = _mapping(before.get("dropped"))
+        for reason, by_type in after_dropped.items():
+            delta = _delta(_mapping(by_type), _mapping(before_dropped.get(reason)))
+            if delta:
+                dropped[reason] = delta
+        return RouterCounts(
+            admin=where,
+            received=_delta(_mapping(after.get("received")), _mapping(before.get("received"))),
+            forwarded=_delta(_mapping(after.get("forwarded")), _mapping(before.get("forwarded"))),
+            dropped=dropped,
+            copies_at_our_peers=_named(
+                [a + b for a, b in zip(self.received, self.injector_copies, strict=True)]
+            ),
         )
 
 
 def _named(counts: list[int]) -> dict[str, int]:
     return {type_name(t): n for t, n in enumerate(counts) if n}
+
+
+def _mapping(value: object) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _delta(after: dict[str, Any], before: dict[str, Any]) -> dict[str, int]:
+    """Per-key increase of integer counters; keys that did not move are left out."""
+    out: dict[str, int] = {}
+    for key, value in after.items():
+        if isinstance(value, int):
+            previous = before.get(key, 0)
+            increase = value - (previous if isinstance(previous, int) else 0)
+            if increase:
+                out[key] = increase
+    return out
 
 
 async def _quiet_close(stream: trio.SocketStream) -> None:
@@ -453,15 +591,5 @@ async def _quiet_close(stream: trio.SocketStream) -> None:
 
 
 async def run_load(settings: LoadSettings, generator: Traffic) -> LoadReport:
-    """Run one load test against ``settings.target`` and return what it measured.
-
-    For the run, young garbage collections are made rarer (almost everything the client
-    allocates dies young): fewer pauses, so fewer sends late through the client's own
-    fault. The previous setting is restored afterwards.
-    """
-    threshold = gc.get_threshold()
-    gc.set_threshold(YOUNG_COLLECTION_THRESHOLD, *threshold[1:])
-    try:
-        return await LoadRun(settings, generator).run()
-    finally:
-        gc.set_threshold(*threshold)
+    """Run one load test against ``settings.target`` and return what it measured."""
+    return await LoadRun(settings, generator).run()

@@ -37,7 +37,6 @@ import dataclasses
 import ipaddress
 import math
 from collections.abc import Callable, Sequence
-from functools import partial
 from pathlib import Path
 
 import trio
@@ -108,6 +107,8 @@ class ReplaySummary:
     duration: float
     """Seconds from the first send until every buffer reached the target."""
     errors: tuple[str, ...] = ()
+    interrupted: bool = False
+    """Stopped early (Ctrl-C): the figures cover what was sent until then."""
 
     @property
     def rate(self) -> float:
@@ -122,8 +123,30 @@ class ReplaySummary:
             f"({self.rate:,.1f} msgs/s); late {self.late}, dropped {self.dropped}, "
             f"Byes skipped {self.skipped}",
         ]
+        if self.interrupted:
+            lines.insert(0, "INTERRUPTED: the replay was stopped early; partial figures")
         lines += [f"problem: {error}" for error in self.errors]
         return "\n".join(lines)
+
+
+class ReplayControl:
+    """Lets the caller stop a running :func:`replay` early (Ctrl-C): the schedule ends,
+    what was handed to the peers is still flushed, and the summary says it was cut."""
+
+    def __init__(self) -> None:
+        self.interrupted = False
+        self._scope: trio.CancelScope | None = None
+
+    def request_stop(self) -> None:
+        self.interrupted = True
+        if self._scope is not None:
+            self._scope.cancel()
+
+    def scope(self) -> trio.CancelScope:
+        scope = self._scope = trio.CancelScope()
+        if self.interrupted:
+            scope.cancel()
+        return scope
 
 
 def parse_target(text: str) -> tuple[str, int]:
@@ -306,6 +329,7 @@ async def replay(
     connect_timeout: float = CONNECT_TIMEOUT,
     drain_timeout: float = DRAIN_TIMEOUT,
     on_problem: Callable[[TraceProblem], None] | None = None,
+    control: ReplayControl | None = None,
 ) -> ReplaySummary:
     """Replay the trace at ``path`` into the router at ``target`` (loopback only).
 
@@ -315,6 +339,7 @@ async def replay(
         peers: connections to open; default one per connection id of the trace, at
             most :data:`DEFAULT_PEER_CAP`.
         on_problem: told about parts of the trace that were skipped (first pass only).
+        control: lets the caller stop the replay early.
 
     Raises:
         ReplayError: bad arguments, an empty or unreadable trace, or a peer that could
@@ -356,7 +381,8 @@ async def replay(
                 async with trio.open_nursery() as writers:
                     for link in links:
                         writers.start_soon(link.write_loop)
-                    await _schedule(path, plan, route, start, speed, loops, late_after, counts)
+                    with (control or ReplayControl()).scope():
+                        await _schedule(path, plan, route, start, speed, loops, late_after, counts)
                     drain.deadline = trio.current_time() + drain_timeout
                     for link in links:
                         link.finish()
@@ -383,6 +409,7 @@ async def replay(
         skipped=counts.skipped,
         duration=finished - start,
         errors=tuple(errors),
+        interrupted=control is not None and control.interrupted,
     )
 
 
@@ -443,47 +470,13 @@ def _ignore(problem: TraceProblem) -> None:
     """Later passes stay quiet: the first pass (:func:`scan_trace`) reported everything."""
 
 
-def run_replay(
-    path: Path,
-    target: str,
-    *,
-    speed: float = 1.0,
-    loops: int = 1,
-    peers: int | None = None,
-    report: Callable[[str], None] = print,
-    warn: Callable[[str], None] = print,
-) -> int:
-    """The ``replay`` command: returns the exit status (0 once the replay has run)."""
-    try:
-        address = parse_target(target)
-        summary = trio.run(
-            partial(
-                replay,
-                path,
-                address,
-                speed=speed,
-                loops=loops,
-                peers=peers,
-                on_problem=lambda problem: warn(f"warning: {problem}"),
-            )
-        )
-    except ReplayError as exc:
-        warn(f"gnutella-router replay: {exc}")
-        return 1
-    except KeyboardInterrupt:
-        warn("gnutella-router replay: interrupted")
-        return 130
-    report(summary.format())
-    return 0
-
-
 __all__: Sequence[str] = [
+    "ReplayControl",
     "ReplayError",
     "ReplaySummary",
     "TracePlan",
     "loop_guid",
     "parse_target",
     "replay",
-    "run_replay",
     "scan_trace",
 ]

@@ -62,3 +62,54 @@ def test_sample_writes_a_decodable_capture(
     out = capsys.readouterr().out.splitlines()
     assert out[-1] == "# 50 messages"
     assert len(out) == 1 + 5 + 1
+
+
+def test_decode_reads_the_routers_own_traces(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from traffic_models.trace import TraceRecord, write_trace
+
+    path = tmp_path / "run.trace"
+    write_trace(
+        path,
+        [
+            TraceRecord(0.5, 3, bytes(16), MessageType.PING, 7, 0, b""),
+            TraceRecord(0.75, 4, bytes(range(16)), MessageType.QUERY, 5, 1, b"\x80\x00jazz\x00"),
+        ],
+    )
+    assert main(["decode", str(path)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[-1].startswith("# 2 messages (trace")
+    assert "conn=3" in lines[0]
+    assert "PING" in lines[0]
+    assert "conn=4" in lines[1]
+    assert "QUERY" in lines[1]
+    assert "jazz" in lines[1]
+
+
+def test_a_missing_file_is_one_line_not_a_traceback(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["decode", str(tmp_path / "nothing.bin")]) == 1
+    err = capsys.readouterr().err
+    assert (
+        err.strip()
+        == f"gnutella-router decode: {tmp_path / 'nothing.bin'}: No such file or directory"
+    )
+    assert main(["sample", str(tmp_path / "no" / "such" / "out.bin")]) == 1
+    assert "No such file or directory" in capsys.readouterr().err
+
+
+def test_decode_into_a_closed_pipe_ends_quietly(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    command = [sys.executable, "-m", "gnutella_router", "decode", "--count", "20000"]
+    decode = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert decode.stdout is not None
+    decode.stdout.readline()
+    decode.stdout.close()  # as `| head -1` does
+    _, err = decode.communicate(timeout=60)
+    assert decode.returncode == 0
+    assert b"Traceback" not in err
+    assert b"BrokenPipe" not in err

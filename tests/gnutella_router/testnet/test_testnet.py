@@ -5,6 +5,12 @@ from __future__ import annotations
 import io
 import itertools
 import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -170,7 +176,7 @@ async def test_ring_network_forms_routes_collects_and_stops(tmp_path: Path) -> N
         assert "error" not in state
     text = out.getvalue()
     assert "3 nodes stopped (Bye sent)" in text
-    assert "copies reached the sinks (loss 0.00%)" in text
+    assert "copies reached the sinks by the end of the drain (not arrived 0.00%)" in text
 
 
 async def test_idle_network_stays_up_until_stopped(tmp_path: Path) -> None:
@@ -234,3 +240,109 @@ def test_defaults_need_no_configuration() -> None:
 def test_bad_arguments_exit_2(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["testnet", *argv]) == 2
     assert "gnutella-router testnet:" in capsys.readouterr().err
+
+
+def test_a_bad_mix_is_refused_before_any_router_starts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    started = time.monotonic()
+    status = main(["testnet", "--traffic", "nonsense", "--results", str(tmp_path / "r")])
+    assert status == 2
+    assert "--traffic nonsense" in capsys.readouterr().err
+    assert time.monotonic() - started < 2
+    assert not (tmp_path / "r").exists()  # nothing was started or written
+
+
+def test_a_run_replaces_an_earlier_runs_results(tmp_path: Path) -> None:
+    results = tmp_path / "results"
+    for index in range(5):
+        (results / f"node-{index}").mkdir(parents=True)
+    (results / "summary.json").write_text("{}")
+    (results / "notes.txt").write_text("mine")  # not the testnet's: left alone
+    status = main(
+        [
+            "testnet",
+            "--nodes",
+            "2",
+            "--duration",
+            "0.5",
+            "--rate",
+            "50",
+            "--results",
+            str(results),
+            "--form-timeout",
+            "15",
+        ]
+    )
+    assert status == 0
+    assert sorted(p.name for p in results.iterdir()) == [
+        "node-0",
+        "node-1",
+        "notes.txt",
+        "summary.json",
+    ]
+    assert len(json.loads((results / "summary.json").read_text())["nodes"]) == 2
+
+
+class _NonBlockingOutput:
+    """What a child process has written so far, read without ever blocking the test."""
+
+    def __init__(self, process: subprocess.Popen[bytes]) -> None:
+        assert process.stdout is not None
+        self.fd = process.stdout.fileno()
+        os.set_blocking(self.fd, False)
+        self.text = b""
+
+    def read(self) -> bytes:
+        ready, _, _ = select.select([self.fd], [], [], 0)
+        if ready:
+            self.text += os.read(self.fd, 65536)
+        return self.text
+
+
+def test_signals_on_a_running_testnet(tmp_path: Path) -> None:
+    """SIGUSR1 dumps every node and the network carries on; Ctrl-C stops it with its
+    results written and exit status 130."""
+    results = tmp_path / "results"
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "gnutella_router",
+            "testnet",
+            "--nodes",
+            "2",
+            "--duration",
+            "0",
+            "--results",
+            str(results),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        output = _NonBlockingOutput(process)
+        deadline = time.monotonic() + 30
+        while b"Ctrl-C stops it" not in output.read():
+            assert time.monotonic() < deadline, "the network did not come up"
+            assert process.poll() is None, "the testnet ended early"
+            time.sleep(0.2)
+        process.send_signal(signal.SIGUSR1)
+        deadline = time.monotonic() + 15
+        while not all(list((results / f"node-{i}").glob("dump-*.json")) for i in (0, 1)):
+            assert time.monotonic() < deadline, "no dump per node"
+            assert process.poll() is None, "SIGUSR1 ended the testnet"
+            time.sleep(0.1)
+        process.send_signal(signal.SIGINT)
+        process.wait(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+        process.wait()
+        for stream in (process.stdout, process.stderr):
+            if stream is not None:
+                stream.close()
+    assert process.returncode == 130
+    assert (results / "summary.json").is_file()
+    dump = json.loads(next((results / "node-0").glob("dump-*.json")).read_text())
+    assert "tasks" in dump

@@ -1,0 +1,63 @@
+"""A client for a router's admin interface: one GET, JSON back, a sentence on failure.
+
+Plain :mod:`http.client`, blocking (call it from a worker thread inside trio): no
+proxies, since an admin interface is on this machine or reached directly, and a timeout
+on everything. Used by ``gnutella-router dump`` and by the load client, which reads the
+router's own counters to reconcile what it sent with what the router saw.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+
+TOKEN_ENVIRONMENT = "GNUTELLA_ADMIN_TOKEN"
+"""Where the command-line tools look for the admin token when none is given."""
+MAX_RESPONSE_BYTES = 256 * 1024 * 1024
+
+
+class FetchError(Exception):
+    """The admin interface could not be reached or did not answer 200."""
+
+
+def fetch(address: tuple[str, int], path: str, *, token: str = "", timeout: float = 10.0) -> object:
+    """GET ``path`` from the admin interface at ``address`` and decode its JSON.
+
+    Raises:
+        FetchError: the connection failed, or the answer was not a 200 with JSON; the
+            message is a sentence for the operator.
+    """
+    host, port = address
+    where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    connection = http.client.HTTPConnection(host, port, timeout=timeout)
+    headers = {"Accept": "application/json"}
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    try:
+        connection.request("GET", path, headers=headers)
+        response = connection.getresponse()
+        body = response.read(MAX_RESPONSE_BYTES)
+    except (OSError, http.client.HTTPException) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise FetchError(
+            f"cannot reach the admin interface at {where}: {reason or type(exc).__name__}"
+        ) from None
+    finally:
+        connection.close()
+    try:
+        data = json.loads(body)
+    except ValueError:
+        data = None
+    if response.status != 200:
+        detail = data.get("error") if isinstance(data, dict) else None
+        hint = ""
+        if response.status == 401:
+            hint = f" (give --token or set {TOKEN_ENVIRONMENT})"
+        raise FetchError(
+            f"the admin interface at {where} answered {response.status} {response.reason}"
+            + (f": {detail}" if detail else "")
+            + hint
+        )
+    if data is None:
+        raise FetchError(f"the admin interface at {where} sent something that is not JSON")
+    return data
