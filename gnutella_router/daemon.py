@@ -36,6 +36,7 @@ from gnutella_router.runtime.stage import StageRegistry
 from gnutella_router.stages.catcher import GnutellaCatcher
 from gnutella_router.stages.router import GnutellaRouter
 from gnutella_router.stages.server import GnutellaServer
+from gnutella_router.state_lock import lock_state_directory
 from protocol.messages import random_guid
 
 BYE_GRACE_SECONDS = 2.0
@@ -134,8 +135,13 @@ class Daemon:
         handle_signals: bool = False,
         task_status: trio.TaskStatus[Self] = trio.TASK_STATUS_IGNORED,
     ) -> None:
-        """Run until asked to stop, then shut down gracefully."""
+        """Run until asked to stop, then shut down gracefully.
+
+        Raises:
+            StateDirectoryBusy: another router uses this state directory.
+        """
         self.started_at = trio.current_time()
+        lock = lock_state_directory(self.config.state_path)
         try:
             async with trio.open_nursery() as nursery:
                 if self.config.trace_path is not None:
@@ -171,6 +177,7 @@ class Daemon:
                 await self._shutdown()
                 nursery.cancel_scope.cancel()
         finally:
+            lock.release()
             self.stopped.set()
 
     async def _shutdown(self) -> None:

@@ -43,14 +43,21 @@ from __future__ import annotations
 
 import logging
 import sys
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
 from typing import TextIO
 
 import structlog
 from structlog.typing import FilteringBoundLogger, Processor
 
-__all__ = ["LOG_FORMATS", "LOG_LEVELS", "configure_logging", "get_logger"]
+__all__ = [
+    "LOG_FORMATS",
+    "LOG_LEVELS",
+    "RateLimitedWarnings",
+    "configure_logging",
+    "get_logger",
+]
 
 LOG_FORMATS = ("auto", "console", "json")
 """Accepted values of ``format``."""
@@ -163,3 +170,48 @@ def _isatty(stream: TextIO) -> bool:
         return stream.isatty()
     except (AttributeError, ValueError):  # no such method, or the stream is closed
         return False
+
+
+class RateLimitedWarnings:
+    """Warnings an operator must see, at most one line per key per ``interval`` seconds.
+
+    Refused peers and hosts that cannot be dialled come in floods (a misconfigured load
+    client, a seed that is down): the first of a kind is logged at once, the rest of the
+    interval only counted, and the next line for that key says how many were held back
+    (``suppressed=N``). The table of keys is bounded: past ``max_keys`` the oldest key is
+    forgotten, which at worst lets one extra line through.
+    """
+
+    def __init__(
+        self,
+        log: FilteringBoundLogger,
+        *,
+        interval: float = 10.0,
+        max_keys: int = 1024,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.log = log
+        self.interval = interval
+        self.max_keys = max_keys
+        self.clock = clock
+        self._last: dict[str, float] = {}
+        self._held: dict[str, int] = {}
+
+    def warn(self, key: str, event: str, **fields: object) -> bool:
+        """Log ``event`` unless ``key`` was logged within the interval; True if logged."""
+        now = self.clock()
+        last = self._last.get(key)
+        if last is not None and now - last < self.interval:
+            self._held[key] = self._held.get(key, 0) + 1
+            return False
+        held = self._held.pop(key, 0)
+        self._last.pop(key, None)
+        self._last[key] = now
+        if len(self._last) > self.max_keys:
+            oldest = next(iter(self._last))
+            del self._last[oldest]
+            self._held.pop(oldest, None)
+        if held:
+            fields["suppressed"] = held
+        self.log.warning(event, **fields)
+        return True

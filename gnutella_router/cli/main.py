@@ -120,7 +120,7 @@ def cmd_sample(args: argparse.Namespace) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     from gnutella_router.config import ConfigError, config_from_args
     from gnutella_router.daemon import Daemon
-    from gnutella_router.logs import configure_logging
+    from gnutella_router.logs import configure_logging, get_logger
 
     try:
         config = config_from_args(args)
@@ -138,11 +138,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     try:
         trio.run(main)
     except* OSError as group:
-        # Binding a listener is what fails in practice (port taken, no permission); the
-        # error may sit several nurseries deep.
+        # Binding a listener (port taken, no permission) and locking the state directory
+        # are what fail in practice; the error may sit several nurseries deep.
         failure = _first_leaf(group)
     if failure is not None:
-        print(f"gnutella-router: cannot start: {failure}", file=sys.stderr)
+        # Through the configured logger, so that in JSON mode this line is JSON too.
+        get_logger("gnutella-router").error("cannot start", error=str(failure))
         return 1
     return 0
 

@@ -437,6 +437,11 @@ class HostCache:
         key = _canonical_key(host, port)
         return None if key is None else self._records.get(key)
 
+    def source_of(self, host: str, port: int) -> str | None:
+        """Where the cached host was learned (``seed``, ``pong``, ...), or None."""
+        record = self._find(host, port)
+        return None if record is None else record.source
+
     def __len__(self) -> int:
         return len(self._records)
 

@@ -56,6 +56,7 @@ import trio
 from gnutella_router import __version__
 from gnutella_router.config import admin_listen_address, is_loopback_host
 from gnutella_router.net.connection import format_address
+from gnutella_router.net.listening import open_listeners
 from gnutella_router.observe.dumps import (
     DEFAULT_ROUTE_LIMIT,
     ROUTE_TABLES,
@@ -190,7 +191,7 @@ class AdminServer:
     ) -> None:
         """Listen and answer until cancelled; reports the (first) bound address."""
         host, port = self.address
-        listeners = await trio.open_tcp_listeners(port, host=host)
+        listeners = await open_listeners(host, port, role="the admin interface, admin.listen")
         try:
             self.listen_addresses = [_sockname(lst.socket.getsockname()) for lst in listeners]
             async with trio.open_nursery() as nursery:

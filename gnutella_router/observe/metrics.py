@@ -14,22 +14,43 @@ can share a process (the tests run many).
 
 Every name starts with ``gnutella_``; counters end in ``_total`` in the exposition.
 Message types are label values as the dumps spell them (``ping``, ``query_hit``...),
-and drop reasons as the router names them (``duplicate``, ``no-route``...).
+and drop reasons as the router names them (``duplicate``, ``no-route``...). Counters
+only ever rise: totals over connections include the ones that have closed. Label series
+of the known types and reasons exist from the first scrape, at zero, so that a rate()
+over them is defined before their first event. The registry also holds
+prometheus-client's process collector (``process_*``: CPU, memory, file descriptors,
+start time); when several daemons share a process (tests), they report the same
+process.
+
+SEDA's key signal is per stage: ``gnutella_stage_queue_wait_seconds`` (how long the
+oldest event of each batch waited in the queue) and ``gnutella_stage_service_seconds``
+(how long the handler took for each batch), both Prometheus histograms observed once
+per batch (:mod:`gnutella_router.runtime.histogram`).
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Iterator, Mapping
 
 import trio
-from prometheus_client import CollectorRegistry
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client import CollectorRegistry, ProcessCollector
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_latest
 from prometheus_client.registry import Collector
 
 from gnutella_router import __version__
 from gnutella_router.observe.view import RouterView
+from gnutella_router.runtime.histogram import HistogramSnapshot
 from gnutella_router.runtime.stage import StageStatistics
+from gnutella_router.stages.router import DROP_REASONS
+from gnutella_router.stages.server import DIAL_FAILURE_REASONS, INCOMING_REFUSAL_REASONS
+from protocol.constants import MessageType
 
 __all__ = ["CONTENT_TYPE", "DaemonCollector", "metrics_registry", "render_metrics"]
 
@@ -39,6 +60,17 @@ CONTENT_TYPE = CONTENT_TYPE_PLAIN_0_0_4
 
 MESSAGE_COUNTERS = ("received", "forwarded", "generated", "consumed")
 """The router's per-type counters, each exported as ``gnutella_messages_<name>_total``."""
+ROUTED_TYPES = tuple(
+    t.name.lower()
+    for t in (
+        MessageType.PING,
+        MessageType.PONG,
+        MessageType.PUSH,
+        MessageType.QUERY,
+        MessageType.QUERY_HIT,
+    )
+)
+"""Types whose per-type and per-drop-reason series exist from the start, at zero."""
 
 
 class DaemonCollector(Collector):
@@ -68,10 +100,14 @@ class DaemonCollector(Collector):
         yield info
         started = daemon.started_at
         if started is not None:
+            uptime = trio.current_time() - started
             yield GaugeMetricFamily(
-                "gnutella_uptime_seconds",
-                "Seconds since the daemon started.",
-                value=trio.current_time() - started,
+                "gnutella_uptime_seconds", "Seconds since the daemon started.", value=uptime
+            )
+            yield GaugeMetricFamily(
+                "gnutella_start_time_seconds",
+                "When the daemon started, in seconds since the Unix epoch.",
+                value=time.time() - uptime,
             )
 
     def _router(self, daemon: RouterView) -> Iterator[Metric]:
@@ -82,16 +118,19 @@ class DaemonCollector(Collector):
                 f"Messages {name} by the router, by message type.",
                 labels=["type"],
             )
-            _by_label(family, getattr(stats, name))
+            _by_label(family, {**dict.fromkeys(ROUTED_TYPES, 0), **getattr(stats, name)})
             yield family
         dropped = CounterMetricFamily(
             "gnutella_messages_dropped",
             "Messages the router dropped, by message type and reason.",
             labels=["type", "reason"],
         )
+        counts = {(t, reason): 0 for reason in DROP_REASONS for t in ROUTED_TYPES}
         for reason, by_type in stats.dropped.items():
             for message_type, count in by_type.items():
-                dropped.add_metric([message_type, reason], count)
+                counts[message_type, reason] = count
+        for (message_type, reason), count in counts.items():
+            dropped.add_metric([message_type, reason], count)
         yield dropped
         entries = GaugeMetricFamily(
             "gnutella_route_table_entries", "Routes held, both generations.", labels=["table"]
@@ -152,12 +191,43 @@ class DaemonCollector(Collector):
         yield completed
         refused = CounterMetricFamily(
             "gnutella_connections_refused",
-            "Connection attempts turned away or failed before the first message, by reason.",
+            "Incoming connections turned away before the first message, by reason.",
             labels=["reason"],
         )
-        _by_label(refused, stats.refused)
+        dial_failures = CounterMetricFamily(
+            "gnutella_dial_failures",
+            "Outgoing connections that did not come up, by reason.",
+            labels=["reason"],
+        )
+        refusals = dict.fromkeys(INCOMING_REFUSAL_REASONS, 0)
+        failures = dict.fromkeys(DIAL_FAILURE_REASONS, 0)
+        for reason, count in stats.refused.items():
+            (failures if reason in failures else refusals)[reason] = count
+        _by_label(refused, refusals)
+        _by_label(dial_failures, failures)
         yield refused
+        yield dial_failures
         yield CounterMetricFamily("gnutella_connections_closed", "Connections ended.", stats.closed)
+        for direction, sent in (("received", "in"), ("sent", "out")):
+            yield CounterMetricFamily(
+                f"gnutella_bytes_{direction}",
+                f"Bytes {direction} on peer connections (on the wire, compressed where "
+                "deflate is on), closed connections included.",
+                getattr(stats, f"bytes_{sent}"),
+            )
+            yield CounterMetricFamily(
+                f"gnutella_connection_messages_{direction}",
+                f"Messages {direction} on peer connections, closed connections included.",
+                getattr(stats, f"messages_{sent}"),
+            )
+        dropped = CounterMetricFamily(
+            "gnutella_outgoing_queue_dropped",
+            "Messages the connections' outgoing queues dropped, by reason, closed "
+            "connections included.",
+            labels=["reason"],
+        )
+        _by_label(dropped, stats.outgoing_dropped)
+        yield dropped
 
     def _stages(self, daemon: RouterView) -> Iterator[Metric]:
         families: dict[str, CounterMetricFamily | GaugeMetricFamily] = {
@@ -192,6 +262,18 @@ class DaemonCollector(Collector):
                 "gnutella_stage_events", "Events handled by the stage.", labels=["stage"]
             ),
         }
+        histograms = {
+            "queue_wait": HistogramMetricFamily(
+                "gnutella_stage_queue_wait_seconds",
+                "Per batch: how long its oldest event waited in the stage queue.",
+                labels=["stage"],
+            ),
+            "service_time": HistogramMetricFamily(
+                "gnutella_stage_service_seconds",
+                "Per batch: how long the stage's handler took, blocking work included.",
+                labels=["stage"],
+            ),
+        }
         for name, stats in daemon.registry.statistics().items():
             if not isinstance(stats, StageStatistics):
                 continue
@@ -204,19 +286,19 @@ class DaemonCollector(Collector):
             families["pool"].add_metric([name], stats.pool_size)
             families["busy"].add_metric([name], stats.busy_workers)
             families["events"].add_metric([name], stats.events)
+            for key, family in histograms.items():
+                _histogram(family, name, getattr(stats, key))
         yield from families.values()
+        yield from histograms.values()
 
     def _outgoing(self, daemon: RouterView) -> Iterator[Metric]:
         now = trio.current_time()
         pending_bytes = pending_messages = flow_controlled = 0
-        dropped: dict[str, int] = {}
         for connection in daemon.server.connections.snapshot():
             stats = connection.outgoing.statistics(now)
             pending_bytes += stats.pending_bytes
             pending_messages += stats.pending_messages
             flow_controlled += stats.flow_controlled
-            for reason, count in stats.dropped.items():
-                dropped[reason] = dropped.get(reason, 0) + count
         yield GaugeMetricFamily(
             "gnutella_outgoing_queue_bytes",
             "Bytes waiting in every connection's outgoing queue.",
@@ -232,22 +314,11 @@ class DaemonCollector(Collector):
             "Connections in flow control now.",
             flow_controlled,
         )
-        family = GaugeMetricFamily(
-            "gnutella_outgoing_queue_dropped",
-            "Messages lost by the live connections' outgoing queues, by reason (a gauge: "
-            "it falls when a connection closes).",
-            labels=["reason"],
-        )
-        _by_label(family, dropped)
-        yield family
 
     def _catcher(self, daemon: RouterView) -> Iterator[Metric]:
         stats = daemon.catcher.statistics()
         yield GaugeMetricFamily("gnutella_host_cache_size", "Hosts known.", stats.hosts.size)
         yield CounterMetricFamily("gnutella_dials", "Outgoing connections tried.", stats.dials)
-        yield CounterMetricFamily(
-            "gnutella_dial_failures", "Outgoing connections that failed.", stats.dial_failures
-        )
 
 
 def _by_label(family: CounterMetricFamily | GaugeMetricFamily, counts: Mapping[str, int]) -> None:
@@ -255,10 +326,19 @@ def _by_label(family: CounterMetricFamily | GaugeMetricFamily, counts: Mapping[s
         family.add_metric([label], count)
 
 
+def _histogram(family: HistogramMetricFamily, stage: str, snapshot: HistogramSnapshot) -> None:
+    buckets = [
+        ("+Inf" if bound == float("inf") else repr(bound), count)
+        for bound, count in snapshot.buckets
+    ]
+    family.add_metric([stage], buckets, snapshot.sum)
+
+
 def metrics_registry(daemon: RouterView) -> CollectorRegistry:
-    """A registry of its own holding ``daemon``'s collector."""
+    """A registry of its own holding ``daemon``'s collector and the process collector."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(DaemonCollector(daemon))
+    ProcessCollector(registry=registry)
     return registry
 
 

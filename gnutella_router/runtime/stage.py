@@ -35,6 +35,8 @@ from typing import Generic, Protocol, TypeVar
 import structlog
 import trio
 
+from gnutella_router.runtime.histogram import HistogramSnapshot, SecondsHistogram
+
 T = TypeVar("T")
 R = TypeVar("R")
 
@@ -66,7 +68,10 @@ class StageQueue(Generic[T]):
     __slots__ = (
         "_consumers",
         "_events",
+        "_head",
+        "_marks",
         "_producers",
+        "_tail",
         "admitted",
         "name",
         "peak",
@@ -89,6 +94,13 @@ class StageQueue(Generic[T]):
         self.taken = 0
         self.requeued = 0
         self.peak = 0
+        self._marks: collections.deque[tuple[int, float]] = collections.deque()
+        """(sequence number just past an admitted run, when it was admitted): one per
+        admission that queued something, so at most ``threshold`` of them."""
+        self._head = 0
+        """Sequence number of the event at the front of the queue."""
+        self._tail = 0
+        """Sequence number the next admitted event gets."""
 
     def __len__(self) -> int:
         return len(self._events)
@@ -113,6 +125,7 @@ class StageQueue(Generic[T]):
             self._events.extend(events[:count])
         else:
             self._events.extend(events)
+        self._mark(count)
         self.admitted += count
         length = len(self._events)
         if length > self.peak:
@@ -127,6 +140,7 @@ class StageQueue(Generic[T]):
             self.refused += 1
             return False
         self._events.append(event)
+        self._mark(1)
         self.admitted += 1
         length = len(self._events)
         if length > self.peak:
@@ -134,6 +148,25 @@ class StageQueue(Generic[T]):
         if self._consumers:
             self._consumers.unpark()
         return True
+
+    def _mark(self, count: int) -> None:
+        if count:
+            self._tail += count
+            self._marks.append((self._tail, trio.current_time()))
+
+    def head_admitted_at(self) -> float | None:
+        """When the event at the front of the queue was admitted (None: queue empty).
+
+        An event handed back by :meth:`requeue` after its admission mark was dropped
+        reads as admitted with the next run: its wait is then slightly understated.
+        """
+        if not self._events:
+            return None
+        head = self._head
+        for end, at in self._marks:
+            if end > head:
+                return at
+        return None
 
     def take(self, limit: int) -> list[T]:
         """Remove and return up to ``limit`` events, oldest first (never waits)."""
@@ -146,6 +179,10 @@ class StageQueue(Generic[T]):
         else:
             popleft = events.popleft
             batch = [popleft() for _ in range(limit)]
+        self._head += len(batch)
+        marks = self._marks
+        while marks and marks[0][0] <= self._head:
+            marks.popleft()
         self.taken += len(batch)
         if self._producers:
             self._producers.unpark_all()
@@ -163,6 +200,7 @@ class StageQueue(Generic[T]):
         if not events:
             return
         self._events.extendleft(reversed(events))
+        self._head -= len(events)
         self.taken -= len(events)
         self.requeued += len(events)
         if self._consumers:
@@ -182,6 +220,8 @@ class StageQueue(Generic[T]):
         """Drop every queued event (at shutdown); return how many."""
         dropped = len(self._events)
         self._events.clear()
+        self._marks.clear()
+        self._head = self._tail
         if self._producers:
             self._producers.unpark_all()
         return dropped
@@ -218,6 +258,10 @@ class StageStatistics:
     """Batches lost to an unexpected exception in the handler (each one logged)."""
     idle_seconds: float
     """Since the last time any worker was busy (0 while one is)."""
+    queue_wait: HistogramSnapshot
+    """Per batch: how long its oldest event waited in the queue, in seconds."""
+    service_time: HistogramSnapshot
+    """Per batch: how long the handler took, blocking work included, in seconds."""
 
 
 class _Worker:
@@ -271,6 +315,8 @@ class Stage(Generic[T]):
         self._busy = 0
         self._idle_since = 0.0
         self._blocking = 0
+        self.queue_wait = SecondsHistogram()
+        self.service_time = SecondsHistogram()
 
     @property
     def pool_size(self) -> int:
@@ -335,9 +381,13 @@ class Stage(Generic[T]):
                     except trio.WouldBlock:
                         await turn.acquire()
                     try:
+                        admitted_at = queue.head_admitted_at()
                         batch = queue.take(self.batch_size)
                         if not batch:
                             continue
+                        started = trio.current_time()
+                        if admitted_at is not None:
+                            self.queue_wait.observe(started - admitted_at)
                         handled: int | None = len(batch)
                         worker.busy = True
                         self._busy += 1
@@ -353,8 +403,10 @@ class Stage(Generic[T]):
                         finally:
                             worker.busy = False
                             self._busy -= 1
+                            ended = trio.current_time()
+                            self.service_time.observe(ended - started)
                             if not self._busy:
-                                self._idle_since = trio.current_time()
+                                self._idle_since = ended
                         self.batches += 1
                         # A handler that handed events back says how many it handled
                         # (None: all of them); the rest are counted by whoever takes them.
@@ -414,6 +466,8 @@ class Stage(Generic[T]):
             events=self.events,
             handler_errors=self.handler_errors,
             idle_seconds=idle,
+            queue_wait=self.queue_wait.snapshot(),
+            service_time=self.service_time.snapshot(),
         )
 
 

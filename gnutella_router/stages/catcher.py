@@ -25,7 +25,14 @@ import trio
 
 from gnutella_router.config import Config
 from gnutella_router.discovery.gwebcache import GWebCacheError, fetch_hosts
-from gnutella_router.discovery.host_cache import HostCache, HostCacheStatistics, write_atomically
+from gnutella_router.discovery.host_cache import (
+    SEED,
+    HostCache,
+    HostCacheStatistics,
+    write_atomically,
+)
+from gnutella_router.logs import RateLimitedWarnings
+from gnutella_router.net.connection import format_address
 from gnutella_router.runtime.stage import Stage, StageStatistics
 from gnutella_router.stages.router import GnutellaRouter
 from gnutella_router.stages.server import DialError, GnutellaServer
@@ -46,6 +53,8 @@ class CatcherStatistics:
     dial_failures: int
     dropped_hosts: int
     """Learned hosts dropped because the catcher's queue was full."""
+    own_addresses_skipped: int
+    """Learned hosts that were this router's own address, never cached."""
     gwebcache_requests: int
     gwebcache_failures: int
     saves: int
@@ -78,6 +87,11 @@ class GnutellaCatcher:
         )
         self.cache_path = Path(config.node.state_dir) / self.settings.host_cache_file
         self._dialing: set[tuple[str, int]] = set()
+        self.own_addresses_skipped = 0
+        """Hosts not cached because they were this router's own address."""
+        self.dial_warnings = RateLimitedWarnings(self.log)
+        """A seed that cannot be dialled is named each time (at most every 10 s per
+        seed); other hosts that fail are summed into one line every 10 s."""
         self.dials = 0
         self.dial_failures = 0
         self.dropped_hosts = 0
@@ -99,8 +113,22 @@ class GnutellaCatcher:
 
     async def _handle(self, batch: list[LearnedHost]) -> None:
         now = trio.current_time()
+        own = self._own_addresses()
         for host, port, source in batch:
+            if (host, port) in own:
+                # Our own address, heard back in a pong, an X-Try header or a cache: a
+                # host cache that holds it makes the router dial itself.
+                self.own_addresses_skipped += 1
+                continue
             self.hosts.add(host, port, source, now)
+
+    def _own_addresses(self) -> set[tuple[str, int]]:
+        """Every address by which a peer could name this router."""
+        own = {self.server.advertised_address(), *self.server.listen_addresses}
+        for host, port in own:
+            if host in ("0.0.0.0", "::"):  # a wildcard listener answers on loopback too
+                own.update({("127.0.0.1", port), ("::1", port)})
+        return own
 
     def try_hosts(self) -> list[tuple[str, int]]:
         """Hosts to suggest to a peer we must refuse (X-Try-Ultrapeers)."""
@@ -185,8 +213,14 @@ class GnutellaCatcher:
             connection = await self.server.dial(host, port, timeout=self.settings.dial_timeout)
         except DialError as exc:
             self.dial_failures += 1
+            is_seed = self.hosts.source_of(host, port) == SEED
             self.hosts.mark_failure(host, port, trio.current_time())
-            self.log.debug("dial failed", host=host, port=port, error=str(exc))
+            self.dial_warnings.warn(
+                f"seed {host}:{port}" if is_seed else "dial-failed",
+                "seed cannot be dialled" if is_seed else "peer cannot be dialled",
+                peer=format_address(host, port),
+                error=str(exc),
+            )
             return
         finally:
             self._dialing.discard((host, port))
@@ -245,6 +279,7 @@ class GnutellaCatcher:
             dials=self.dials,
             dial_failures=self.dial_failures,
             dropped_hosts=self.dropped_hosts,
+            own_addresses_skipped=self.own_addresses_skipped,
             gwebcache_requests=self.gwebcache_requests,
             gwebcache_failures=self.gwebcache_failures,
             saves=self.saves,

@@ -92,6 +92,23 @@ class RouterStatistics:
     unspecified, multicast or reserved ones anywhere."""
 
 
+DROP_REASONS = (
+    "duplicate",
+    "ttl-zero",
+    "ttl-expired",
+    "hard-ttl-limit",
+    "no-route",
+    "route-closed",
+    "malformed",
+    "unknown-type",
+    "outgoing-queue",
+    "source-flow-controlled",
+    "connection-closing",
+    "bye-relayed",
+)
+"""Every reason the router drops a message for (shed reasons come from the shedder)."""
+
+
 def type_name(message_type: int) -> str:
     try:
         return MessageType(message_type).name.lower()

@@ -17,12 +17,15 @@ import contextlib
 import dataclasses
 import ipaddress
 from collections.abc import Callable
+from typing import Any
 
 import structlog
 import trio
 
 from gnutella_router.config import Config
+from gnutella_router.logs import RateLimitedWarnings
 from gnutella_router.net.connection import Connection, FrameTap, format_address
+from gnutella_router.net.listening import open_listeners
 from gnutella_router.net.outqueue import OutgoingQueue, make_outgoing_queue
 from gnutella_router.stages.router import GnutellaRouter
 from protocol.errors import HandshakeError, LocalProtocolError
@@ -133,6 +136,31 @@ class ServerStatistics:
     closed: int
     failed_connections: int
     """Connections ended by an unexpected exception in their tasks (each one logged)."""
+    bytes_in: int
+    """Bytes read from peers since start (after the handshake, before inflating),
+    closed connections included: it only rises."""
+    bytes_out: int
+    """Bytes written to peers since start, closed connections included."""
+    messages_in: int
+    messages_out: int
+    outgoing_dropped: dict[str, int]
+    """Messages the outgoing queues dropped since start, by reason, closed connections
+    included: it only rises."""
+
+
+INCOMING_REFUSAL_REASONS = (
+    "accept-error",
+    "rate-limited",
+    "handshake-timeout",
+    "handshake-error",
+    "handshake-io",
+    "connected-to-self",
+    "too-many-connections",
+    "peer-declined",
+)
+"""Why an incoming connection is turned away (the keys of ``refused``)."""
+DIAL_FAILURE_REASONS = ("dial-timeout", "dial-handshake-error", "dial-failed")
+"""Why a connection we dial does not come up (also keys of ``refused``)."""
 
 
 class DialError(Exception):
@@ -171,6 +199,11 @@ class GnutellaServer:
         self.failed_connections = 0
         self.completed: collections.Counter[str] = collections.Counter()
         self.refused: collections.Counter[str] = collections.Counter()
+        self.refusal_warnings = RateLimitedWarnings(self.log)
+        self._closed_totals = [0, 0, 0, 0]
+        """Bytes in, bytes out, messages in, messages out of connections that ended."""
+        self._closed_dropped: collections.Counter[str] = collections.Counter()
+        """One warning line per kind of refusal every 10 s, with how many were held back."""
         self.recorder: FrameTap | None = None
         """Handed to every new connection; the daemon sets it when recording a trace."""
 
@@ -235,7 +268,9 @@ class GnutellaServer:
         try:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
-                self._listeners = await trio.open_tcp_listeners(port, host=host or None)
+                self._listeners = await open_listeners(
+                    host or None, port, role="the node's listener, node.listen"
+                )
                 self.listen_addresses = [
                     _sockname(listener.socket.getsockname()) for listener in self._listeners
                 ]
@@ -284,6 +319,13 @@ class GnutellaServer:
         now = trio.current_time()
         if not self.rate_limiter.allow(peer[0], now):
             self.refused["rate-limited"] += 1
+            self.refusal_warnings.warn(
+                "rate-limited",
+                "peer refused",
+                peer=format_address(*peer),
+                code=429,
+                reason="too many connection attempts from its address",
+            )
             await _send_and_close(stream, format_refusal(429, "Too many connection attempts"))
             return
         acceptor = Acceptor()
@@ -293,11 +335,23 @@ class GnutellaServer:
                 complete = await self._accept_handshake(stream, acceptor, peer)
             if scope.cancelled_caught:
                 self.refused["handshake-timeout"] += 1
+                self.refusal_warnings.warn(
+                    "handshake-timeout",
+                    "peer refused",
+                    peer=format_address(*peer),
+                    reason="no complete handshake in time",
+                )
                 await _close(stream)
                 return
         except HandshakeError as exc:
             self.refused["handshake-error"] += 1
-            self.log.debug("handshake refused", peer=format_address(*peer), error=exc.reason)
+            self.refusal_warnings.warn(
+                "handshake-error",
+                "peer refused",
+                peer=format_address(*peer),
+                code=exc.status_code,
+                reason=exc.reason,
+            )
             try:
                 refusal = format_refusal(exc.status_code, exc.reason)
             except LocalProtocolError:
@@ -327,6 +381,9 @@ class GnutellaServer:
         if reason is not None:
             code, text = reason
             self.refused[text.lower().replace(" ", "-")] += 1
+            self.refusal_warnings.warn(
+                text, "peer refused", peer=format_address(*peer), code=code, reason=text
+            )
             headers = busy_response_headers(self._try_hosts()) if code == 503 else []
             await stream.send_all(acceptor.reject(code, text, headers))
             return None
@@ -457,7 +514,13 @@ class GnutellaServer:
         finally:
             self.connections.remove(connection)
             self.closed += 1
-            connection.log_summary(trio.current_time())
+            now = trio.current_time()
+            self._closed_totals[0] += connection.bytes_in
+            self._closed_totals[1] += connection.bytes_out
+            self._closed_totals[2] += connection.messages_in
+            self._closed_totals[3] += connection.messages_out
+            self._closed_dropped.update(connection.outgoing.statistics(now).dropped)
+            connection.log_summary(now)
 
     async def say_goodbye(self, grace: float) -> None:
         """Bye 200 to every peer that takes Bye, then wait (at most ``grace``) for them."""
@@ -478,7 +541,26 @@ class GnutellaServer:
             refused=dict(self.refused),
             closed=self.closed,
             failed_connections=self.failed_connections,
+            **self._traffic_totals(),
         )
+
+    def _traffic_totals(self) -> dict[str, Any]:
+        bytes_in, bytes_out, messages_in, messages_out = self._closed_totals
+        dropped = collections.Counter(self._closed_dropped)
+        now = trio.current_time()
+        for connection in self.connections.snapshot():
+            bytes_in += connection.bytes_in
+            bytes_out += connection.bytes_out
+            messages_in += connection.messages_in
+            messages_out += connection.messages_out
+            dropped.update(connection.outgoing.statistics(now).dropped)
+        return {
+            "bytes_in": bytes_in,
+            "bytes_out": bytes_out,
+            "messages_in": messages_in,
+            "messages_out": messages_out,
+            "outgoing_dropped": dict(dropped),
+        }
 
 
 async def _next_event(stream: trio.SocketStream, machine: Acceptor | Initiator) -> HandshakeEvent:

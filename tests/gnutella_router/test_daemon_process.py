@@ -75,3 +75,54 @@ def test_a_busy_port_is_a_clear_error(tmp_path: Path) -> None:
     assert result.returncode == 1
     assert b"cannot start" in result.stderr
     assert b"Address already in use" in result.stderr
+    assert f"cannot listen on 127.0.0.1:{port} (the node's listener".encode() in result.stderr
+
+
+def test_a_busy_admin_port_is_named_as_the_admin_interfaces(tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        config = tmp_path / "router.toml"
+        config.write_text(f'[admin]\nlisten = "127.0.0.1:{port}"\n')
+        arguments = ["--state-dir", str(tmp_path), "--log-format", "json", "--config", str(config)]
+        result = subprocess.run(
+            [*COMMAND, "run", "--listen", "127.0.0.1:0", *arguments],
+            capture_output=True,
+            timeout=30,
+            check=False,
+        )
+    assert result.returncode == 1
+    # In JSON mode even the fatal line is JSON.
+    record = json.loads(result.stderr.decode().strip().splitlines()[-1])
+    assert record["event"] == "cannot start"
+    assert f"cannot listen on 127.0.0.1:{port} (the admin interface" in record["error"]
+
+
+def test_a_second_router_on_one_state_directory_is_refused(tmp_path: Path) -> None:
+    import time
+
+    config = tmp_path / "router.toml"
+    config.write_text('[admin]\nlisten = "127.0.0.1:0"\n')
+    arguments = ["--listen", "127.0.0.1:0", "--config", str(config)]
+    first = start(arguments, tmp_path)
+    lock = tmp_path / "router.lock"
+    try:
+        deadline = time.monotonic() + 15
+        while not (lock.exists() and lock.read_text().strip()):
+            assert time.monotonic() < deadline, "the first router never locked its directory"
+            time.sleep(0.05)
+        second = subprocess.run(
+            [*COMMAND, "run", *arguments, "--state-dir", str(tmp_path)],
+            capture_output=True,
+            timeout=30,
+            check=False,
+        )
+    finally:
+        first.send_signal(signal.SIGTERM)
+        first.communicate(timeout=15)
+    assert second.returncode == 1
+    assert b"is in use by another router (pid " in second.stderr
+    assert str(first.pid).encode() in second.stderr

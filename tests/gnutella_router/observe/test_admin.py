@@ -184,7 +184,26 @@ async def test_metrics_match_the_daemons_counters(tmp_path: Path) -> None:
         assert value("gnutella_messages_received_total", type="ping") == 1
         assert value("gnutella_messages_forwarded_total", type="query") == 1
         assert value("gnutella_messages_generated_total", type="pong") == 1
-        assert not [key for key in values if key[0] == "gnutella_messages_dropped_total"]
+        # Every known (type, reason) series exists from the start, at zero.
+        dropped = [v for key, v in values.items() if key[0] == "gnutella_messages_dropped_total"]
+        assert len(dropped) >= 50
+        assert set(dropped) == {0}
+        assert value("gnutella_messages_dropped_total", type="query_hit", reason="no-route") == 0
+        assert value("gnutella_connections_refused_total", reason="rate-limited") == 0
+        # Dial failures are counted once, by reason, not also as refusals.
+        assert value("gnutella_dial_failures_total", reason="dial-failed") == 0
+        assert (
+            "gnutella_connections_refused_total",
+            frozenset({("reason", "dial-failed")}),
+        ) not in (values)
+        # The process collector and the start time.
+        assert value("process_resident_memory_bytes") > 0
+        assert value("gnutella_start_time_seconds") > 1.7e9
+        # Bytes on the wire, and the stages' histograms (one observation per batch).
+        assert value("gnutella_bytes_received_total") >= 2 * 23
+        assert value("gnutella_stage_queue_wait_seconds_count", stage="router") >= 1
+        assert value("gnutella_stage_service_seconds_count", stage="router") >= 1
+        assert value("gnutella_stage_service_seconds_bucket", stage="router", le="+Inf") >= 1
         assert value("gnutella_connections", role="incoming") == 2
         assert value("gnutella_connections", role="outgoing") == 0
         assert value("gnutella_route_table_entries", table="query") == 1
@@ -217,7 +236,7 @@ async def test_two_daemons_keep_their_metrics_apart(tmp_path: Path) -> None:
         two = samples((await http_get(admin_of(second), "/metrics")).body.decode())
         key = ("gnutella_messages_received_total", frozenset({("type", "query")}))
         assert one[key] == 1
-        assert key not in two
+        assert two[key] == 0  # the series exists from the start, at zero
 
 
 async def test_bad_requests_are_answered_and_bounded(tmp_path: Path) -> None:
@@ -579,3 +598,24 @@ async def _get_raw(address: tuple[str, int], target: str) -> tuple[int, bytes]:
     await stream.aclose()
     head, _, body = data.partition(b"\r\n\r\n")
     return int(head.split(b" ", 2)[1]), body
+
+
+DASHBOARD = Path(__file__).resolve().parents[3] / "docs" / "grafana-dashboard.json"
+
+
+async def test_the_grafana_dashboard_queries_metrics_that_exist(tmp_path: Path) -> None:
+    import json
+    import re
+
+    dashboard = json.loads(DASHBOARD.read_text())
+    expressions = [t["expr"] for panel in dashboard["panels"] for t in panel["targets"]]
+    assert len(expressions) >= 10
+    used = {m for e in expressions for m in re.findall(r"\b(?:gnutella|process)_[a-z_]+", e)}
+    async with running_daemons(tmp_path) as (daemon,):
+        (peer,) = await peers(daemon, 1)
+        await send_queries(daemon, peer, 1)
+        text = (await http_get(admin_of(daemon), "/metrics")).body.decode()
+    exposed = {name for name, _ in samples(text)}
+    assert used <= exposed, used - exposed
+    stage_panels = [p["title"] for p in dashboard["panels"] if "Stage" in p["title"]]
+    assert len(stage_panels) >= 4

@@ -124,3 +124,15 @@ async def test_bootstraps_from_a_gwebcache(tmp_path: Path) -> None:
         assert newcomer.catcher.gwebcache_requests == 1
         await stop(newcomer)
         nursery.cancel_scope.cancel()
+
+
+async def test_the_routers_own_address_never_enters_its_host_cache(tmp_path: Path) -> None:
+    async with running_daemons(tmp_path) as (daemon,):
+        host, port = daemon.address
+        daemon.catcher.learn(host, port, "pong")
+        daemon.catcher.learn(*daemon.server.advertised_address(), "x-try")
+        daemon.catcher.learn("192.0.2.7", 6346, "pong")
+        await wait_until(lambda: daemon.catcher.own_addresses_skipped == 2)
+        await wait_until(lambda: ("192.0.2.7", 6346) in daemon.catcher.hosts)
+        assert (host, port) not in daemon.catcher.hosts
+        assert daemon.catcher.statistics().own_addresses_skipped == 2

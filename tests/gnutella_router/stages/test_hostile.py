@@ -146,3 +146,40 @@ async def test_graceful_stop_says_bye_200(tmp_path: Path) -> None:
         with trio.fail_after(5):
             await daemon.stopped.wait()
         assert (tmp_path / "node0" / "hosts.txt").exists()
+
+
+async def test_refusals_are_warned_once_per_kind_with_a_count(tmp_path: Path) -> None:
+    from structlog.testing import capture_logs
+
+    with capture_logs() as logs:
+        async with running_daemons(tmp_path, overrides={"network.max_connections": 1}) as (daemon,):
+            await Peer.connect(daemon.address)
+            await wait_until(lambda: len(daemon.server.connections) == 1)
+            for _ in range(3):
+                with pytest.raises(PeerRefused):
+                    await Peer.connect(daemon.address)
+            daemon.server.refusal_warnings.clock = lambda: 1e9  # ten seconds and more later
+            with pytest.raises(PeerRefused):
+                await Peer.connect(daemon.address)
+    refusals = [entry for entry in logs if entry["event"] == "peer refused"]
+    assert [entry["code"] for entry in refusals] == [503, 503]
+    assert "suppressed" not in refusals[0]
+    assert refusals[1]["suppressed"] == 2
+    assert refusals[0]["log_level"] == "warning"
+
+
+async def test_a_connection_summary_leaves_out_what_stayed_zero(tmp_path: Path) -> None:
+    from structlog.testing import capture_logs
+
+    with capture_logs() as logs:
+        async with running_daemons(tmp_path) as (daemon,):
+            peer = await Peer.connect(daemon.address)
+            await wait_until(lambda: len(daemon.server.connections) == 1)
+            await peer.send(message(Query(b"one query"), ttl=2))
+            await wait_until(lambda: daemon.router.received[MessageType.QUERY] == 1)
+            await peer.aclose()
+            await wait_until(lambda: len(daemon.server.connections) == 0)
+    (summary,) = [entry for entry in logs if entry["event"] == "connection closed"]
+    assert summary["messages_in"] == 1
+    for zero in ("malformed_in", "dropped_out", "bye_sent", "bye_received", "messages_out"):
+        assert zero not in summary, summary
