@@ -30,7 +30,12 @@ TABLES = ("ping", "query", "push")
 
 
 def view_path(
-    view: str, *, table: str | None = None, guid: str | None = None, limit: int | None = None
+    view: str,
+    *,
+    table: str | None = None,
+    guid: str | None = None,
+    limit: int | None = None,
+    offset: int = 0,
 ) -> str:
     """The admin interface path (and query) that serves ``view``."""
     params: dict[str, str] = {}
@@ -41,6 +46,8 @@ def view_path(
             params["table"] = table
         if guid:
             params["guid"] = guid
+        if offset:
+            params["offset"] = str(offset)
         path = "/routes"
     else:
         path = {"connections": "/connections", "stats": "/stats", "queues": "/stages"}.get(
@@ -115,8 +122,15 @@ def format_routes(data: object) -> str:
         t = _mapping(table)
         s = _mapping(t.get("statistics"))
         entries = [_mapping(e) for e in _list(t.get("entries"))]
+        first = _number(_mapping(data).get("offset")) + 1
+        shown = (
+            f"{first}-{first + len(entries) - 1} of {s.get('size')}"
+            if entries
+            else f"none of {s.get('size')}"
+        )
+        more = " (more: --offset)" if t.get("truncated") else ""
         title = (
-            f"{name} routes: {len(entries)} shown of {s.get('size')}"
+            f"{name} routes: {shown}{more}"
             f" (capacity {s.get('capacity')} per generation of {_cell(s.get('generation_seconds'))}"
             f" s; recorded {s.get('recorded')}, lookups {s.get('lookups')},"
             f" misses {s.get('misses')})"
@@ -125,19 +139,27 @@ def format_routes(data: object) -> str:
             [
                 e.get("guid"),
                 e.get("next_hop"),
-                e.get("connection"),
+                e.get("connection")
+                if e.get("connected", True)
+                else f"{e.get('connection')} (gone)",
+                e.get("ttl"),
+                e.get("hops"),
+                e.get("hits"),
                 e.get("age"),
+                e.get("recorded_at_iso"),
                 e.get("generation"),
             ]
             for e in entries
         ]
-        table_text = (
-            format_table(["GUID", "NEXT HOP", "CONN", "AGE S", "GENERATION"], rows)
-            if rows
-            else "  (no entries)"
-        )
+        headers = ["GUID", "NEXT HOP", "CONN", "TTL", "HOPS", "HITS", "AGE S", "RECORDED (UTC)"]
+        table_text = format_table([*headers, "GENERATION"], rows) if rows else "  (no entries)"
         blocks.append(f"{title}\n{table_text}")
     return "\n\n".join(blocks)
+
+
+def _connection_cell(entry: Mapping[str, object]) -> object:
+    connection = entry.get("connection")
+    return connection if entry.get("connected", True) else f"{connection} (gone)"
 
 
 def _capabilities(caps: Mapping[str, object]) -> str:
@@ -396,7 +418,9 @@ def run_dump(args: argparse.Namespace, out: TextIO | None = None) -> int:
         )
         return 2
     token = args.token if args.token is not None else os.environ.get(TOKEN_ENVIRONMENT, "")
-    path = view_path(args.view, table=args.table, guid=args.guid, limit=args.limit)
+    path = view_path(
+        args.view, table=args.table, guid=args.guid, limit=args.limit, offset=args.offset
+    )
     try:
         data = fetch(args.admin, path, token=token, timeout=args.timeout)
     except FetchError as exc:
@@ -440,6 +464,13 @@ def add_dump_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser
         type=_limit_argument,
         metavar="N",
         help="routes, all: entries shown per route table (default 1000, newest first)",
+    )
+    dump.add_argument(
+        "--offset",
+        type=_limit_argument,
+        default=0,
+        metavar="N",
+        help="routes: skip the N newest entries first (the next page of a large table)",
     )
     dump.add_argument(
         "--token",

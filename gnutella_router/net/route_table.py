@@ -22,6 +22,10 @@ unbounded table costs the process.
 
 Time is passed in as ``now`` (seconds on any monotonic clock); nothing here reads a
 clock, so tests can drive time directly.
+
+For the dumps, an entry also keeps the TTL and hops its message arrived with (packed in
+one small integer, in a third parallel dict) and how many replies were routed back
+through it (a sparse dict, only for entries that had any, pruned at each rotation).
 """
 
 from __future__ import annotations
@@ -99,6 +103,11 @@ class RouteEntry(Generic[V]):
     #: ``now - recorded_at`` for the ``now`` given to ``entries``.
     age: float
     generation: Literal["current", "previous"]
+    #: TTL and hops of the message as it arrived (0 when not given to ``record``).
+    ttl: int = 0
+    hops: int = 0
+    #: Replies routed back through this entry so far (see ``note_hit``).
+    hits: int = 0
 
 
 class RouteTable(Generic[V]):
@@ -116,16 +125,19 @@ class RouteTable(Generic[V]):
         "_capacity",
         "_current",
         "_current_at",
+        "_current_detail",
         "_deadline",
         "_duplicates",
         "_expired",
         "_forgotten",
         "_generation_seconds",
+        "_hits",
         "_lookups",
         "_misses",
         "_name",
         "_previous",
         "_previous_at",
+        "_previous_detail",
         "_recorded",
         "_refreshed",
         "_rotations",
@@ -148,6 +160,9 @@ class RouteTable(Generic[V]):
         self._current_at: dict[bytes, float] = {}
         self._previous: dict[bytes, V] = {}
         self._previous_at: dict[bytes, float] = {}
+        self._current_detail: dict[bytes, int] = {}
+        self._previous_detail: dict[bytes, int] = {}
+        self._hits: dict[bytes, int] = {}
         self._deadline = now + self._generation_seconds
         self._recorded = 0
         self._duplicates = 0
@@ -173,12 +188,13 @@ class RouteTable(Generic[V]):
 
     # -- the per-message path: keep these to a comparison and a couple of dict operations
 
-    def record(self, guid: bytes, value: V, now: float) -> bool:
+    def record(self, guid: bytes, value: V, now: float, ttl: int = 0, hops: int = 0) -> bool:
         """Remember where ``guid`` came from, unless it is already known.
 
         Returns False for a GUID held in either generation: the message is a duplicate
         and must not be forwarded again. The first value is kept, because replies
-        should follow the path the request took first (the fastest one).
+        should follow the path the request took first (the fastest one). ``ttl`` and
+        ``hops`` are kept for the dumps only.
         """
         if now >= self._deadline:
             self._rotate_for_time(now)
@@ -200,8 +216,14 @@ class RouteTable(Generic[V]):
             self._duplicates += 1
             return False
         self._current_at[guid] = now
+        self._current_detail[guid] = ttl << 8 | hops
         self._recorded += 1
         return True
+
+    def note_hit(self, guid: bytes) -> None:
+        """Count a reply routed back through ``guid``'s entry (for the dumps)."""
+        hits = self._hits
+        hits[guid] = hits.get(guid, 0) + 1
 
     def lookup(self, guid: bytes, now: float) -> V | None:
         """The value recorded for ``guid``, or None once it has expired or was never seen."""
@@ -231,10 +253,12 @@ class RouteTable(Generic[V]):
         if guid in current:
             del current[guid]
             del self._current_at[guid]
+            self._current_detail.pop(guid, None)
         else:
             if guid in self._previous:
                 del self._previous[guid]
                 del self._previous_at[guid]
+                self._previous_detail.pop(guid, None)
             if len(current) >= self._capacity:
                 self._rotate_for_capacity(now)
                 current = self._current
@@ -242,6 +266,7 @@ class RouteTable(Generic[V]):
         # recording order, which `entries` and ``oldest_age`` rely on.
         current[guid] = value
         self._current_at[guid] = now
+        self._current_detail[guid] = 0
 
     def forget_value(self, value: V) -> int:
         """Drop every entry whose value equals ``value``; return how many.
@@ -251,14 +276,16 @@ class RouteTable(Generic[V]):
         for an event that happens once per connection.
         """
         removed = 0
-        for table, times in (
-            (self._current, self._current_at),
-            (self._previous, self._previous_at),
+        for table, times, details in (
+            (self._current, self._current_at, self._current_detail),
+            (self._previous, self._previous_at, self._previous_detail),
         ):
             doomed = [guid for guid, stored in table.items() if stored == value]
             for guid in doomed:
                 del table[guid]
                 del times[guid]
+                details.pop(guid, None)
+                self._hits.pop(guid, None)
             removed += len(doomed)
         self._forgotten += removed
         return removed
@@ -271,20 +298,74 @@ class RouteTable(Generic[V]):
         # as of the last call that carried the time.
         return guid in self._current or guid in self._previous
 
-    def entries(self, now: float, limit: int | None = None) -> Iterator[RouteEntry[V]]:
-        """The entries, newest first, for dumps.
+    def entries(
+        self, now: float, limit: int | None = None, offset: int = 0
+    ) -> Iterator[RouteEntry[V]]:
+        """The entries, newest first, for dumps: ``limit`` of them after skipping
+        ``offset`` (so that a large table can be read in pages).
 
         The entries are copied when this is called, so the caller may walk them at
         leisure (across awaits, say) while the router keeps changing the table.
         """
         if limit is not None and limit < 0:
             raise ValueError(f"limit must not be negative, not {limit!r}")
+        if offset < 0:
+            raise ValueError(f"offset must not be negative, not {offset!r}")
         if now >= self._deadline:
             self._rotate_for_time(now)
-        snapshot = _newest(self._current, self._current_at, "current", now, limit)
-        rest = None if limit is None else limit - len(snapshot)
-        snapshot.extend(_newest(self._previous, self._previous_at, "previous", now, rest))
+        snapshot: list[RouteEntry[V]] = []
+        for table, times, details, generation in self._generations():
+            skip = min(offset, len(table))
+            offset -= skip
+            rest = None if limit is None else limit - len(snapshot)
+            snapshot.extend(self._newest(table, times, details, generation, now, skip, rest))
         return iter(snapshot)
+
+    def _generations(
+        self,
+    ) -> tuple[tuple[dict[bytes, V], dict[bytes, float], dict[bytes, int], _Generation], ...]:
+        return (
+            (self._current, self._current_at, self._current_detail, "current"),
+            (self._previous, self._previous_at, self._previous_detail, "previous"),
+        )
+
+    def _newest(
+        self,
+        table: dict[bytes, V],
+        times: dict[bytes, float],
+        details: dict[bytes, int],
+        generation: _Generation,
+        now: float,
+        skip: int,
+        limit: int | None,
+    ) -> list[RouteEntry[V]]:
+        stop = None if limit is None else skip + limit
+        return [
+            self._entry(guid, value, times, details, generation, now)
+            for guid, value in islice(reversed(table.items()), skip, stop)
+        ]
+
+    def _entry(
+        self,
+        guid: bytes,
+        value: V,
+        times: dict[bytes, float],
+        details: dict[bytes, int],
+        generation: _Generation,
+        now: float,
+    ) -> RouteEntry[V]:
+        detail = details.get(guid, 0)
+        recorded_at = times[guid]
+        return RouteEntry(
+            guid,
+            value,
+            recorded_at,
+            now - recorded_at,
+            generation,
+            ttl=detail >> 8,
+            hops=detail & 0xFF,
+            hits=self._hits.get(guid, 0),
+        )
 
     def entry(self, guid: bytes, now: float) -> RouteEntry[V] | None:
         """The entry for ``guid`` as :meth:`entries` shows it, or None, for dumps.
@@ -294,14 +375,9 @@ class RouteTable(Generic[V]):
         """
         if now >= self._deadline:
             self._rotate_for_time(now)
-        generations: tuple[tuple[dict[bytes, V], dict[bytes, float], _Generation], ...] = (
-            (self._current, self._current_at, "current"),
-            (self._previous, self._previous_at, "previous"),
-        )
-        for table, times, generation in generations:
+        for table, times, details, generation in self._generations():
             if guid in table:
-                recorded_at = times[guid]
-                return RouteEntry(guid, table[guid], recorded_at, now - recorded_at, generation)
+                return self._entry(guid, table[guid], times, details, generation, now)
         return None
 
     def statistics(self, now: float) -> RouteTableStatistics:
@@ -334,10 +410,15 @@ class RouteTable(Generic[V]):
 
     def _rotate(self) -> None:
         self._expired += len(self._previous)
+        if self._hits:
+            dropped = self._previous
+            self._hits = {g: n for g, n in self._hits.items() if g not in dropped}
         self._previous = self._current
         self._previous_at = self._current_at
+        self._previous_detail = self._current_detail
         self._current = {}
         self._current_at = {}
+        self._current_detail = {}
         self._rotations += 1
 
     def _rotate_for_time(self, now: float) -> None:
@@ -358,19 +439,6 @@ class RouteTable(Generic[V]):
         self._rotate()
         self._rotations_for_capacity += 1
         self._deadline = now + self._generation_seconds
-
-
-def _newest(
-    table: dict[bytes, V],
-    times: dict[bytes, float],
-    generation: Literal["current", "previous"],
-    now: float,
-    limit: int | None,
-) -> list[RouteEntry[V]]:
-    return [
-        RouteEntry(guid, value, times[guid], now - times[guid], generation)
-        for guid, value in islice(reversed(table.items()), limit)
-    ]
 
 
 @dataclass(frozen=True, slots=True)

@@ -99,7 +99,7 @@ READ_SIZE = 4096
 JSON_TYPE = "application/json"
 
 ENDPOINTS = {
-    "/routes": "route tables; ?table=ping|query|push &guid=HEX &limit=N",
+    "/routes": "route tables; ?table=ping|query|push &guid=HEX &limit=N &offset=N",
     "/connections": "live connections: peer, capabilities, queues, counters",
     "/stages": "stage queues, worker pools and the thread governor",
     "/stats": "router counters by type and drop reason, server and catcher",
@@ -315,12 +315,15 @@ class AdminServer:
         return _json(200, {"endpoints": ENDPOINTS})
 
     def _routes_page(self, params: dict[str, str]) -> Reply:
-        _allow(params, "table", "guid", "limit")
+        _allow(params, "table", "guid", "limit", "offset")
         table = params.get("table") or None
         if table is not None and table not in ROUTE_TABLES:
             raise BadRequest(400, f"table={table!r}: expected one of {', '.join(ROUTE_TABLES)}")
         guid = _guid(params["guid"]) if params.get("guid") else None
-        return _json(200, dump_routes(self.daemon, table=table, guid=guid, limit=_limit(params)))
+        page = dump_routes(
+            self.daemon, table=table, guid=guid, limit=_limit(params), offset=_offset(params)
+        )
+        return _json(200, page)
 
     def _connections_page(self, params: dict[str, str]) -> Reply:
         _allow(params)
@@ -439,6 +442,15 @@ def _limit(params: dict[str, str]) -> int:
     return int(text)
 
 
+def _offset(params: dict[str, str]) -> int:
+    text = params.get("offset")
+    if text is None or text == "":
+        return 0
+    if not (text.isascii() and text.isdigit() and len(text) <= 9):
+        raise BadRequest(400, f"offset={text[:20]!r}: expected a whole number, 0 or more")
+    return int(text)
+
+
 def _guid(text: str) -> bytes:
     try:
         guid = bytes.fromhex(text)
@@ -514,7 +526,7 @@ async def write_dump_file(daemon: RouterView, directory: Path | None = None) -> 
         OSError: the directory or file cannot be written.
     """
     tree = task_tree()
-    dump: dict[str, object] = dict(full_dump(daemon))
+    dump: dict[str, object] = dict(full_dump(daemon, limit=None))  # every route
     dump["tasks"] = tree
     dump["task_count"] = count_tasks(tree)
     target = Path(directory) if directory is not None else daemon.config.state_path

@@ -17,23 +17,27 @@ Conversions, done by :func:`jsonable`: dataclasses become dicts, bytes become
 lowercase hex, enums their name, tuples and sets lists, mapping keys strings, and a
 float that is not finite (an idle time measured outside trio, say) ``None``.
 
-A route entry names its next hop three ways: the connection id, and ``next_hop``, which
-is that connection's peer address, ``"local"`` for a message this node originated
-(id 0), or ``"closed"`` when the connection has gone since the route was recorded
-(replies on that route are dropped). GUIDs in the ping and query tables are message
+A route entry names its next hop by the connection id and by ``next_hop``: the peer's
+listening address when its handshake gave one (else the address it connected from),
+kept after the connection closes, or ``"local"`` for a message this node originated
+(id 0); ``connected`` says whether that connection is still up (replies on a route whose
+connection has gone are dropped). Each entry also shows the TTL and hops its message
+arrived with, how many replies came back through it (``hits``), and when it was recorded
+as wall-clock time (Unix seconds and ISO 8601, UTC). GUIDs in the ping and query tables are message
 GUIDs; those in the push table are servent GUIDs, learned from query hits.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import enum
 import linecache
 import math
 import os
 import time
 import traceback
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from typing import NotRequired, TypedDict
 
 import trio
@@ -44,6 +48,7 @@ from gnutella_router.net.connection import Connection, format_address
 from gnutella_router.net.route_table import RouteEntry, RouteTable
 from gnutella_router.observe.view import RouterView
 from gnutella_router.stages.router import LOCAL, type_name
+from gnutella_router.stages.server import ConnectionTable
 
 __all__ = [
     "DEFAULT_ROUTE_LIMIT",
@@ -128,21 +133,26 @@ def dump_routes(
     table: str | None = None,
     guid: bytes | None = None,
     limit: int | None = DEFAULT_ROUTE_LIMIT,
+    offset: int = 0,
     now: float | None = None,
 ) -> dict[str, object]:
-    """The route tables: their statistics and their newest entries.
+    """The route tables: their statistics and their newest entries, a page at a time.
 
     Args:
         daemon: a running daemon.
         table: ``"ping"``, ``"query"`` or ``"push"`` for one table; ``None`` for all.
         guid: show only this GUID's entry (if the table holds it) instead of the newest.
         limit: most entries shown per table, newest first; ``None`` for all of them.
+        offset: entries skipped first, per table (the next page starts at
+            ``offset + shown``).
         now: the trio clock reading to date entries by; the current time by default.
 
     Returns:
-        ``{"limit": ..., "tables": {name: {"statistics": {...}, "shown": n,
-        "truncated": bool, "entries": [{"guid", "connection", "next_hop", "age",
-        "recorded_at", "generation"}, ...]}}}``.
+        ``{"limit": ..., "offset": ..., "tables": {name: {"statistics": {...},
+        "total": n, "shown": n, "truncated": bool, "entries": [{"guid", "connection",
+        "next_hop", "connected", "ttl", "hops", "hits", "age", "recorded_at",
+        "recorded_at_iso", "generation"}, ...]}}}``; ``truncated`` means more entries
+        follow this page.
 
     Raises:
         ValueError: an unknown table name, or a negative limit.
@@ -151,7 +161,10 @@ def dump_routes(
         raise ValueError(f"unknown route table {table!r}; tables are {', '.join(ROUTE_TABLES)}")
     if limit is not None and limit < 0:
         raise ValueError(f"limit must not be negative, not {limit}")
+    if offset < 0:
+        raise ValueError(f"offset must not be negative, not {offset}")
     moment = _now(now)
+    wall = time.time() - moment  # wall-clock time = trio time + this
     connections = daemon.server.connections
     tables: dict[str, object] = {}
     for name, routes in _tables(daemon).items():
@@ -159,37 +172,53 @@ def dump_routes(
             continue
         statistics = routes.statistics(moment)
         if guid is None:
-            entries: Iterator[RouteEntry[int]] = routes.entries(moment, limit)
+            entries: Iterator[RouteEntry[int]] = routes.entries(moment, limit, offset)
         else:
             found = routes.entry(guid, moment)
             entries = iter(() if found is None or limit == 0 else (found,))
-        shown = [_route_entry(entry, connections.get) for entry in entries]
+        shown = [_route_entry(entry, connections, wall) for entry in entries]
         tables[name] = {
             "statistics": jsonable(statistics),
+            "total": statistics.size,
             "shown": len(shown),
-            "truncated": guid is None and len(shown) < statistics.size,
+            "truncated": guid is None and offset + len(shown) < statistics.size,
             "entries": shown,
         }
-    return {"limit": limit, "guid": None if guid is None else guid.hex(), "tables": tables}
+    return {
+        "limit": limit,
+        "offset": offset,
+        "guid": None if guid is None else guid.hex(),
+        "tables": tables,
+    }
 
 
 def _route_entry(
-    entry: RouteEntry[int], resolve: Callable[[int], Connection | None]
+    entry: RouteEntry[int], connections: ConnectionTable, wall: float
 ) -> dict[str, object]:
     connection_id = entry.value
     if connection_id == LOCAL:
-        next_hop = "local"
+        next_hop, connected = "local", True
     else:
-        connection = resolve(connection_id)
-        next_hop = "closed" if connection is None else connection.peer_text
+        next_hop = connections.label(connection_id) or f"connection {connection_id}"
+        connected = connections.get(connection_id) is not None
+    recorded_at = wall + entry.recorded_at
     return {
         "guid": entry.guid.hex(),
         "connection": connection_id,
         "next_hop": next_hop,
+        "connected": connected,
+        "ttl": entry.ttl,
+        "hops": entry.hops,
+        "hits": entry.hits,
         "age": _seconds(entry.age),
-        "recorded_at": entry.recorded_at,
+        "recorded_at": round(recorded_at, 3),
+        "recorded_at_iso": _iso(recorded_at),
         "generation": entry.generation,
     }
+
+
+def _iso(unix: float) -> str:
+    return datetime.datetime.fromtimestamp(unix, datetime.UTC).isoformat(timespec="milliseconds")
 
 
 # --- connections ----------------------------------------------------------------------
@@ -317,7 +346,8 @@ def full_dump(
     daemon: RouterView, *, limit: int | None = DEFAULT_ROUTE_LIMIT, now: float | None = None
 ) -> dict[str, object]:
     """Everything at once: identity, configuration, counters, stages, connections and
-    routes (``limit`` entries per table)."""
+    routes (``limit`` entries per table; ``None``: every entry, as the SIGUSR1 file
+    holds them)."""
     moment = _now(now)
     return {
         "node": node_identity(daemon, now=moment),

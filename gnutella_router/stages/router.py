@@ -419,7 +419,7 @@ class GnutellaRouter:
             connection.malformed_in += 1
             return
         guid = frame.guid
-        if not self.ping_routes.record(guid, connection.id, now):
+        if not self.ping_routes.record(guid, connection.id, now, ttl, hops):
             self.dropped["duplicate", PING] += 1
             return
         pong = self._own_pong or self._own_pong_payload()
@@ -513,7 +513,7 @@ class GnutellaRouter:
             self.dropped["malformed", QUERY] += 1
             connection.malformed_in += 1
             return None
-        if not self.query_routes.record(frame.guid, connection.id, now):
+        if not self.query_routes.record(frame.guid, connection.id, now, ttl, frame.hops):
             self.dropped["duplicate", QUERY] += 1
             return None
         hops = frame.hops
@@ -547,6 +547,7 @@ class GnutellaRouter:
         if route is None:
             self.dropped["no-route", PONG] += 1
             return
+        self.ping_routes.note_hit(frame.guid)
         self._forward_reply(route, frame, now)
 
     def _on_query_hit(self, connection: Connection, frame: Frame, now: float) -> None:
@@ -562,6 +563,7 @@ class GnutellaRouter:
         if route is None:
             self.dropped["no-route", QUERY_HIT] += 1
             return
+        self.query_routes.note_hit(frame.guid)
         self._forward_reply(route, frame, now)
 
     def _on_push(self, connection: Connection, frame: Frame, now: float) -> None:
@@ -583,6 +585,7 @@ class GnutellaRouter:
         if route is None:
             self.dropped["no-route", PUSH] += 1
             return
+        self.push_routes.note_hit(servent)
         self._forward_reply(route, frame, now)
 
     def _on_bye(self, connection: Connection, frame: Frame, now: float) -> None:

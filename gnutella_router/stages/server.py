@@ -47,17 +47,36 @@ from protocol.handshake import (
 HANDSHAKE_READ_SIZE = 4096
 
 
+PEER_LABELS_KEPT = 10_000
+"""Closed connections whose peer is still named in dumps (route tables outlive them)."""
+
+
 class ConnectionTable:
-    """The live connections, with a tuple snapshot the router can iterate cheaply."""
+    """The live connections, with a tuple snapshot the router can iterate cheaply.
+
+    It also remembers, for the :data:`PEER_LABELS_KEPT` most recent connections, live
+    or closed, how to name the peer: its listening address when its handshake gave one
+    (``Listen-IP``, ``X-Listen-IP``, ``Node``), else the address it connected from. A
+    route recorded through a connection keeps a readable next hop after it closes.
+    """
 
     def __init__(self) -> None:
         self._by_id: dict[int, Connection] = {}
         self._snapshot: tuple[Connection, ...] = ()
         self._emptied = trio.lowlevel.ParkingLot()
+        self._labels: collections.OrderedDict[int, str] = collections.OrderedDict()
 
     def add(self, connection: Connection) -> None:
         self._by_id[connection.id] = connection
         self._snapshot = tuple(self._by_id.values())
+        listen = connection.capabilities.listen_address
+        self._labels[connection.id] = format_address(*listen) if listen else connection.peer_text
+        if len(self._labels) > PEER_LABELS_KEPT:
+            self._labels.popitem(last=False)
+
+    def label(self, connection_id: int) -> str | None:
+        """How to name the peer of ``connection_id`` (live or recently closed)."""
+        return self._labels.get(connection_id)
 
     def remove(self, connection: Connection) -> None:
         if self._by_id.pop(connection.id, None) is not None:

@@ -398,14 +398,14 @@ async def test_the_dump_command_prints_what_was_just_made(
         (line,) = [row for row in out.splitlines() if guid.hex() in row]
         assert sender_text in line
         assert "current" in line
-        assert "query routes: 1 shown of 1" in out
+        assert "query routes: 1-1 of 1 (capacity" in out
         assert "NEXT HOP" in out
 
         status, out, _ = await run_cli(
             ["dump", "routes", "--admin", admin, "--table", "ping", "--guid", guid.hex()], capsys
         )
         assert status == 0
-        assert "ping routes: 0 shown" in out
+        assert "ping routes: none of 0" in out
         assert "query routes" not in out
 
         status, out, _ = await run_cli(["dump", "connections", "--admin", admin], capsys)

@@ -24,8 +24,16 @@ from gnutella_router.observe.dumps import (
     jsonable,
     task_tree,
 )
-from protocol.messages import Ping, Query
-from tests.support.peers import connection_of, message, peers, running_daemons, send_queries
+from protocol.constants import MessageType
+from protocol.messages import Ping, Query, QueryHit, QueryHitResult
+from tests.support.peers import (
+    Peer,
+    connection_of,
+    message,
+    peers,
+    running_daemons,
+    send_queries,
+)
 from tests.support.waiting import wait_until
 
 
@@ -92,18 +100,66 @@ async def test_guid_filter_and_limit(tmp_path: Path) -> None:
         assert len(entries(everything, "query")) == 5
 
 
-async def test_next_hop_is_local_or_closed_when_the_connection_is_gone(tmp_path: Path) -> None:
+async def test_next_hop_is_the_peers_listen_address_even_after_it_left(tmp_path: Path) -> None:
     async with running_daemons(tmp_path) as (daemon,):
-        sender, _ = await peers(daemon, 2)
+        sender = await Peer.connect(daemon.address, extra_headers=[("Listen-IP", "192.0.2.9:6346")])
+        other = await Peer.connect(daemon.address)
+        await wait_until(lambda: len(daemon.server.connections) == 2)
         (guid,) = await send_queries(daemon, sender, 1)
         own = message(Query(b"our own"), ttl=2)
         daemon.router.originate_query(None, own, trio.current_time())
+        by_guid = {e["guid"]: e for e in entries(dump_routes(daemon, table="query"), "query")}
+        assert by_guid[guid.hex()]["next_hop"] == "192.0.2.9:6346"
+        assert by_guid[guid.hex()]["connected"] is True
         await sender.aclose()
         await wait_until(lambda: len(daemon.server.connections) == 1)
         by_guid = {e["guid"]: e for e in entries(dump_routes(daemon, table="query"), "query")}
-        assert by_guid[guid.hex()]["next_hop"] == "closed"
+        assert by_guid[guid.hex()]["next_hop"] == "192.0.2.9:6346"  # named still
+        assert by_guid[guid.hex()]["connected"] is False
         assert by_guid[own.guid.hex()]["next_hop"] == "local"
         assert by_guid[own.guid.hex()]["connection"] == 0
+        await other.aclose()
+
+
+def _hit() -> QueryHit:
+    return QueryHit(6346, "192.0.2.10", 100, (QueryHitResult(1, 10, b"song.ogg"),), b"s" * 16)
+
+
+async def test_entries_show_ttl_hops_hits_and_wall_clock_time(tmp_path: Path) -> None:
+    import time
+
+    async with running_daemons(tmp_path) as (daemon,):
+        asker, answerer = await peers(daemon, 2)
+        query = message(Query(b"who has it"), ttl=4, hops=2)
+        await asker.send(query)
+        await wait_until(lambda: query.guid in daemon.router.query_routes)
+        for _ in range(3):
+            hit = message(_hit(), ttl=5, guid=query.guid)
+            await answerer.send(hit)
+        await wait_until(lambda: daemon.router.forwarded[MessageType.QUERY_HIT] == 3)
+        (entry,) = entries(dump_routes(daemon, table="query", guid=query.guid), "query")
+    assert (entry["ttl"], entry["hops"], entry["hits"]) == (4, 2, 3)
+    assert abs(float(entry["recorded_at"]) - time.time()) < 30
+    assert str(entry["recorded_at_iso"]).endswith("+00:00")
+
+
+async def test_routes_are_read_in_pages_never_silently_cut(tmp_path: Path) -> None:
+    async with running_daemons(tmp_path) as (daemon,):
+        (sender,) = await peers(daemon, 1)
+        guids = await send_queries(daemon, sender, 7)
+        seen: list[str] = []
+        offset = 0
+        while True:
+            page = dump_routes(daemon, table="query", limit=3, offset=offset)
+            table = page["tables"]["query"]  # type: ignore[index]
+            assert table["total"] == 7
+            seen += [e["guid"] for e in table["entries"]]
+            offset += table["shown"]
+            if not table["truncated"]:
+                break
+        full = full_dump(daemon, limit=None)
+    assert seen == [g.hex() for g in reversed(guids)]  # newest first, each once
+    assert len(full["routes"]["tables"]["query"]["entries"]) == 7  # type: ignore[index]
 
 
 def test_a_table_entry_is_found_without_counting_a_lookup() -> None:
