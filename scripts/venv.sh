@@ -1,10 +1,20 @@
 #!/usr/bin/env bash
-# Make sure .venv exists and holds this project (editable) with its test tools.
-# Safe to run every time: it reinstalls only when pyproject.toml has changed.
+# Make sure .venv exists and holds this project (editable).
+#   scripts/venv.sh          what running needs (the daemon, testnet, load, dump...)
+#   scripts/venv.sh dev      that, plus plots and the test and lint tools
+#   scripts/venv.sh plots    that, plus matplotlib for the figures
+# Safe to run every time: it installs only when pyproject.toml changed or the asked-for
+# extra is missing (an environment with dev has everything runtime needs).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 venv="${GNUTELLA_VENV:-$root/.venv}"
 python="${PYTHON:-python3}"
+extra="${1:-runtime}"
+case "$extra" in
+  runtime) spec="$root" ;;
+  dev|plots) spec="$root[$extra]" ;;
+  *) echo "scripts/venv.sh: unknown extra '$extra' (runtime, plots or dev)" >&2; exit 2 ;;
+esac
 
 if ! "$python" -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
   echo "gnutella-router needs Python >= 3.11 (set PYTHON=/path/to/python3.11)" >&2
@@ -13,10 +23,13 @@ fi
 if [ ! -x "$venv/bin/python" ]; then
   "$python" -m venv "$venv"
 fi
-stamp="$venv/.installed-$(sha256sum "$root/pyproject.toml" | cut -c1-16)"
-if [ ! -f "$stamp" ]; then
-  "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --upgrade pip
-  "$venv/bin/python" -m pip install --quiet --disable-pip-version-check -e "$root[dev]"
-  rm -f "$venv"/.installed-*
-  touch "$stamp"
+hash="$(sha256sum "$root/pyproject.toml" | cut -c1-16)"
+stamp="$venv/.installed-$hash-$extra"
+if [ -f "$stamp" ] || { [ "$extra" != dev ] && [ -f "$venv/.installed-$hash-dev" ]; }; then
+  exit 0
 fi
+"$venv/bin/python" -m pip install --quiet --disable-pip-version-check --upgrade pip
+"$venv/bin/python" -m pip install --quiet --disable-pip-version-check -e "$spec"
+# Stamps of an older pyproject.toml no longer say anything.
+find "$venv" -maxdepth 1 -name '.installed-*' ! -name ".installed-$hash-*" -delete
+touch "$stamp"

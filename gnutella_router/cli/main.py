@@ -14,9 +14,11 @@ import trio
 
 from gnutella_router import __version__
 from gnutella_router.cli.arguments import count, positive
+from gnutella_router.cli.completion import add_completion_parser
 from gnutella_router.cli.dump import add_dump_parser
 from gnutella_router.cli.interrupt import INTERRUPTED, run_interruptible
 from gnutella_router.cli.load import add_echo_parser, add_load_parser
+from gnutella_router.cli.plot import add_plot_parser
 from gnutella_router.cli.testnet import add_testnet_parser
 from gnutella_router.config import add_config_arguments
 from gnutella_router.observe.describe import describe_frame
@@ -332,6 +334,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_echo_parser(commands)
     add_dump_parser(commands)
     add_testnet_parser(commands)
+    add_plot_parser(commands)
+    add_completion_parser(commands, build_parser)
     return parser
 
 

@@ -47,6 +47,8 @@ from dataclasses import dataclass
 import h11
 import trio
 
+from gnutella_router import __version__
+
 __all__ = [
     "GWebCacheError",
     "GWebCacheReply",
@@ -56,7 +58,7 @@ __all__ = [
 ]
 
 DEFAULT_CLIENT = "GRTR"
-DEFAULT_VERSION = "0.1.0"
+DEFAULT_VERSION = __version__
 DEFAULT_TIMEOUT = 10.0
 DEFAULT_MAX_BODY = 64 * 1024
 DEFAULT_MAX_HOSTS = 500

@@ -27,8 +27,8 @@ the profiler starts; the others are the stages' own counters, read at each sampl
 
 At shutdown the daemon writes :meth:`Profiler.to_json` to ``profiler.export`` under
 the state directory and the DOT graph beside it (``profile.dot``);
-``scripts/plot_profile.py`` draws the JSON. :meth:`Profiler.to_csv` gives one row per
-sample for spreadsheets.
+``gnutella-router plot-profile`` (:mod:`.profile_plot`) draws the JSON.
+:meth:`Profiler.to_csv` gives one row per sample for spreadsheets.
 """
 
 from __future__ import annotations

@@ -56,6 +56,7 @@ from typing import Any, TextIO
 
 import trio
 
+from gnutella_router import __version__
 from gnutella_router.config import Config, config_as_dict, load_config
 from gnutella_router.daemon import Daemon
 from gnutella_router.net.connection import format_address
@@ -662,7 +663,7 @@ class LocalNetwork:
             duration=settings.duration,
             seed=settings.seed,
             late_threshold_ms=settings.late_threshold_ms,
-            user_agent="gnutella-router-testnet/0.1",
+            user_agent=f"gnutella-router-testnet/{__version__}",
         )
         self.load_run = SpreadLoadRun(load_settings, traffic, targets, self._registered)
         try:

@@ -45,6 +45,7 @@ from typing import Any, Protocol
 
 import trio
 
+from gnutella_router import __version__
 from gnutella_router.observe.admin_client import FetchError, fetch
 from protocol.codec import encode_message
 from protocol.constants import MessageType
@@ -105,7 +106,7 @@ class LoadSettings:
     drain ends sooner once every copy has arrived or none has for ``DRAIN_QUIET``."""
     admin: tuple[str, int] | None = None
     """The router's admin interface, to reconcile our counts with its own; None: none."""
-    user_agent: str = "gnutella-router-load/0.1"
+    user_agent: str = f"gnutella-router-load/{__version__}"
     progress: bool = False
     warmup: float = 0.0
     """Messages scheduled in the first ``warmup`` seconds are sent and counted but not

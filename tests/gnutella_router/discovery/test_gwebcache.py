@@ -11,6 +11,7 @@ import trio
 from hypothesis import given
 from hypothesis import strategies as st
 
+from gnutella_router import __version__
 from gnutella_router.discovery.gwebcache import (
     GWebCacheError,
     GWebCacheReply,
@@ -248,14 +249,14 @@ def test_build_request_target_defaults() -> None:
     assert build_request_target("http://Cache.Example.com") == (
         "cache.example.com",
         80,
-        "/?get=1&net=gnutella&client=GRTR&version=0.1.0",
+        f"/?get=1&net=gnutella&client=GRTR&version={__version__}",
     )
 
 
 def test_build_request_target_ipv6_and_fragment() -> None:
     host, port, target = build_request_target("http://[2001:db8::1]:8080/g.php?x=a%20b#frag")
     assert (host, port) == ("2001:db8::1", 8080)
-    assert target == "/g.php?x=a%20b&get=1&net=gnutella&client=GRTR&version=0.1.0"
+    assert target == f"/g.php?x=a%20b&get=1&net=gnutella&client=GRTR&version={__version__}"
 
 
 def test_build_request_target_quotes_parameters() -> None:

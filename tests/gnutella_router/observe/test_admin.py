@@ -17,6 +17,7 @@ import pytest
 import trio
 from prometheus_client.parser import text_string_to_metric_families
 
+from gnutella_router import __version__
 from gnutella_router.cli.dump import format_table
 from gnutella_router.cli.main import main
 from gnutella_router.config import ConfigError, admin_listen_address, load_config
@@ -212,7 +213,7 @@ async def test_metrics_match_the_daemons_counters(tmp_path: Path) -> None:
         assert value("gnutella_stage_queue_length", stage="router") == 0
         assert value("gnutella_stage_pool_size", stage="router") == 1
         assert value("gnutella_outgoing_queue_bytes") >= 0
-        assert value("gnutella_router_info", version="0.1.0", guid=daemon.guid.hex()) == 1
+        assert value("gnutella_router_info", version=__version__, guid=daemon.guid.hex()) == 1
 
 
 async def test_drops_show_in_metrics_by_reason(tmp_path: Path) -> None:

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import trio
 
 from gnutella_router.config import load_config
@@ -18,7 +19,6 @@ from traffic_models.arrivals import ConstantRate
 from traffic_models.generator import TrafficGenerator
 from traffic_models.mix import PAPER_MIX
 
-ROOT = Path(__file__).resolve().parents[3]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 PROFILED = {
@@ -107,7 +107,7 @@ def test_rss_is_read_from_proc() -> None:
     assert read_rss_bytes() > 2**20
 
 
-async def test_the_plot_script_writes_pngs(tmp_path: Path) -> None:
+async def test_the_plot_command_writes_pngs(tmp_path: Path) -> None:
     async with running_daemons(tmp_path, overrides=PROFILED) as (daemon,):
         await trio.sleep(0.3)
         assert daemon.profiler is not None
@@ -116,11 +116,8 @@ async def test_the_plot_script_writes_pngs(tmp_path: Path) -> None:
     result = await trio.to_thread.run_sync(
         lambda: subprocess.run(
             [
-                sys.executable,
-                str(ROOT / "scripts" / "plot_profile.py"),
-                str(export),
-                "--out",
-                str(out),
+                *(sys.executable, "-m", "gnutella_router", "plot-profile"),
+                *(str(export), "--out", str(out)),
             ],
             capture_output=True,
             text=True,
@@ -130,3 +127,16 @@ async def test_the_plot_script_writes_pngs(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     for name in ("queues.png", "pool.png", "rss.png"):
         assert (out / name).read_bytes()[:8] == PNG_MAGIC
+
+
+def test_the_plot_command_refuses_what_is_not_a_profile(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from gnutella_router.cli.main import main
+
+    not_a_profile = tmp_path / "x.json"
+    not_a_profile.write_text("[1, 2]")
+    assert main(["plot-profile", str(not_a_profile)]) == 1
+    assert "not a profiler export" in capsys.readouterr().err
+    assert main(["plot-profile", str(tmp_path / "missing.json")]) == 1
+    assert "No such file or directory" in capsys.readouterr().err

@@ -1,31 +1,55 @@
 """Draw a profiler export (``profile.json``) as PNGs: queues, pool size and RSS over time.
 
-    python scripts/plot_profile.py STATE_DIR/profile.json --out DIR
+    gnutella-router plot-profile STATE_DIR/profile.json --out DIR
 
 Writes ``queues.png`` (every stage's queue length and the outgoing queues' total
 messages), ``pool.png`` (the router's pool size and busy workers, with the governor's
 additions and removals marked) and ``rss.png`` (resident set size, MiB). Headless
-(matplotlib's Agg backend), so it runs on a server or in CI.
+(matplotlib's Agg backend), so it runs on a server or in CI. matplotlib is the
+``plots`` extra (``pip install 'gnutella-router[plots]'``), imported only here and only
+when drawing, so a router installed without it runs all the same.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
-import matplotlib
 
-matplotlib.use("Agg")
+class PlotUnavailableError(RuntimeError):
+    """matplotlib is not installed."""
 
-import matplotlib.pyplot as plt
+
+def _pyplot() -> Any:
+    try:
+        import matplotlib
+    except ImportError:
+        raise PlotUnavailableError(
+            "drawing needs matplotlib: pip install 'gnutella-router[plots]'"
+        ) from None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plot_profile(profile: dict[str, Any], out: Path) -> list[Path]:
+    """All three figures of ``profile`` into the folder ``out``."""
+    return [
+        plot_queues(profile, out / "queues.png"),
+        plot_pool(profile, out / "pool.png"),
+        plot_rss(profile, out / "rss.png"),
+    ]
 
 
 def load_profile(path: Path) -> dict[str, Any]:
-    data: dict[str, Any] = json.loads(path.read_text())
-    if "samples" not in data:
+    """Read a profiler export; ValueError when it is not one, OSError when unreadable."""
+    try:
+        data: dict[str, Any] = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path}: not JSON ({exc})") from None
+    if not isinstance(data, dict) or "samples" not in data:
         raise ValueError(f"{path}: not a profiler export (no samples)")
     return data
 
@@ -36,6 +60,7 @@ def governor_marks(profile: dict[str, Any], action: str) -> list[float]:
 
 
 def plot_queues(profile: dict[str, Any], path: Path, title: str = "") -> Path:
+    plt = _pyplot()
     samples = profile["samples"]
     times = [s["at"] for s in samples]
     stages = sorted({name for s in samples for name in s["queues"]})
@@ -59,6 +84,7 @@ def plot_queues(profile: dict[str, Any], path: Path, title: str = "") -> Path:
 
 
 def plot_pool(profile: dict[str, Any], path: Path, title: str = "") -> Path:
+    plt = _pyplot()
     samples = profile["samples"]
     times = [s["at"] for s in samples]
     figure, axes = plt.subplots(figsize=(8, 4))
@@ -84,6 +110,7 @@ def plot_pool(profile: dict[str, Any], path: Path, title: str = "") -> Path:
 
 
 def plot_rss(profile: dict[str, Any], path: Path, title: str = "") -> Path:
+    plt = _pyplot()
     samples = profile["samples"]
     figure, axes = plt.subplots(figsize=(8, 4))
     axes.plot([s["at"] for s in samples], [s["rss_bytes"] / 2**20 for s in samples])
@@ -99,28 +126,5 @@ def _save(figure: Any, path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.tight_layout()
     figure.savefig(path, dpi=100)
-    plt.close(figure)
+    _pyplot().close(figure)
     return path
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("profile", type=Path, help="profiler export (profile.json)")
-    parser.add_argument("--out", type=Path, default=Path("."), help="directory for the PNGs")
-    args = parser.parse_args(argv)
-    try:
-        profile = load_profile(args.profile)
-    except (OSError, ValueError) as exc:
-        print(f"plot_profile: {exc}", file=sys.stderr)
-        return 1
-    for path in (
-        plot_queues(profile, args.out / "queues.png"),
-        plot_pool(profile, args.out / "pool.png"),
-        plot_rss(profile, args.out / "rss.png"),
-    ):
-        print(path)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
