@@ -18,6 +18,7 @@ daemon carries on; the same views are served live by the admin interface
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import signal
 from pathlib import Path
@@ -28,6 +29,7 @@ import trio
 
 from gnutella_router.config import Config
 from gnutella_router.control.governor import ThreadGovernor
+from gnutella_router.logs import set_level
 from gnutella_router.net.connection import Connection, format_address
 from gnutella_router.observe.admin import serve_admin, write_dump_logged
 from gnutella_router.observe.profiler import Profiler
@@ -101,6 +103,9 @@ class Daemon:
         """trio's clock when :meth:`run` began, for uptime."""
         self._stop = trio.Event()
         self.stopped = trio.Event()
+        self._nursery: trio.Nursery | None = None
+        self._profiler_scope: trio.CancelScope | None = None
+        """Cancels the running profiler; None while none runs."""
 
     # Late-bound callbacks: the stages reference each other through the daemon.
     def _connections(self) -> tuple[Connection, ...]:
@@ -129,6 +134,62 @@ class Daemon:
     def request_stop(self) -> None:
         self._stop.set()
 
+    # ------------------------------------------------------------------ operator actions
+    # What the admin interface's POST endpoints (and `gnutella-router ctl`) do.
+
+    async def add_peer(self, host: str, port: int) -> int:
+        """Dial ``host:port`` now and keep it in the host cache; the new connection's id.
+
+        Raises:
+            DialError: the peer could not be reached or refused the handshake.
+        """
+        connection = await self.server.dial(host, port, timeout=self.config.catcher.dial_timeout)
+        self.catcher.learn(host, port, "operator")
+        self.log.info("peer added by the operator", peer=connection.peer_text, conn=connection.id)
+        return connection.id
+
+    def drop_peer(self, connection_id: int) -> bool:
+        """Close one connection, with Bye 200 if the peer takes Bye; False if unknown."""
+        connection = self.server.connections.get(connection_id)
+        if connection is None or connection.closing:
+            return False
+        self.log.info("peer dropped by the operator", peer=connection.peer_text)
+        connection.close("dropped by the operator", bye_code=200)
+        return True
+
+    def set_log_level(self, level: str) -> None:
+        """Change the log level of the whole process now (ValueError for an unknown one)."""
+        set_level(level)
+        self.log.warning("log level changed by the operator", level=level)
+
+    async def start_profiler(self) -> bool:
+        """Start sampling (a fresh ring); False if it is already running."""
+        if self._profiler_scope is not None or self._nursery is None:
+            return False
+        settings = dataclasses.replace(self.config.profiler, enabled=True)
+        self.profiler = Profiler(self, settings)
+        await self._nursery.start(self._run_profiler, self.profiler)
+        self.log.info("profiler started by the operator")
+        return True
+
+    def stop_profiler(self) -> tuple[Path, Path] | None:
+        """Stop sampling and write the export; its paths, or None if it was not running.
+
+        The samples stay readable at ``/profile`` until the profiler is started again.
+        """
+        if self._profiler_scope is None or self.profiler is None:
+            return None
+        self._profiler_scope.cancel()
+        self._profiler_scope = None
+        return self.profiler.write(self.config.state_path)
+
+    async def _run_profiler(
+        self, profiler: Profiler, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        with trio.CancelScope() as scope:
+            self._profiler_scope = scope
+            await profiler.serve(task_status=task_status)
+
     async def run(
         self,
         *,
@@ -149,8 +210,9 @@ class Daemon:
                 await nursery.start(self.router.stage.serve)
                 if self.governor is not None:
                     await nursery.start(self.governor.serve)
+                self._nursery = nursery
                 if self.profiler is not None:
-                    await nursery.start(self.profiler.serve)
+                    await nursery.start(self._run_profiler, self.profiler)
                 await nursery.start(self.server.serve)
                 await nursery.start(self.catcher.serve)
                 self.admin_address = await nursery.start(serve_admin, self)
@@ -189,7 +251,7 @@ class Daemon:
             await self.catcher.save()
         if self.recorder is not None:
             await self.recorder.aclose()
-        if self.profiler is not None:
+        if self.profiler is not None and self._profiler_scope is not None:
             self._write_profile(self.profiler)
         self.log.info(
             "router stopped",

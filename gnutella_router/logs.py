@@ -14,11 +14,12 @@ Lines go to standard error unless another stream is given. Records that reach st
 ``trio.serve_listeners``) come out of the same stream in the same format, with a
 ``logger`` key, and through the same lock, so lines never interleave.
 
-Loggers filter by level before doing any work (``make_filtering_bound_logger``) and
-are cached on first use. :func:`get_logger` returns a lazy proxy, so module-level
+Loggers filter by level before doing any work (a class attribute read and a compare,
+so that :func:`set_level` can change the level of loggers already bound, at run time)
+and are cached on first use. :func:`get_logger` returns a lazy proxy, so module-level
 loggers made at import time pick up the configuration; calls through the proxy cost
 about 1.3 µs even when filtered. ``.bind()`` turns it into a concrete logger, whose
-filtered calls cost about 0.13 µs, so bind once wherever a loop starts. A logger
+filtered calls cost about 0.3 µs, so bind once wherever a loop starts. A logger
 bound before :func:`configure_logging` keeps the defaults it saw.
 
 Rules for callers
@@ -46,7 +47,7 @@ import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
-from typing import TextIO
+from typing import Any, TextIO
 
 import structlog
 from structlog.typing import FilteringBoundLogger, Processor
@@ -56,7 +57,9 @@ __all__ = [
     "LOG_LEVELS",
     "RateLimitedWarnings",
     "configure_logging",
+    "current_level",
     "get_logger",
+    "set_level",
 ]
 
 LOG_FORMATS = ("auto", "console", "json")
@@ -74,6 +77,90 @@ LOG_LEVELS: Mapping[str, int] = MappingProxyType(
 
 _installed: logging.Handler | None = None
 """The stdlib handler of the last configure_logging call, replaced by the next one."""
+
+
+class _Level:
+    """The level in force, read by every logger on every call: :func:`set_level` changes
+    it for loggers already bound, which a level baked into each logger's class (as
+    structlog's own filtering loggers do) could not."""
+
+    value = logging.INFO
+
+
+class _LevelGatedLogger(structlog.BoundLoggerBase):
+    """A bound logger that checks :class:`_Level` before doing any work: a filtered call
+    costs a class attribute read and a comparison (about 0.3 us here, against 0.13 us for
+    structlog's fixed-level loggers: the price of a level that can change)."""
+
+    def debug(self, event: str | None = None, *args: Any, **kw: Any) -> Any:
+        if _Level.value > _DEBUG:
+            return None
+        return self._proxy_to_logger("debug", _format(event, args), **kw)
+
+    def info(self, event: str | None = None, *args: Any, **kw: Any) -> Any:
+        if _Level.value > _INFO:
+            return None
+        return self._proxy_to_logger("info", _format(event, args), **kw)
+
+    def warning(self, event: str | None = None, *args: Any, **kw: Any) -> Any:
+        if _Level.value > _WARNING:
+            return None
+        return self._proxy_to_logger("warning", _format(event, args), **kw)
+
+    warn = warning
+
+    def error(self, event: str | None = None, *args: Any, **kw: Any) -> Any:
+        if _Level.value > _ERROR:
+            return None
+        return self._proxy_to_logger("error", _format(event, args), **kw)
+
+    def exception(self, event: str | None = None, *args: Any, **kw: Any) -> Any:
+        if _Level.value > _ERROR:
+            return None
+        kw.setdefault("exc_info", True)
+        return self._proxy_to_logger("error", _format(event, args), **kw)
+
+    def critical(self, event: str | None = None, *args: Any, **kw: Any) -> Any:
+        return self._proxy_to_logger("critical", _format(event, args), **kw)
+
+    fatal = critical
+
+    def msg(self, event: str | None = None, *args: Any, **kw: Any) -> Any:
+        return self._proxy_to_logger("msg", _format(event, args), **kw)
+
+    def log(self, level: int, event: str | None = None, *args: Any, **kw: Any) -> Any:
+        if level < _Level.value:
+            return None
+        name = logging.getLevelName(level).lower()
+        return self._proxy_to_logger(name, _format(event, args), **kw)
+
+
+_DEBUG, _INFO, _WARNING, _ERROR = logging.DEBUG, logging.INFO, logging.WARNING, logging.ERROR
+
+
+def _format(event: str | None, args: tuple[Any, ...]) -> str | None:
+    return event % args if args and event is not None else event
+
+
+def set_level(level: str) -> None:
+    """Change the level in force now, for every logger, bound or not (the admin
+    interface's ``POST /log-level``).
+
+    Raises:
+        ValueError: for an unknown level.
+    """
+    level_no = LOG_LEVELS.get(level.lower())
+    if level_no is None:
+        raise ValueError(f"log level {level!r}: expected one of {', '.join(LOG_LEVELS)}")
+    _Level.value = level_no
+    if _installed is not None:
+        _installed.setLevel(level_no)
+        logging.getLogger().setLevel(level_no)
+
+
+def current_level() -> str:
+    """The name of the level in force."""
+    return logging.getLevelName(_Level.value).lower()
 
 
 class _StdlibBridge(logging.Handler):
@@ -110,6 +197,7 @@ def configure_logging(
     level_no = LOG_LEVELS.get(level.lower())
     if level_no is None:
         raise ValueError(f"log level {level!r}: expected one of {', '.join(LOG_LEVELS)}")
+    _Level.value = level_no
     out = sys.stderr if stream is None else stream
     tty = _isatty(out)
 
@@ -128,7 +216,7 @@ def configure_logging(
             structlog.processors.StackInfoRenderer(),
             *renderer,
         ],
-        wrapper_class=structlog.make_filtering_bound_logger(level_no),
+        wrapper_class=_LevelGatedLogger,
         logger_factory=structlog.WriteLoggerFactory(out),
         cache_logger_on_first_use=True,
     )

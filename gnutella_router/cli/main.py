@@ -14,7 +14,9 @@ import trio
 
 from gnutella_router import __version__
 from gnutella_router.cli.arguments import count, positive
+from gnutella_router.cli.check_config import add_check_config_parser
 from gnutella_router.cli.completion import add_completion_parser
+from gnutella_router.cli.ctl import add_ctl_parser
 from gnutella_router.cli.dump import add_dump_parser
 from gnutella_router.cli.interrupt import INTERRUPTED, run_interruptible
 from gnutella_router.cli.load import add_echo_parser, add_load_parser
@@ -335,6 +337,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_dump_parser(commands)
     add_testnet_parser(commands)
     add_plot_parser(commands)
+    add_ctl_parser(commands)
+    add_check_config_parser(commands)
     add_completion_parser(commands, build_parser)
     return parser
 

@@ -57,6 +57,12 @@ from gnutella_router import __version__
 from gnutella_router.config import admin_listen_address, is_loopback_host
 from gnutella_router.net.connection import format_address
 from gnutella_router.net.listening import open_listeners
+from gnutella_router.observe.admin_control import (
+    CONTROL_ENDPOINTS,
+    MAX_BODY_BYTES,
+    ControlError,
+    handle_control,
+)
 from gnutella_router.observe.dumps import (
     DEFAULT_ROUTE_LIMIT,
     ROUTE_TABLES,
@@ -72,7 +78,7 @@ from gnutella_router.observe.dumps import (
 )
 from gnutella_router.observe.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from gnutella_router.observe.metrics import metrics_registry, render_metrics
-from gnutella_router.observe.view import RouterView
+from gnutella_router.observe.view import RouterControl, RouterView
 
 __all__ = [
     "MAX_CONNECTIONS",
@@ -107,6 +113,7 @@ ENDPOINTS = {
     "/metrics": "Prometheus text exposition",
     "/profile": "the profiler's samples (404 when it is off); ?format=json|csv",
     "/healthz": "liveness",
+    **{f"POST {path}": what for path, what in CONTROL_ENDPOINTS.items()},
 }
 
 
@@ -152,6 +159,7 @@ class AdminServer:
         self,
         daemon: RouterView,
         *,
+        control: RouterControl | None = None,
         address: tuple[str, int] | None = None,
         max_connections: int = MAX_CONNECTIONS,
         request_timeout: float = REQUEST_TIMEOUT,
@@ -159,6 +167,8 @@ class AdminServer:
     ) -> None:
         config = daemon.config.admin
         self.daemon = daemon
+        self.control = control
+        """Carries out POSTs (see :mod:`.admin_control`); None: the router takes none."""
         self.address = address or admin_listen_address(config, daemon.config.node)
         self.token = config.token.encode("ascii")
         self.require_token = config.require_token
@@ -245,12 +255,12 @@ class AdminServer:
         else:
             if request is None:
                 return
-            reply = self.respond(
-                request.method.decode("ascii", "replace"),
-                request.target.decode("ascii", "replace"),
-                request.headers.raw_items(),
-                peer[0],
-            )
+            method = request.method.decode("ascii", "replace")
+            target = request.target.decode("ascii", "replace")
+            if method == "POST":
+                reply = await self._post(stream, conn, target, request.headers.raw_items(), peer)
+            else:
+                reply = self.respond(method, target, request.headers.raw_items(), peer[0])
         self.requests[str(reply.status)] += 1
         await stream.send_all(_encode_response(conn, reply))
 
@@ -274,7 +284,8 @@ class AdminServer:
         try:
             self._check_access(headers, peer_host)
             if method != "GET":
-                raise BadRequest(405, "only GET is served", [("allow", "GET")])
+                allow = "GET, POST" if self.control is not None else "GET"
+                raise BadRequest(405, f"only {allow} is served", [("allow", allow)])
             path, params = _parse_target(target)
             page = self._routes.get(path.rstrip("/") or "/")
             if page is None:
@@ -289,6 +300,42 @@ class AdminServer:
         except Exception:
             self.log.exception("admin request failed", target=target[:200])
             return _json(500, {"error": "internal error; see the daemon's log"})
+
+    async def _post(
+        self,
+        stream: trio.SocketStream,
+        conn: h11.Connection,
+        target: str,
+        headers: Sequence[tuple[bytes, bytes]],
+        peer: tuple[str, int],
+    ) -> Reply:
+        """A control request: always token-protected, a small JSON body, a JSON answer."""
+        try:
+            if self.control is None:
+                raise BadRequest(405, "this router takes no control requests", [("allow", "GET")])
+            if not self.token:
+                raise BadRequest(
+                    403,
+                    "control requests need the admin token: set [admin] token in the "
+                    "router's configuration",
+                )
+            self._check_access(headers, peer[0])
+            body = await _read_body(stream, conn, MAX_BODY_BYTES)
+            path, params = _parse_target(target)
+            _allow(params)
+            answer = await handle_control(self.control, path.rstrip("/"), body)
+        except BadRequest as exc:
+            if exc.status in (401, 403):
+                self.log.warning(
+                    "admin request refused", status=exc.status, peer=peer[0], reason=str(exc)
+                )
+            return _json(exc.status, {"error": str(exc)}, exc.headers)
+        except ControlError as exc:
+            return _json(exc.status, {"error": str(exc)})
+        except h11.RemoteProtocolError as exc:
+            return _json(exc.error_status_hint, {"error": f"bad request: {exc}"})
+        self.log.info("control request", path=target[:100], peer=peer[0], answer=answer)
+        return _json(200, answer)
 
     def _check_access(self, headers: Sequence[tuple[bytes, bytes]], peer_host: str) -> None:
         if not self.allow_remote and not is_loopback_host(peer_host):
@@ -410,6 +457,24 @@ async def _read_request(
         return None
 
 
+async def _read_body(stream: trio.SocketStream, conn: h11.Connection, limit: int) -> bytes:
+    """The request body, at most ``limit`` bytes (413 beyond)."""
+    body = bytearray()
+    while True:
+        event = conn.next_event()
+        if event is h11.NEED_DATA:
+            conn.receive_data(bytes(await stream.receive_some(READ_SIZE)))
+            continue
+        if isinstance(event, h11.Data):
+            body += event.data
+            if len(body) > limit:
+                raise BadRequest(413, f"the body is over {limit} bytes")
+            continue
+        if isinstance(event, h11.EndOfMessage):
+            return bytes(body)
+        raise BadRequest(400, "the request ended before its body")
+
+
 def _parse_target(target: str) -> tuple[str, dict[str, str]]:
     parts = urllib.parse.urlsplit(target)
     params: dict[str, str] = {}
@@ -499,14 +564,17 @@ def _sockname(address: object) -> tuple[str, int]:
 
 
 async def serve_admin(
-    daemon: RouterView, *, task_status: trio.TaskStatus[tuple[str, int]] = trio.TASK_STATUS_IGNORED
+    daemon: RouterControl,
+    *,
+    task_status: trio.TaskStatus[tuple[str, int]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Run ``daemon``'s admin interface until cancelled; reports its address.
+    """Run ``daemon``'s admin interface, reads and control, until cancelled; reports its
+    address.
 
     Registers the server in the daemon's registry as ``admin``, so its own counters
     show in ``/stages``.
     """
-    server = AdminServer(daemon)
+    server = AdminServer(daemon, control=daemon)
     daemon.registry.register("admin", server)
     await server.serve(task_status=task_status)
 

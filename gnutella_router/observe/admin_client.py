@@ -20,8 +20,32 @@ class FetchError(Exception):
     """The admin interface could not be reached or did not answer 200."""
 
 
-def fetch(address: tuple[str, int], path: str, *, token: str = "", timeout: float = 10.0) -> object:
-    """GET ``path`` from the admin interface at ``address`` and decode its JSON.
+def post(
+    address: tuple[str, int],
+    path: str,
+    body: object,
+    *,
+    token: str = "",
+    timeout: float = 30.0,
+) -> object:
+    """POST ``body`` as JSON to a control endpoint and decode the JSON answer.
+
+    Raises:
+        FetchError: as :func:`fetch`.
+    """
+    return fetch(address, path, token=token, timeout=timeout, body=body)
+
+
+def fetch(
+    address: tuple[str, int],
+    path: str,
+    *,
+    token: str = "",
+    timeout: float = 10.0,
+    body: object = None,
+) -> object:
+    """GET ``path`` (POST ``body`` as JSON, when given) from the admin interface at
+    ``address`` and decode its JSON.
 
     Raises:
         FetchError: the connection failed, or the answer was not a 200 with JSON; the
@@ -34,7 +58,11 @@ def fetch(address: tuple[str, int], path: str, *, token: str = "", timeout: floa
     if token:
         headers["Authorization"] = f"Bearer {token}"
     try:
-        connection.request("GET", path, headers=headers)
+        if body is None:
+            connection.request("GET", path, headers=headers)
+        else:
+            headers["Content-Type"] = "application/json"
+            connection.request("POST", path, body=json.dumps(body).encode(), headers=headers)
         response = connection.getresponse()
         body = response.read(MAX_RESPONSE_BYTES)
     except (OSError, http.client.HTTPException) as exc:

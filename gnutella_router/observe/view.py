@@ -11,6 +11,7 @@ object with these attributes.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Protocol
 
 import structlog
@@ -23,7 +24,7 @@ from gnutella_router.stages.catcher import GnutellaCatcher
 from gnutella_router.stages.router import GnutellaRouter
 from gnutella_router.stages.server import GnutellaServer
 
-__all__ = ["ProfileSource", "RouterView"]
+__all__ = ["ProfileSource", "RouterControl", "RouterView"]
 
 
 class ProfileSource(Protocol):
@@ -78,4 +79,26 @@ class RouterView(Protocol):
     @property
     def admin_address(self) -> tuple[str, int] | None:
         """Where the admin interface listens, once it does."""
+        ...
+
+
+class RouterControl(RouterView, Protocol):
+    """A running router as the operator may change it (the admin interface's POSTs)."""
+
+    async def add_peer(self, host: str, port: int) -> int:
+        """Dial a peer now; the new connection's id (DialError when it fails)."""
+        ...
+
+    def drop_peer(self, connection_id: int) -> bool:
+        """Close a connection with Bye; False when there is no such open connection."""
+        ...
+
+    def set_log_level(self, level: str) -> None: ...
+
+    async def start_profiler(self) -> bool:
+        """Start sampling; False when it already runs."""
+        ...
+
+    def stop_profiler(self) -> tuple[Path, Path] | None:
+        """Stop sampling and write the export; None when it was not running."""
         ...

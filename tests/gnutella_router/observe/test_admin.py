@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import signal
 import subprocess
 import sys
-from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
-import h11
 import pytest
 import trio
 from prometheus_client.parser import text_string_to_metric_families
@@ -25,57 +21,12 @@ from gnutella_router.daemon import Daemon
 from gnutella_router.net.connection import format_address
 from gnutella_router.observe.admin import AdminServer
 from protocol.messages import Ping, Query
+from tests.support.http import http_get
 from tests.support.peers import Peer, connection_of, message, peers, running_daemons, send_queries
 from tests.support.processes import free_port
 from tests.support.waiting import wait_until
 
 TOKEN = "correct-horse-battery-staple"
-
-
-@dataclasses.dataclass
-class Fetched:
-    status: int
-    headers: dict[str, str]
-    body: bytes
-
-    def json(self) -> Any:
-        return json.loads(self.body)
-
-
-async def http_get(
-    address: tuple[str, int],
-    target: str,
-    *,
-    headers: Sequence[tuple[str, str]] = (),
-    method: str = "GET",
-    timeout: float = 5.0,
-) -> Fetched:
-    """One request over a fresh connection, read to the end of the response."""
-    with trio.fail_after(timeout):
-        stream = await trio.open_tcp_stream(*address)
-        async with stream:
-            client = h11.Connection(h11.CLIENT)
-            request = h11.Request(
-                method=method, target=target, headers=[("host", "admin"), *headers]
-            )
-            await stream.send_all(
-                (client.send(request) or b"") + (client.send(h11.EndOfMessage()) or b"")
-            )
-            response: h11.Response | None = None
-            body = b""
-            while True:
-                event = client.next_event()
-                if event is h11.NEED_DATA:
-                    client.receive_data(await stream.receive_some(65536))
-                elif isinstance(event, h11.Response):
-                    response = event
-                elif isinstance(event, h11.Data):
-                    body += event.data
-                elif isinstance(event, h11.EndOfMessage):
-                    break
-    assert response is not None
-    fields = {k.decode().lower(): v.decode() for k, v in response.headers}
-    return Fetched(response.status_code, fields, body)
 
 
 def admin_of(daemon: Daemon) -> tuple[str, int]:
@@ -256,9 +207,13 @@ async def test_bad_requests_are_answered_and_bounded(tmp_path: Path) -> None:
             fetched = await http_get(address, target)
             assert fetched.status == status, target
             assert "error" in fetched.json()
-        post = await http_get(address, "/stats", method="POST")
-        assert post.status == 405
-        assert post.headers["allow"] == "GET"
+        # Without an admin token, no change is accepted at all, and the answer says why.
+        post = await http_get(address, "/log-level", method="POST", body=b'{"level":"info"}')
+        assert post.status == 403
+        assert "set [admin] token" in post.json()["error"]
+        put = await http_get(address, "/stats", method="PUT")
+        assert put.status == 405
+        assert put.headers["allow"] == "GET, POST"
         huge = await http_get(address, "/stats", headers=[("x-padding", "x" * 10_000)])
         assert huge.status == 431
 

@@ -1,0 +1,113 @@
+"""What an operator can change while the router runs: the admin interface's POSTs.
+
+In the manner of gtk-gnutella's shell, a few actions that would otherwise need a
+restart: dial a peer, drop one (with Bye), change the log level, start or stop the
+profiler. Each is a POST with a small JSON body (at most :data:`MAX_BODY_BYTES`) and a
+JSON answer; ``gnutella-router ctl`` is the client.
+
+Control needs the admin token, always: reading a router's state from its own machine
+is harmless, changing it is not, so a router without ``[admin] token`` refuses every
+POST with 403 and says how to enable control. The actions themselves are the daemon's
+(:class:`~gnutella_router.observe.view.RouterControl`); this module only checks the
+request and turns outcomes into status codes.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from gnutella_router.config import ConfigError, parse_host_port
+from gnutella_router.logs import LOG_LEVELS
+from gnutella_router.observe.view import RouterControl
+from gnutella_router.stages.server import DialError
+
+MAX_BODY_BYTES = 4096
+"""Largest request body accepted by a control endpoint."""
+
+CONTROL_ENDPOINTS = {
+    "/peers/add": 'POST {"address": "HOST:PORT"}: dial a peer now',
+    "/peers/drop": 'POST {"connection": ID} or {"address": "HOST:PORT"}: close it with Bye',
+    "/log-level": 'POST {"level": "debug|info|warning|error"}: change the log level',
+    "/profiler": 'POST {"action": "start|stop"}: start or stop the profiler',
+}
+
+
+class ControlError(Exception):
+    """A control request that cannot be carried out: an HTTP status and a sentence."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+async def handle_control(control: RouterControl, path: str, body: bytes) -> dict[str, Any]:
+    """Carry out the POST at ``path``; the JSON answer.
+
+    Raises:
+        ControlError: an unknown path (404), a bad body (400), a peer that could not be
+            dialled (502), a connection that is not there (404).
+    """
+    request = _body(body)
+    if path == "/peers/add":
+        host, port = _address(request)
+        try:
+            connection = await control.add_peer(host, port)
+        except DialError as exc:
+            raise ControlError(502, f"cannot connect to {host}:{port}: {exc}") from None
+        return {"connected": True, "connection": connection}
+    if path == "/peers/drop":
+        return {"dropped": _drop(control, request)}
+    if path == "/log-level":
+        level = request.get("level")
+        if not isinstance(level, str) or level.lower() not in LOG_LEVELS:
+            raise ControlError(400, f"level: expected one of {', '.join(LOG_LEVELS)}")
+        control.set_log_level(level.lower())
+        return {"level": level.lower()}
+    if path == "/profiler":
+        action = request.get("action")
+        if action == "start":
+            return {"started": await control.start_profiler()}
+        if action == "stop":
+            written = control.stop_profiler()
+            return {"stopped": written is not None, "written": [str(p) for p in written or ()]}
+        raise ControlError(400, 'action: expected "start" or "stop"')
+    raise ControlError(404, f"no control endpoint {path!r}; try {', '.join(CONTROL_ENDPOINTS)}")
+
+
+def _body(body: bytes) -> dict[str, Any]:
+    try:
+        request = json.loads(body or b"{}")
+    except ValueError:
+        raise ControlError(400, "the body must be a JSON object") from None
+    if not isinstance(request, dict):
+        raise ControlError(400, "the body must be a JSON object")
+    return request
+
+
+def _address(request: dict[str, Any]) -> tuple[str, int]:
+    text = request.get("address")
+    if not isinstance(text, str):
+        raise ControlError(400, 'address: expected "HOST:PORT"')
+    try:
+        return parse_host_port(text, key="address", allow_port_zero=False)
+    except ConfigError as exc:
+        raise ControlError(400, str(exc)) from None
+
+
+def _drop(control: RouterControl, request: dict[str, Any]) -> int:
+    connection = request.get("connection")
+    if "address" in request:
+        host, port = _address(request)
+        for candidate in control.server.connections.snapshot():
+            listen = candidate.capabilities.listen_address
+            if candidate.peer == (host, port) or listen == (host, port):
+                connection = candidate.id
+                break
+        else:
+            raise ControlError(404, f"no connection to {host}:{port}")
+    if not isinstance(connection, int) or isinstance(connection, bool):
+        raise ControlError(400, 'give "connection": ID or "address": "HOST:PORT"')
+    if not control.drop_peer(connection):
+        raise ControlError(404, f"no open connection {connection}")
+    return connection

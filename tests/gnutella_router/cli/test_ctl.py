@@ -1,0 +1,138 @@
+"""Changing a running router: the admin interface's POSTs and ``gnutella-router ctl``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import trio
+
+from gnutella_router.cli.main import main
+from gnutella_router.logs import current_level, set_level
+from tests.support.peers import Peer, running_daemons
+from tests.support.waiting import wait_until
+
+TOKEN = "s3cret-token"
+CONTROLLED = {"admin.token": TOKEN}
+
+
+async def ctl(daemon_admin: tuple[str, int], *arguments: str, token: str = TOKEN) -> int:
+    argv = ["ctl", "--admin", f"{daemon_admin[0]}:{daemon_admin[1]}", "--token", token]
+    return int(await trio.to_thread.run_sync(main, [*argv, *arguments]))
+
+
+async def test_peers_are_added_and_dropped(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    async with running_daemons(tmp_path, 2, overrides=CONTROLLED) as (first, second):
+        assert first.admin_address is not None
+        host, port = second.address
+        assert await ctl(first.admin_address, "peers", "add", f"{host}:{port}") == 0
+        (answer,) = [
+            json.loads(line)
+            for line in capsys.readouterr().out.splitlines()
+            if line.startswith('{"connected"')
+        ]
+        assert answer["connected"] is True
+        await wait_until(lambda: len(second.server.connections) == 1)
+        assert await ctl(first.admin_address, "peers", "drop", str(answer["connection"])) == 0
+        await wait_until(lambda: len(second.server.connections) == 0)
+        closed = answer["connection"]
+        assert first.server.connections.get(closed) is None
+        # Nothing left to drop: a clear refusal, exit 1.
+        assert await ctl(first.admin_address, "peers", "drop", str(closed)) == 1
+        assert "no open connection" in capsys.readouterr().err
+
+
+async def test_an_unreachable_peer_is_a_clear_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tests.support.processes import free_port
+
+    async with running_daemons(tmp_path, overrides=CONTROLLED) as (daemon,):
+        assert daemon.admin_address is not None
+        status = await ctl(daemon.admin_address, "peers", "add", f"127.0.0.1:{free_port()}")
+    assert status == 1
+    assert "502" in capsys.readouterr().err
+
+
+async def test_the_log_level_changes_at_run_time(tmp_path: Path) -> None:
+    before = current_level()
+    try:
+        async with running_daemons(tmp_path, overrides=CONTROLLED) as (daemon,):
+            assert daemon.admin_address is not None
+            assert await ctl(daemon.admin_address, "log-level", "debug") == 0
+            assert current_level() == "debug"
+            assert await ctl(daemon.admin_address, "log-level", "error") == 0
+            assert current_level() == "error"
+    finally:
+        set_level(before)
+
+
+async def test_the_profiler_starts_and_stops_on_request(tmp_path: Path) -> None:
+    async with running_daemons(tmp_path, overrides=CONTROLLED) as (daemon,):
+        assert daemon.admin_address is not None
+        assert daemon.profiler is None
+        assert await ctl(daemon.admin_address, "profiler", "start") == 0
+        assert daemon.profiler is not None
+        profiler = daemon.profiler
+        await wait_until(lambda: profiler.taken >= 2)
+        assert await ctl(daemon.admin_address, "profiler", "stop") == 0
+    assert (tmp_path / "node0" / "profile.json").is_file()
+
+
+async def test_control_needs_the_token(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    async with running_daemons(tmp_path, overrides=CONTROLLED) as (daemon,):
+        assert daemon.admin_address is not None
+        assert await ctl(daemon.admin_address, "log-level", "debug", token="wrong") == 1
+        assert "401" in capsys.readouterr().err
+    async with running_daemons(tmp_path / "open") as (daemon,):
+        # Reading needs no token on loopback; changing always does.
+        assert daemon.admin_address is not None
+        assert await ctl(daemon.admin_address, "log-level", "debug", token="") == 1
+        assert "set [admin] token" in capsys.readouterr().err
+
+
+async def test_bad_control_bodies_are_refused(tmp_path: Path) -> None:
+    from tests.support.http import http_get
+
+    async with running_daemons(tmp_path, overrides=CONTROLLED) as (daemon,):
+        assert daemon.admin_address is not None
+        auth = [("Authorization", f"Bearer {TOKEN}")]
+        for path, body, status in [
+            ("/log-level", b'{"level": "loud"}', 400),
+            ("/peers/add", b"not json", 400),
+            ("/peers/add", b'{"address": "nowhere"}', 400),
+            ("/profiler", b'{"action": "dance"}', 400),
+            ("/nothing", b"{}", 404),
+            ("/log-level", b"x" * 5000, 413),
+        ]:
+            reply = await http_get(
+                daemon.admin_address, path, method="POST", body=body, headers=auth
+            )
+            assert reply.status == status, (path, reply.body)
+
+
+def test_check_config_prints_the_effective_configuration(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "router.toml"
+    config.write_text('[network]\nmax_ttl = 5\n[admin]\ntoken = "hush"\n')
+    assert main(["check-config", "--config", str(config)]) == 0
+    out = capsys.readouterr().out
+    assert "max_ttl = 5" in out
+    assert "hush" not in out
+    config.write_text("[network]\nmax_ttl = 99\n")
+    assert main(["check-config", "--config", str(config)]) == 2
+    assert "network.max_ttl = 99: expected an integer from 1 to 15" in capsys.readouterr().err
+
+
+async def test_a_peer_can_be_dropped_by_its_address(tmp_path: Path) -> None:
+    async with running_daemons(tmp_path, overrides=CONTROLLED) as (daemon,):
+        assert daemon.admin_address is not None
+        peer = await Peer.connect(daemon.address, extra_headers=[("Listen-IP", "192.0.2.4:6346")])
+        await wait_until(lambda: len(daemon.server.connections) == 1)
+        assert await ctl(daemon.admin_address, "peers", "drop", "192.0.2.4:6346") == 0
+        await wait_until(lambda: len(daemon.server.connections) == 0)
+        await peer.aclose()
