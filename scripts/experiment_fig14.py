@@ -65,6 +65,7 @@ import matplotlib.pyplot as plt
 import trio
 from bench_router import free_port
 from benchdocs import machine, replace_section
+from matplotlib.ticker import MaxNLocator
 
 from gnutella_router.observe.profiler import read_peak_rss_bytes
 from gnutella_router.traffic.load import LoadRun, LoadSettings
@@ -286,6 +287,7 @@ def plot_queue(profile: dict[str, Any], rate: int, path: Path, governor_on: bool
     )
     pool_axes.set_ylabel("router threads", color="tab:green")
     pool_axes.set_ylim(0, max(s["pool_size"] for s in samples) + 2)
+    pool_axes.yaxis.set_major_locator(MaxNLocator(integer=True))  # threads come whole
     governor = profile.get("governor") or {"samples": []}
     for index, s in enumerate(g for g in governor["samples"] if g["action"] == "added"):
         axes.axvline(

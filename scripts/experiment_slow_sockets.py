@@ -368,6 +368,7 @@ def plot(results: list[dict[str, Any]], key: str, ylabel: str, title: str, path:
             axes.axvline(r["slow_closed_after_s"], color=COLORS[policy], linestyle=":", alpha=0.8)
     axes.set_xlabel("time since the load started (s); dotted: slow peer closed by the router")
     axes.set_ylabel(ylabel)
+    axes.set_ylim(bottom=0)  # growth is read against zero, not against the first sample
     axes.set_title(title)
     axes.grid(alpha=0.3)
     axes.legend()
