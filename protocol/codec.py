@@ -20,7 +20,7 @@ from typing import Any
 
 from construct import ConstructError
 
-from .constants import GUID_SIZE, MessageType
+from .constants import GUID_SIZE, MessageType, message_type_name
 from .errors import LocalProtocolError, MalformedPayloadError, ProtocolError
 from .extensions import parse_extension_area
 from .ggep import GGEPBlock, build_ggep, parse_ggep_exact
@@ -245,7 +245,6 @@ def decode_message(guid: bytes, payload_type: int, ttl: int, hops: int, payload:
 
 
 def _type_name(message_type: int) -> str:
-    try:
-        return MessageType(message_type).name.lower().replace("_", " ")
-    except ValueError:
-        return f"type 0x{message_type:02x}"
+    """The label used in error messages (``query hit``, ``type 0x7f``)."""
+    name = message_type_name(message_type)
+    return f"type {name}" if name.startswith("0x") else name.replace("_", " ")

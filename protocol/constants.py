@@ -40,6 +40,16 @@ class MessageType(enum.IntEnum):
     HSEP = 0xCD
 
 
+def message_type_name(message_type: int) -> str:
+    """The one label of a payload type, as every report and metric spells it: the
+    lowercase name (``ping``, ``query_hit``), or ``0xNN`` for a code without one.
+    Upper-case and spaced forms are derived from this."""
+    try:
+        return MessageType(message_type).name.lower()
+    except ValueError:
+        return f"0x{message_type:02x}"
+
+
 KNOWN_MESSAGE_TYPES = frozenset(int(t) for t in MessageType)
 
 

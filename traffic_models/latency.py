@@ -38,7 +38,7 @@ from typing import Any
 
 from hdrh.histogram import HdrHistogram
 
-from protocol.constants import MessageType
+from protocol.constants import message_type_name
 
 _STAMP = struct.Struct(">QBHIB")  # time ns, 0xFF, run, counter, 0
 _SUB_BUCKET_BITS = 11
@@ -71,11 +71,8 @@ def read_stamp(guid: bytes, run: int, marker: bytes | None = None) -> int | None
     return int.from_bytes(guid[:8], "big")
 
 
-def type_name(message_type: int) -> str:
-    try:
-        return MessageType(message_type).name.lower()
-    except ValueError:
-        return f"0x{message_type:02x}"
+type_name = message_type_name
+"""The label of a message type in load reports (see :func:`message_type_name`)."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

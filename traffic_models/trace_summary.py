@@ -19,7 +19,7 @@ import math
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
-from protocol.constants import HEADER_SIZE, MessageType
+from protocol.constants import HEADER_SIZE, MessageType, message_type_name
 
 from .trace import (
     TraceFormatError,
@@ -61,10 +61,7 @@ class PlotUnavailableError(RuntimeError):
 def type_label(message_type: int) -> str:
     if message_type == OTHER:
         return "other"
-    try:
-        return MessageType(message_type).name
-    except ValueError:
-        return f"0x{message_type:02X}"
+    return message_type_name(message_type).upper()
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -11,12 +11,8 @@ import trio
 
 from gnutella_router.cli.interrupt import INTERRUPTED
 from gnutella_router.config import ConfigError, parse_host_port
-from gnutella_router.testnet.network import (
-    DEFAULT_RESULTS,
-    TOPOLOGIES,
-    NetworkSettings,
-    run_network,
-)
+from gnutella_router.testnet.network import DEFAULT_RESULTS, NetworkSettings, run_network
+from gnutella_router.testnet.topology import TOPOLOGIES
 
 
 def add_testnet_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

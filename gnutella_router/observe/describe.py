@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from protocol.constants import MessageType
+from protocol.constants import message_type_name
 from protocol.errors import MalformedPayloadError
 from protocol.framing import Frame
 from protocol.ggep import GGEPBlock
@@ -25,10 +25,8 @@ from protocol.messages import (
 
 
 def type_name(message_type: int) -> str:
-    try:
-        return MessageType(message_type).name
-    except ValueError:
-        return f"0x{message_type:02X}"
+    """The upper-case label of one-line descriptions (``QUERY_HIT``, ``0X7F``)."""
+    return message_type_name(message_type).upper()
 
 
 def describe_ggep(block: GGEPBlock | None) -> str:

@@ -47,7 +47,7 @@ from gnutella_router.net.outqueue import Verdict
 from gnutella_router.net.route_table import RouteTable, RouteTableStatistics, SeenTable
 from gnutella_router.runtime.stage import Stage
 from protocol.codec import build_payload, encode_message, parse_payload
-from protocol.constants import GUID_SIZE, MessageType
+from protocol.constants import GUID_SIZE, MessageType, message_type_name
 from protocol.errors import LocalProtocolError, MalformedPayloadError
 from protocol.framing import Frame
 from protocol.header import HEADER_STRUCT
@@ -109,11 +109,8 @@ DROP_REASONS = (
 """Every reason the router drops a message for (shed reasons come from the shedder)."""
 
 
-def type_name(message_type: int) -> str:
-    try:
-        return MessageType(message_type).name.lower()
-    except ValueError:
-        return f"0x{message_type:02x}"
+type_name = message_type_name
+"""The label of a message type in counters and dumps (see :func:`message_type_name`)."""
 
 
 class PongCache:
@@ -454,16 +451,6 @@ class GnutellaRouter:
             except LocalProtocolError:
                 host = "0.0.0.0"  # an IPv6 or named address has no place in a pong
             self._own_pong = build_payload(Pong(port=port, ip=host))
-        return self._own_pong
-        address = self._own_address()
-        if address != self._own_pong_for:
-            host, port = address
-            try:
-                pack_ipv4(host)
-            except LocalProtocolError:
-                host = "0.0.0.0"  # an IPv6 or named address has no place in a pong
-            self._own_pong = build_payload(Pong(port=port, ip=host))
-            self._own_pong_for = address
         return self._own_pong
 
     def _answer_from_cache(self, connection: Connection, ping: Frame, now: float) -> None:

@@ -26,7 +26,8 @@ from gnutella_router.config import Config
 from gnutella_router.logs import RateLimitedWarnings
 from gnutella_router.net.connection import Connection, FrameTap, format_address
 from gnutella_router.net.listening import open_listeners
-from gnutella_router.net.outqueue import OutgoingQueue, make_outgoing_queue
+from gnutella_router.net.outqueue import OutgoingQueue
+from gnutella_router.net.slow_peers import make_outgoing_queue
 from gnutella_router.stages.router import GnutellaRouter
 from protocol.errors import HandshakeError, LocalProtocolError
 from protocol.handshake import (

@@ -1,5 +1,9 @@
 """A local test network: several routers on loopback in one process, loaded and watched.
 
+Planning is :mod:`.topology`, the bootstrap cache :mod:`.cache`, the spread load client
+:mod:`.spread_load`, and what is written and printed :mod:`.report`; this module runs
+the network.
+
 Theory of operation
 -------------------
 :func:`run_network` runs every step in one trio run:
@@ -38,18 +42,12 @@ otherwise.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import importlib
-import itertools
 import json
 import math
-import random
 import shutil
 import signal
 import sys
-import urllib.parse
-from collections import deque
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TextIO
@@ -57,307 +55,52 @@ from typing import Any, TextIO
 import trio
 
 from gnutella_router import __version__
-from gnutella_router.config import Config, config_as_dict, load_config
+from gnutella_router.config import Config, load_config
 from gnutella_router.daemon import Daemon
 from gnutella_router.net.connection import format_address
 from gnutella_router.observe.admin import write_dump_file
-from gnutella_router.traffic.load import (
-    ClientPeer,
-    LoadError,
-    LoadRun,
-    LoadSettings,
-    Traffic,
-    open_client_peer,
+from gnutella_router.testnet.cache import HostCacheService
+from gnutella_router.testnet.report import (
+    TABLE_ROWS,
+    _full_dump_function,
+    _node_table,
+    _owed_pings_only_at_node0,
+    _own_dump,
+    _write_json,
 )
-from protocol.codec import encode_message
-from protocol.messages import Message, Ping
+from gnutella_router.testnet.spread_load import SpreadLoadRun
+from gnutella_router.testnet.topology import (
+    MAX_REMOTE_SINKS,
+    TOPOLOGIES,
+    plan_topology,
+    sink_nodes,
+)
+from gnutella_router.traffic.load import (
+    LoadError,
+    LoadSettings,
+)
 from traffic_models.arrivals import ArrivalProcess, ConstantRate, parse_arrivals
 from traffic_models.generator import TrafficGenerator
-from traffic_models.latency import LoadReport, stamp_guid, type_name
+from traffic_models.latency import LoadReport
 from traffic_models.mix import mix_by_name_or_path
 
 __all__ = [
-    "TOPOLOGIES",
-    "HostCacheService",
+    "DEFAULT_RESULTS",
     "LocalNetwork",
     "NetworkError",
     "NetworkOutcome",
     "NetworkSettings",
-    "Topology",
-    "plan_topology",
     "run_network",
 ]
 
-TOPOLOGIES = ("random", "ring", "star")
 DEFAULT_RESULTS = Path(".gnutella-router") / "testnet"
 LOOPBACK = "127.0.0.1"
-QUERY_TTL = 7
-"""TTL of the load client's queries (the generator's default); with the routers'
-``max_ttl`` of 7 a sink can be at most ``QUERY_TTL - 2`` hops from node 0."""
-MAX_REMOTE_SINKS = 4
-PROBE_TIMEOUT = 10.0
-CACHE_HOLD_SECONDS = 8.0
-"""Longest a cache request waits for the network to listen (below the catcher's fetch
-deadline, 10 s by default)."""
 STOP_TIMEOUT = 10.0
 SETTLE_SECONDS = 2.0
 """Longest wait, after the traffic, for the load client's connections to leave the
 nodes, so that the collected state shows the network itself."""
 STATUS_INTERVAL = 1.0
-TABLE_ROWS = 32
-"""Nodes shown in the final table; summary.json has them all."""
 MIN_MAX_CONNECTIONS = 32
-
-
-# --------------------------------------------------------------------------- topology
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Topology:
-    """Who dials whom: ``links`` are ``(dialer, listener)`` node indices, sorted."""
-
-    kind: str
-    nodes: int
-    links: tuple[tuple[int, int], ...]
-
-    def out_neighbours(self, node: int) -> list[int]:
-        return [b for a, b in self.links if a == node]
-
-    def degree(self, node: int) -> int:
-        return sum(1 for a, b in self.links if node in (a, b))
-
-    def distances(self, source: int = 0) -> dict[int, int]:
-        """Hops from ``source`` to every node it reaches, links taken both ways."""
-        adjacent: dict[int, set[int]] = {n: set() for n in range(self.nodes)}
-        for a, b in self.links:
-            adjacent[a].add(b)
-            adjacent[b].add(a)
-        found = {source: 0}
-        queue = deque([source])
-        while queue:
-            node = queue.popleft()
-            for other in sorted(adjacent[node]):
-                if other not in found:
-                    found[other] = found[node] + 1
-                    queue.append(other)
-        return found
-
-    def is_connected(self) -> bool:
-        return self.nodes == 0 or len(self.distances(0)) == self.nodes
-
-
-def plan_topology(kind: str, nodes: int, *, degree: int = 1, seed: int = 1) -> Topology:
-    """The links of a ``ring``, ``star`` or ``random`` network of ``nodes`` nodes.
-
-    * ``ring``: node i dials node i + 1, the last dials node 0.
-    * ``star``: every other node dials node 0.
-    * ``random``: the ring, plus ``degree`` random outgoing links per node, drawn with
-      ``random.Random(seed)`` among the nodes it is not linked with yet (fewer when
-      there are not that many left).
-
-    Two nodes are linked at most once, whichever dials; no node dials itself.
-    """
-    if kind not in TOPOLOGIES:
-        raise ValueError(f"unknown topology {kind!r}: expected one of {', '.join(TOPOLOGIES)}")
-    if nodes < 1:
-        raise ValueError("a network needs at least one node")
-    if degree < 0:
-        raise ValueError("degree must be 0 or more")
-    links: list[tuple[int, int]] = []
-    pairs: set[frozenset[int]] = set()
-
-    def link(a: int, b: int) -> None:
-        pair = frozenset((a, b))
-        if a != b and pair not in pairs:
-            pairs.add(pair)
-            links.append((a, b))
-
-    if kind == "star":
-        for node in range(1, nodes):
-            link(node, 0)
-    else:
-        for node in range(nodes):
-            link(node, (node + 1) % nodes)
-    if kind == "random":
-        rng = random.Random(seed)
-        for node in range(nodes):
-            free = [o for o in range(nodes) if o != node and frozenset((node, o)) not in pairs]
-            for other in sorted(rng.sample(free, min(degree, len(free)))):
-                link(node, other)
-    return Topology(kind, nodes, tuple(sorted(links)))
-
-
-# --------------------------------------------------------------------------- GWebCache
-
-
-class HostCacheService:
-    """A tiny GWebCache v2 on loopback that knows the test network's nodes.
-
-    ``GET /node/<i>?...`` answers node i with the nodes it should dial; any other page
-    lists every node. The answer is v2 (``I|pong|...`` then ``H|ip:port|age``), or bare
-    ``ip:port`` lines (v1) when the request asks ``hostfile=1`` without ``get=1``.
-    Requests wait (at most ``hold`` seconds) until :meth:`publish` has been called.
-    """
-
-    def __init__(self, topology: Topology, *, hold: float = CACHE_HOLD_SECONDS) -> None:
-        self.topology = topology
-        self.hold = hold
-        self.addresses: list[tuple[str, int]] = []
-        self.published_at = 0.0
-        self.requests = 0
-        self._ready = trio.Event()
-        self.port = 0
-
-    def publish(self, addresses: Sequence[tuple[str, int]]) -> None:
-        """The nodes are listening at ``addresses`` (index order): start answering."""
-        self.addresses = list(addresses)
-        self.published_at = trio.current_time()
-        self._ready.set()
-
-    def url(self, node: int | None = None) -> str:
-        page = "gwc" if node is None else f"node/{node}"
-        return f"http://{LOOPBACK}:{self.port}/{page}"
-
-    def body(self, target: str) -> bytes:
-        """The answer to one request target (``/node/3?get=1&net=gnutella``)."""
-        parts = urllib.parse.urlsplit(target)
-        query = urllib.parse.parse_qs(parts.query)
-        hosts = self._hosts_for(parts.path)
-        if "hostfile" in query and "get" not in query:
-            return "".join(f"{format_address(*h)}\n" for h in hosts).encode()
-        age = max(0, int(trio.current_time() - self.published_at)) if self.addresses else 0
-        lines = ["I|pong|gnutella-router testnet"]
-        lines.extend(f"H|{format_address(*h)}|{age}" for h in hosts)
-        if not self.addresses:
-            lines.append("I|WARNING|the test network is not listening yet")
-        return ("\n".join(lines) + "\n").encode()
-
-    def _hosts_for(self, path: str) -> list[tuple[str, int]]:
-        if not self.addresses:
-            return []
-        head, _, index = path.strip("/").partition("/")
-        if head == "node" and index.isdigit() and int(index) < len(self.addresses):
-            return [self.addresses[n] for n in self.topology.out_neighbours(int(index))]
-        return list(self.addresses)
-
-    async def serve(self, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
-        listeners = await trio.open_tcp_listeners(0, host=LOOPBACK)
-        self.port = int(listeners[0].socket.getsockname()[1])
-        task_status.started(self.port)
-        await trio.serve_listeners(self._answer, listeners)
-
-    async def _answer(self, stream: trio.SocketStream) -> None:
-        try:
-            with trio.move_on_after(5.0):
-                request = b""
-                while b"\r\n\r\n" not in request and len(request) < 16384:
-                    chunk = await stream.receive_some(4096)
-                    if not chunk:
-                        return
-                    request += chunk
-                line = request.split(b"\r\n", 1)[0].decode("latin-1").split()
-                if len(line) != 3 or line[0] != "GET":
-                    await stream.send_all(_http(400, b"only GET is served\n"))
-                    return
-                self.requests += 1
-                with trio.move_on_after(self.hold):
-                    await self._ready.wait()
-            await stream.send_all(_http(200, self.body(line[1])))
-        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-            pass
-        finally:
-            with (
-                trio.move_on_after(0.5, shield=True),
-                contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError, OSError),
-            ):
-                await stream.aclose()
-
-
-def _http(status: int, body: bytes) -> bytes:
-    reason = {200: "OK", 400: "Bad Request"}[status]
-    head = (
-        f"HTTP/1.1 {status} {reason}\r\nContent-Type: text/plain\r\n"
-        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
-    )
-    return head.encode() + body
-
-
-# --------------------------------------------------------------------------- load
-
-
-class SpreadLoadRun(LoadRun):
-    """A load run whose peers connect to different nodes of the network.
-
-    ``targets[i]`` is ``(node index, address)`` for peer i (peers 0..injectors-1 are the
-    injectors). Readiness: sinks on node 0 must see a probe ping (as in the plain run);
-    a sink elsewhere must be registered by its node (pings do not travel that far, and
-    the mesh is known to be up).
-    """
-
-    def __init__(
-        self,
-        settings: LoadSettings,
-        traffic: Traffic,
-        targets: Sequence[tuple[int, tuple[str, int]]],
-        registered: Callable[[int, tuple[str, int]], bool],
-    ) -> None:
-        super().__init__(settings, traffic)
-        self.targets = list(targets)
-        self.registered = registered
-        self.node_of: dict[str, int] = {}
-
-    async def _connect_into(self, peers: list[ClientPeer], index: int) -> None:
-        name = f"peer{index:03d}"
-        node, address = self.targets[index]
-        self.node_of[name] = node
-        peer = await open_client_peer(
-            address, name, legacy=self.settings.legacy, user_agent=self.settings.user_agent
-        )
-        peers.append(peer)
-
-    async def _probe(self, injector: ClientPeer, sinks: Sequence[ClientPeer]) -> None:
-        local = {s.name for s in sinks if self.node_of[s.name] == 0}
-        remote = [
-            (self.node_of[s.name], _local_address(s.stream))
-            for s in sinks
-            if self.node_of[s.name] != 0
-        ]
-        counter = itertools.count(1)
-        with trio.move_on_after(PROBE_TIMEOUT):
-            while not (local <= self.probe_seen and all(self.registered(n, a) for n, a in remote)):
-                # A fresh GUID per probe: a lost one must not make the rest duplicates.
-                guid = stamp_guid(0, self.run_id, next(counter))
-                await injector.send(encode_message(Message(guid, 2, 0, Ping())))
-                await trio.sleep(0.05)
-            return
-        raise LoadError(f"the sinks were not all reachable within {PROBE_TIMEOUT:g} s")
-
-    def counters(self) -> dict[str, Any]:
-        """What the run has done so far (for the status line and an interrupted run)."""
-        return {
-            "sent": sum(self.sent),
-            "copies": sum(self.received),
-            "late": self.late,
-            "sent_by_type": _named(self.sent),
-            "copies_by_type": _named(self.received),
-        }
-
-
-def _local_address(stream: trio.SocketStream) -> tuple[str, int]:
-    name = stream.socket.getsockname()
-    return str(name[0]), int(name[1])
-
-
-def _named(counts: Sequence[int]) -> dict[str, int]:
-    return {type_name(t): n for t, n in enumerate(counts) if n}
-
-
-def sink_nodes(topology: Topology, limit: int = MAX_REMOTE_SINKS) -> list[int]:
-    """Nodes other than 0 that get a sink: within query reach, the farthest first."""
-    reach = QUERY_TTL - 2
-    far = [(d, n) for n, d in topology.distances(0).items() if 0 < d <= reach]
-    far.sort(key=lambda item: (-item[0], item[1]))
-    return sorted(n for _, n in far[:limit])
 
 
 # --------------------------------------------------------------------------- the network
@@ -901,86 +644,6 @@ async def run_network(
 
 
 # --------------------------------------------------------------------------- helpers
-
-
-def _owed_pings_only_at_node0(report: LoadReport, *, local_sinks: int) -> LoadReport:
-    """Pings stop at the first router past node 0, so only node 0's sinks are owed them."""
-    per_sink = report.expected.get("ping", 0) // max(report.sinks, 1)
-    if not per_sink:
-        return report
-    expected = dict(report.expected)
-    expected["ping"] = per_sink * local_sinks
-    return dataclasses.replace(report, expected=expected)
-
-
-def _full_dump_function() -> Callable[[Daemon], dict[str, Any]] | None:
-    """The admin interface's ``full_dump`` when the project has one."""
-    try:
-        module = importlib.import_module("gnutella_router.observe.dumps")
-    except ImportError:
-        return None
-    dump = getattr(module, "full_dump", None)
-    return dump if callable(dump) else None
-
-
-def _own_dump(daemon: Daemon) -> dict[str, Any]:
-    """A node's state from its statistics records, when there is no admin dump."""
-    now = trio.current_time()
-    return {
-        "address": format_address(*daemon.address),
-        "guid": daemon.guid.hex(),
-        "config": config_as_dict(daemon.config),
-        "stages": _plain(daemon.registry.statistics()),
-        "router": _plain(daemon.router.statistics()),
-        "catcher": _plain(daemon.catcher.statistics()),
-        "connections": [_plain(c.statistics(now)) for c in daemon.server.connections.snapshot()],
-    }
-
-
-def _plain(value: object) -> Any:
-    """Dataclasses, tuples and dicts made into JSON-ready data."""
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
-    if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, list | tuple | set | frozenset):
-        return [_plain(v) for v in value]
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if value is None or isinstance(value, str | int | float | bool):
-        return value
-    return str(value)
-
-
-def _write_json(path: Path, data: object) -> None:
-    text = json.dumps(_plain(data), indent=2, sort_keys=True, allow_nan=False)
-    temporary = path.with_name(path.name + ".tmp")
-    temporary.write_text(text + "\n")
-    temporary.replace(path)
-
-
-def _node_table(nodes: Sequence[dict[str, Any]], limit: int = TABLE_ROWS) -> str:
-    header = (
-        f"{'node':<5}{'address':<22}{'out':>4}{'in':>4}{'received':>11}{'forwarded':>11}"
-        f"{'dropped':>9}  routes ping/query/push"
-    )
-    rows = [header]
-    for node in nodes[:limit]:
-        tables = node["route_tables"]
-        routes = "/".join(
-            str(size)
-            for name in ("ping", "query", "push")
-            for key, size in tables.items()
-            if key.startswith(name)
-        )
-        rows.append(
-            f"{node['node']:<5}{node['address']:<22}{node['outgoing']:>4}{node['incoming']:>4}"
-            f"{node['received_total']:>11,}{node['forwarded_total']:>11,}"
-            f"{node['dropped_total']:>9,}  {routes}"
-        )
-    if len(nodes) > limit:
-        rows.append(f"... and {len(nodes) - limit} more nodes in summary.json")
-    return "\n".join(rows)
 
 
 async def _poll_until(done: Callable[[], bool], interval: float) -> None:

@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 import trio
 
 from protocol.constants import MessageType
@@ -19,6 +20,7 @@ from tests.support.processes import free_port, start, wait_listening
 COMMAND = [sys.executable, "-m", "gnutella_router"]
 
 
+@pytest.mark.e2e
 async def test_sigterm_says_bye_and_exits_zero(tmp_path: Path) -> None:
     port = free_port()
     process = start(["--listen", f"127.0.0.1:{port}", "--log-format", "json"], tmp_path)
@@ -46,6 +48,7 @@ async def test_sigterm_says_bye_and_exits_zero(tmp_path: Path) -> None:
     assert (tmp_path / "hosts.txt").exists()
 
 
+@pytest.mark.e2e
 def test_a_bad_setting_is_named_and_refused(tmp_path: Path) -> None:
     config = tmp_path / "router.toml"
     config.write_text("[network]\nmax_ttl = 99\n")
@@ -59,6 +62,7 @@ def test_a_bad_setting_is_named_and_refused(tmp_path: Path) -> None:
     assert b"network.max_ttl" in result.stderr
 
 
+@pytest.mark.e2e
 def test_a_busy_port_is_a_clear_error(tmp_path: Path) -> None:
     import socket
 
@@ -78,6 +82,7 @@ def test_a_busy_port_is_a_clear_error(tmp_path: Path) -> None:
     assert f"cannot listen on 127.0.0.1:{port} (the node's listener".encode() in result.stderr
 
 
+@pytest.mark.e2e
 def test_a_busy_admin_port_is_named_as_the_admin_interfaces(tmp_path: Path) -> None:
     import socket
 
@@ -101,6 +106,7 @@ def test_a_busy_admin_port_is_named_as_the_admin_interfaces(tmp_path: Path) -> N
     assert f"cannot listen on 127.0.0.1:{port} (the admin interface" in record["error"]
 
 
+@pytest.mark.e2e
 def test_a_second_router_on_one_state_directory_is_refused(tmp_path: Path) -> None:
     import time
 

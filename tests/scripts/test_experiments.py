@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -14,6 +16,7 @@ def _tracked_figures() -> dict[str, int]:
     return {p.name: p.stat().st_mtime_ns for p in (ROOT / "docs" / "figures").glob("*.png")}
 
 
+@pytest.mark.e2e
 def test_fig14_without_write_leaves_the_published_figures_alone(tmp_path: Path) -> None:
     before = _tracked_figures()
     experiments_doc = (ROOT / "docs" / "experiments.md").read_bytes()

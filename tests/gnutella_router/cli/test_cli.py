@@ -100,6 +100,7 @@ def test_a_missing_file_is_one_line_not_a_traceback(
     assert "No such file or directory" in capsys.readouterr().err
 
 
+@pytest.mark.e2e
 def test_decode_into_a_closed_pipe_ends_quietly(tmp_path: Path) -> None:
     import subprocess
     import sys

@@ -22,6 +22,7 @@ async def ctl(daemon_admin: tuple[str, int], *arguments: str, token: str = TOKEN
     return int(await trio.to_thread.run_sync(main, [*argv, *arguments]))
 
 
+@pytest.mark.e2e
 async def test_peers_are_added_and_dropped(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -45,6 +46,7 @@ async def test_peers_are_added_and_dropped(
         assert "no open connection" in capsys.readouterr().err
 
 
+@pytest.mark.e2e
 async def test_an_unreachable_peer_is_a_clear_error(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -57,6 +59,7 @@ async def test_an_unreachable_peer_is_a_clear_error(
     assert "502" in capsys.readouterr().err
 
 
+@pytest.mark.e2e
 async def test_the_log_level_changes_at_run_time(tmp_path: Path) -> None:
     before = current_level()
     try:
@@ -70,6 +73,7 @@ async def test_the_log_level_changes_at_run_time(tmp_path: Path) -> None:
         set_level(before)
 
 
+@pytest.mark.e2e
 async def test_the_profiler_starts_and_stops_on_request(tmp_path: Path) -> None:
     async with running_daemons(tmp_path, overrides=CONTROLLED) as (daemon,):
         assert daemon.admin_address is not None
@@ -82,6 +86,7 @@ async def test_the_profiler_starts_and_stops_on_request(tmp_path: Path) -> None:
     assert (tmp_path / "node0" / "profile.json").is_file()
 
 
+@pytest.mark.e2e
 async def test_control_needs_the_token(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     async with running_daemons(tmp_path, overrides=CONTROLLED) as (daemon,):
         assert daemon.admin_address is not None
@@ -94,6 +99,7 @@ async def test_control_needs_the_token(tmp_path: Path, capsys: pytest.CaptureFix
         assert "set [admin] token" in capsys.readouterr().err
 
 
+@pytest.mark.e2e
 async def test_bad_control_bodies_are_refused(tmp_path: Path) -> None:
     from tests.support.http import http_get
 
@@ -128,6 +134,7 @@ def test_check_config_prints_the_effective_configuration(
     assert "network.max_ttl = 99: expected an integer from 1 to 15" in capsys.readouterr().err
 
 
+@pytest.mark.e2e
 async def test_a_peer_can_be_dropped_by_its_address(tmp_path: Path) -> None:
     async with running_daemons(tmp_path, overrides=CONTROLLED) as (daemon,):
         assert daemon.admin_address is not None

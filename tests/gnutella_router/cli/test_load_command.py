@@ -78,6 +78,7 @@ async def _echo_report(tmp_path: Path, *arguments: str) -> dict[str, object]:
     return report
 
 
+@pytest.mark.e2e
 async def test_a_ramp_runs_its_own_length(tmp_path: Path) -> None:
     report = await _echo_report(tmp_path, "--arrivals", "ramp:1.5s@100-300")
     assert report["duration"] == pytest.approx(1.5)
@@ -87,11 +88,13 @@ async def test_a_ramp_runs_its_own_length(tmp_path: Path) -> None:
     assert 290 <= sum(sent.values()) <= 310
 
 
+@pytest.mark.e2e
 async def test_an_explicit_duration_still_wins(tmp_path: Path) -> None:
     report = await _echo_report(tmp_path, "--arrivals", "ramp:4s@100-300", "--duration", "1")
     assert report["duration"] == pytest.approx(1.0)
 
 
+@pytest.mark.e2e
 def test_ctrl_c_prints_a_partial_report_and_exits_130() -> None:
     port = free_port()
     echo = subprocess.Popen(
@@ -125,6 +128,7 @@ def test_ctrl_c_prints_a_partial_report_and_exits_130() -> None:
     assert b"Traceback" not in err
 
 
+@pytest.mark.e2e
 async def test_our_counts_stand_beside_the_routers_own(tmp_path: Path) -> None:
     async with running_daemons(tmp_path) as (daemon,):
         assert daemon.admin_address is not None
@@ -145,6 +149,7 @@ async def test_our_counts_stand_beside_the_routers_own(tmp_path: Path) -> None:
     assert "dropped by the router: none" in text
 
 
+@pytest.mark.e2e
 async def test_an_unreachable_admin_interface_is_said_plainly(tmp_path: Path) -> None:
     async with running_daemons(tmp_path) as (daemon,):
         settings = LoadSettings(

@@ -52,6 +52,7 @@ def test_the_service_file_runs_the_router_with_its_own_state() -> None:
     assert "ExecReload" not in unit  # there is no reload to promise
 
 
+@pytest.mark.e2e
 def test_version_flag() -> None:
     result = subprocess.run(
         [sys.executable, "-m", "gnutella_router", "--version"],

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from gnutella_router.config import GovernorConfig, load_config
 from gnutella_router.control.governor import ThreadGovernor
 from gnutella_router.runtime.stage import Stage
@@ -79,6 +81,7 @@ def test_the_governor_threshold_must_be_reachable() -> None:
         )
 
 
+@pytest.mark.e2e
 async def test_the_pool_grows_under_the_papers_query_delay(tmp_path: Path) -> None:
     overrides = {
         "router.query_delay_ms": 20,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
+import pytest
 import trio
 
 from gnutella_router.config import SheddingConfig
@@ -60,6 +61,7 @@ def test_a_token_bucket_limits_each_connection() -> None:
     assert bucket.take(100, 10.0) == 20  # never more than the burst
 
 
+@pytest.mark.e2e
 async def test_drop_tail_sheds_instead_of_waiting(tmp_path: Path) -> None:
     overrides = {
         "shedding.policy": "drop-tail",
@@ -85,6 +87,7 @@ async def test_drop_tail_sheds_instead_of_waiting(tmp_path: Path) -> None:
                     break
 
 
+@pytest.mark.e2e
 async def test_a_rate_limited_connection_is_cut_to_its_budget(tmp_path: Path) -> None:
     overrides = {"shedding.rate_limit": 5.0, "shedding.rate_burst": 20.0}
     async with running_daemons(tmp_path, overrides=overrides) as (daemon,):

@@ -84,6 +84,7 @@ V2_BODY = (
 )
 
 
+@pytest.mark.e2e
 async def test_v2_reply_is_parsed(server: CannedServer) -> None:
     server.response = ok_response(V2_BODY)
     with trio.fail_after(TEST_DEADLINE):
@@ -165,6 +166,7 @@ async def test_malformed_lines_are_skipped_and_counted(server: CannedServer) -> 
     assert reply.skipped_lines == 10
 
 
+@pytest.mark.e2e
 async def test_non_200_status_is_an_error(server: CannedServer) -> None:
     server.response = (
         b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 29\r\n\r\n"
@@ -174,6 +176,7 @@ async def test_non_200_status_is_an_error(server: CannedServer) -> None:
         await fetch_hosts(server.url())
 
 
+@pytest.mark.e2e
 async def test_redirect_is_an_error_naming_the_location(server: CannedServer) -> None:
     server.response = (
         b"HTTP/1.1 302 Found\r\nLocation: http://elsewhere.example/gwc.php\r\n"
@@ -186,6 +189,7 @@ async def test_redirect_is_an_error_naming_the_location(server: CannedServer) ->
         await fetch_hosts(server.url())
 
 
+@pytest.mark.e2e
 async def test_oversized_body_without_length_is_an_error(server: CannedServer) -> None:
     server.response = b"HTTP/1.0 200 OK\r\n\r\n" + b"H|192.0.2.1:6346|1\n" * 4000  # ~76 KB
     assert len(server.response) > 65536
@@ -193,12 +197,14 @@ async def test_oversized_body_without_length_is_an_error(server: CannedServer) -
         await fetch_hosts(server.url())
 
 
+@pytest.mark.e2e
 async def test_oversized_content_length_is_refused_before_the_body(server: CannedServer) -> None:
     server.response = ok_response(b"x" * 70000)
     with trio.fail_after(TEST_DEADLINE), pytest.raises(GWebCacheError, match="70000 bytes"):
         await fetch_hosts(server.url())
 
 
+@pytest.mark.e2e
 async def test_too_many_hosts_is_an_error(server: CannedServer) -> None:
     server.response = ok_response(b"".join(b"H|192.0.2.%d:6346|1\n" % i for i in range(1, 5)))
     with trio.fail_after(TEST_DEADLINE), pytest.raises(GWebCacheError, match="more than 3 hosts"):
@@ -208,24 +214,28 @@ async def test_too_many_hosts_is_an_error(server: CannedServer) -> None:
     assert len(reply.hosts) == 4
 
 
+@pytest.mark.e2e
 async def test_silent_server_times_out(server: CannedServer) -> None:
     server.hang = True
     with trio.fail_after(TEST_DEADLINE), pytest.raises(GWebCacheError, match="timed out"):
         await fetch_hosts(server.url(), timeout=0.5)
 
 
+@pytest.mark.e2e
 async def test_truncated_response_is_an_error(server: CannedServer) -> None:
     server.response = b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nH|192.0.2.1:6346|1\n"
     with trio.fail_after(TEST_DEADLINE), pytest.raises(GWebCacheError):
         await fetch_hosts(server.url())
 
 
+@pytest.mark.e2e
 async def test_garbage_instead_of_http_is_an_error(server: CannedServer) -> None:
     server.response = b"GNUTELLA/0.6 200 OK\r\n\r\n"
     with trio.fail_after(TEST_DEADLINE), pytest.raises(GWebCacheError, match="bad HTTP response"):
         await fetch_hosts(server.url())
 
 
+@pytest.mark.e2e
 async def test_connection_refused_is_an_error() -> None:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -234,6 +244,7 @@ async def test_connection_refused_is_an_error() -> None:
         await fetch_hosts(f"http://127.0.0.1:{port}/gwc.php")
 
 
+@pytest.mark.e2e
 async def test_https_is_refused() -> None:
     with (
         trio.fail_after(TEST_DEADLINE),
@@ -264,6 +275,7 @@ def test_build_request_target_quotes_parameters() -> None:
     assert target.endswith("client=A%26B&version=1%2B2")
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize(
     ("url", "message"),
     [
@@ -289,6 +301,7 @@ def test_build_request_target_rejects(url: str, message: str) -> None:
         build_request_target(url)
 
 
+@pytest.mark.e2e
 def test_build_request_target_rejects_header_breaking_client() -> None:
     with pytest.raises(GWebCacheError, match="client"):
         build_request_target("http://c.example/", client="A\r\nB")

@@ -10,17 +10,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from gnutella_router.net.outqueue import (
+from gnutella_router.net.flow_control_queue import (
     DROPPABLE_TYPES,
-    POLICIES,
-    DropReason,
     FlowControlQueue,
-    OutgoingQueue,
-    ThresholdQueue,
-    Verdict,
-    make_outgoing_queue,
     priority_level,
 )
+from gnutella_router.net.outqueue import POLICIES, DropReason, OutgoingQueue, Verdict
+from gnutella_router.net.slow_peers import make_outgoing_queue
+from gnutella_router.net.threshold_queue import ThresholdQueue
 from protocol.constants import HEADER_SIZE, ByeCode, MessageType
 
 PING, PONG, BYE = MessageType.PING, MessageType.PONG, MessageType.BYE

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import trio
 
 from gnutella_router.daemon import Daemon
@@ -49,6 +50,7 @@ async def flood_through_stalled_peer(daemon: Daemon) -> tuple[int, list[int]]:
     return received, [stalled_id]
 
 
+@pytest.mark.e2e
 async def test_threshold_policy_closes_the_stalled_peer(tmp_path: Path) -> None:
     overrides = {
         "slow_peer.policy": "threshold",
@@ -64,6 +66,7 @@ async def test_threshold_policy_closes_the_stalled_peer(tmp_path: Path) -> None:
         assert rss_bytes() - before < 64 * 1024 * 1024
 
 
+@pytest.mark.e2e
 async def test_flow_control_policy_sheds_then_closes_the_stalled_peer(tmp_path: Path) -> None:
     overrides = {
         "slow_peer.policy": "flow-control",

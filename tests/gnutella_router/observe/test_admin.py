@@ -37,6 +37,7 @@ def admin_of(daemon: Daemon) -> tuple[str, int]:
 # --- the endpoints ---------------------------------------------------------------------
 
 
+@pytest.mark.e2e
 async def test_the_admin_interface_listens_on_loopback(tmp_path: Path) -> None:
     async with running_daemons(tmp_path) as (daemon,):
         host, port = admin_of(daemon)
@@ -52,6 +53,7 @@ async def test_the_admin_interface_listens_on_loopback(tmp_path: Path) -> None:
         assert set(index["endpoints"]) >= {"/routes", "/metrics", "/dump"}
 
 
+@pytest.mark.e2e
 async def test_endpoints_answer_json_of_the_right_shape(tmp_path: Path) -> None:
     async with running_daemons(tmp_path) as (daemon,):
         address = admin_of(daemon)
@@ -102,6 +104,7 @@ def samples(text: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
     return found
 
 
+@pytest.mark.e2e
 async def test_metrics_match_the_daemons_counters(tmp_path: Path) -> None:
     async with running_daemons(tmp_path) as (daemon,):
         a, b = await peers(daemon, 2)
@@ -167,6 +170,7 @@ async def test_metrics_match_the_daemons_counters(tmp_path: Path) -> None:
         assert value("gnutella_router_info", version=__version__, guid=daemon.guid.hex()) == 1
 
 
+@pytest.mark.e2e
 async def test_drops_show_in_metrics_by_reason(tmp_path: Path) -> None:
     async with running_daemons(tmp_path) as (daemon,):
         a, b = await peers(daemon, 2)
@@ -180,6 +184,7 @@ async def test_drops_show_in_metrics_by_reason(tmp_path: Path) -> None:
         assert values["gnutella_messages_dropped_total", key] == 1
 
 
+@pytest.mark.e2e
 async def test_two_daemons_keep_their_metrics_apart(tmp_path: Path) -> None:
     async with running_daemons(tmp_path, count=2) as (first, second):
         (peer,) = await peers(first, 1)
@@ -191,6 +196,7 @@ async def test_two_daemons_keep_their_metrics_apart(tmp_path: Path) -> None:
         assert two[key] == 0  # the series exists from the start, at zero
 
 
+@pytest.mark.e2e
 async def test_bad_requests_are_answered_and_bounded(tmp_path: Path) -> None:
     async with running_daemons(tmp_path) as (daemon,):
         address = admin_of(daemon)
@@ -218,6 +224,7 @@ async def test_bad_requests_are_answered_and_bounded(tmp_path: Path) -> None:
         assert huge.status == 431
 
 
+@pytest.mark.e2e
 async def test_connections_are_limited_and_timed_out(tmp_path: Path) -> None:
     async with running_daemons(tmp_path) as (daemon,), trio.open_nursery() as nursery:
         server = AdminServer(
@@ -240,6 +247,7 @@ async def test_connections_are_limited_and_timed_out(tmp_path: Path) -> None:
 # --- access ----------------------------------------------------------------------------
 
 
+@pytest.mark.e2e
 async def test_a_token_is_required_once_set(tmp_path: Path) -> None:
     async with running_daemons(tmp_path, overrides={"admin.token": TOKEN}) as (daemon,):
         address = admin_of(daemon)
@@ -259,6 +267,7 @@ async def test_a_token_is_required_once_set(tmp_path: Path) -> None:
         assert metrics.status == 200
 
 
+@pytest.mark.e2e
 async def test_remote_peers_are_refused_unless_allowed(tmp_path: Path) -> None:
     async with running_daemons(tmp_path) as (daemon,):
         local = AdminServer(daemon, address=("127.0.0.1", 0))
@@ -340,6 +349,7 @@ async def run_cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[
     return status, out, err
 
 
+@pytest.mark.e2e
 async def test_the_dump_command_prints_what_was_just_made(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -397,6 +407,7 @@ async def test_the_dump_command_prints_what_was_just_made(
         assert json.loads(out)["node"]["guid"] == daemon.guid.hex()
 
 
+@pytest.mark.e2e
 async def test_the_dump_command_reports_failures(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -426,6 +437,7 @@ async def test_the_dump_command_reports_failures(
         assert status == 0
 
 
+@pytest.mark.e2e
 async def test_ipv6_loopback(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     async with running_daemons(tmp_path, overrides={"node.listen": "[::1]:0"}) as (daemon,):
         host, port = admin_of(daemon)
@@ -482,6 +494,7 @@ def start_router(config: Path, port: int, state: Path) -> subprocess.Popen[bytes
     )
 
 
+@pytest.mark.e2e
 async def test_sigusr1_writes_a_dump_and_the_daemon_keeps_running(tmp_path: Path) -> None:
     port, admin_port = free_port(), free_port()
     config = tmp_path / "router.toml"
@@ -523,6 +536,7 @@ async def test_sigusr1_writes_a_dump_and_the_daemon_keeps_running(tmp_path: Path
     assert started["admin"] == f"127.0.0.1:{admin_port}"
 
 
+@pytest.mark.e2e
 async def test_the_profile_page_serves_the_samples(tmp_path: Path) -> None:
     overrides = {"profiler.enabled": True, "profiler.interval": 0.05, "admin.listen": "127.0.0.1:0"}
     async with running_daemons(tmp_path, overrides=overrides) as (daemon,):
@@ -559,6 +573,7 @@ async def _get_raw(address: tuple[str, int], target: str) -> tuple[int, bytes]:
 DASHBOARD = Path(__file__).resolve().parents[3] / "docs" / "grafana-dashboard.json"
 
 
+@pytest.mark.e2e
 async def test_the_grafana_dashboard_queries_metrics_that_exist(tmp_path: Path) -> None:
     import json
     import re

@@ -9,6 +9,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+import pytest
 import trio
 
 from gnutella_router.net.route_table import RouteTable
@@ -47,6 +48,7 @@ def entries(dump: object, table: str) -> list[dict[str, Any]]:
     return shown
 
 
+@pytest.mark.e2e
 async def test_a_query_shows_in_the_query_table_with_its_sender(tmp_path: Path) -> None:
     async with running_daemons(tmp_path) as (daemon,):
         sender, _ = await peers(daemon, 2)
@@ -63,6 +65,7 @@ async def test_a_query_shows_in_the_query_table_with_its_sender(tmp_path: Path) 
         assert 0 <= entry["age"] < 3
 
 
+@pytest.mark.e2e
 async def test_a_ping_shows_in_the_ping_table(tmp_path: Path) -> None:
     async with running_daemons(tmp_path) as (daemon,):
         (pinger,) = await peers(daemon, 1)
@@ -77,6 +80,7 @@ async def test_a_ping_shows_in_the_ping_table(tmp_path: Path) -> None:
         assert entries(dump, "query") == []
 
 
+@pytest.mark.e2e
 async def test_guid_filter_and_limit(tmp_path: Path) -> None:
     async with running_daemons(tmp_path) as (daemon,):
         (sender,) = await peers(daemon, 1)
@@ -100,6 +104,7 @@ async def test_guid_filter_and_limit(tmp_path: Path) -> None:
         assert len(entries(everything, "query")) == 5
 
 
+@pytest.mark.e2e
 async def test_next_hop_is_the_peers_listen_address_even_after_it_left(tmp_path: Path) -> None:
     async with running_daemons(tmp_path) as (daemon,):
         sender = await Peer.connect(daemon.address, extra_headers=[("Listen-IP", "192.0.2.9:6346")])
@@ -125,6 +130,7 @@ def _hit() -> QueryHit:
     return QueryHit(6346, "192.0.2.10", 100, (QueryHitResult(1, 10, b"song.ogg"),), b"s" * 16)
 
 
+@pytest.mark.e2e
 async def test_entries_show_ttl_hops_hits_and_wall_clock_time(tmp_path: Path) -> None:
     import time
 
@@ -143,6 +149,7 @@ async def test_entries_show_ttl_hops_hits_and_wall_clock_time(tmp_path: Path) ->
     assert str(entry["recorded_at_iso"]).endswith("+00:00")
 
 
+@pytest.mark.e2e
 async def test_routes_are_read_in_pages_never_silently_cut(tmp_path: Path) -> None:
     async with running_daemons(tmp_path) as (daemon,):
         (sender,) = await peers(daemon, 1)
@@ -178,6 +185,7 @@ def test_a_table_entry_is_found_without_counting_a_lookup() -> None:
     assert table.entry(b"a" * 16, 25.0) is None
 
 
+@pytest.mark.e2e
 async def test_connections_dump(tmp_path: Path) -> None:
     async with running_daemons(tmp_path) as (daemon,):
         a, b = await peers(daemon, 2)
@@ -216,6 +224,7 @@ class FakeGovernor:
         return FakeGovernorStatistics(pool_size=3, recent=((1.0, 2),))
 
 
+@pytest.mark.e2e
 async def test_stages_dump(tmp_path: Path) -> None:
     async with running_daemons(tmp_path, overrides={"router.queue_threshold": 600}) as (daemon,):
         dump = as_json(dump_stages(daemon))
@@ -235,6 +244,7 @@ async def test_stages_dump(tmp_path: Path) -> None:
             daemon.governor = None
 
 
+@pytest.mark.e2e
 async def test_stats_dump_counts_by_type_and_drop_reason(tmp_path: Path) -> None:
     async with running_daemons(tmp_path) as (daemon,):
         a, b = await peers(daemon, 2)
@@ -256,6 +266,7 @@ async def test_stats_dump_counts_by_type_and_drop_reason(tmp_path: Path) -> None
         assert stats["recorder"] is None
 
 
+@pytest.mark.e2e
 async def test_full_dump_is_json_and_hides_the_token(tmp_path: Path) -> None:
     async with running_daemons(tmp_path, overrides={"admin.token": "s3cret-token"}) as (daemon,):
         (peer,) = await peers(daemon, 1)
@@ -321,6 +332,7 @@ async def test_task_tree_walks_from_the_root() -> None:
     assert count_tasks(tree) == len(names)
 
 
+@pytest.mark.e2e
 async def test_the_dump_file_holds_the_task_tree_and_the_stats(tmp_path: Path) -> None:
     async with running_daemons(tmp_path) as (daemon,):
         (peer,) = await peers(daemon, 1)

@@ -29,6 +29,7 @@ PROFILED = {
 }
 
 
+@pytest.mark.e2e
 async def test_a_profiled_daemon_samples_and_exports_at_shutdown(tmp_path: Path) -> None:
     async with running_daemons(tmp_path, overrides=PROFILED) as (daemon,):
         profiler = daemon.profiler
@@ -77,6 +78,7 @@ async def test_a_profiled_daemon_samples_and_exports_at_shutdown(tmp_path: Path)
     assert dot.rstrip().endswith("}")
 
 
+@pytest.mark.e2e
 async def test_the_graph_counts_hosts_learned_from_pongs(tmp_path: Path) -> None:
     from protocol.messages import Pong
     from tests.support.peers import message, peers
@@ -107,6 +109,7 @@ def test_rss_is_read_from_proc() -> None:
     assert read_rss_bytes() > 2**20
 
 
+@pytest.mark.e2e
 async def test_the_plot_command_writes_pngs(tmp_path: Path) -> None:
     async with running_daemons(tmp_path, overrides=PROFILED) as (daemon,):
         await trio.sleep(0.3)

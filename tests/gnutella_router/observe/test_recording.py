@@ -49,6 +49,7 @@ def read(path: Path) -> list[TraceRecord]:
     return list(read_trace(path))  # any damage would be a warning, which fails the test
 
 
+@pytest.mark.e2e
 async def test_the_trace_holds_what_peers_sent_in_order(tmp_path: Path) -> None:
     async with running_daemons(tmp_path, overrides=RECORDING) as (daemon,):
         started = trio.current_time()
@@ -102,6 +103,7 @@ def connection_id_of(ids: dict[int, Peer], peer: Peer) -> int:
     return next(key for key, value in ids.items() if value is peer)
 
 
+@pytest.mark.e2e
 async def test_the_trace_is_complete_when_the_daemon_stops(tmp_path: Path) -> None:
     """No sleeping for a flush: stopping the daemon writes out everything buffered."""
     count = 3000
@@ -121,6 +123,7 @@ async def test_the_trace_is_complete_when_the_daemon_stops(tmp_path: Path) -> No
     assert stats.flushed_bytes == stats.bytes == path.stat().st_size - 40
 
 
+@pytest.mark.e2e
 async def test_frames_before_an_oversized_header_are_recorded(tmp_path: Path) -> None:
     async with running_daemons(tmp_path, overrides=RECORDING) as (daemon,):
         peer = await Peer.connect(daemon.address)
@@ -133,6 +136,7 @@ async def test_frames_before_an_oversized_header_are_recorded(tmp_path: Path) ->
     assert [content(r) for r in read(path)] == [frame_content(Frame.from_message(good))]
 
 
+@pytest.mark.e2e
 async def test_recording_off_writes_nothing(tmp_path: Path) -> None:
     async with running_daemons(tmp_path) as (daemon,):
         peer = await Peer.connect(daemon.address)
@@ -146,6 +150,7 @@ async def test_recording_off_writes_nothing(tmp_path: Path) -> None:
     assert not [name for name in files if "trace" in name]
 
 
+@pytest.mark.e2e
 async def test_rotation_in_the_daemon(tmp_path: Path) -> None:
     overrides = {
         **RECORDING,
@@ -236,6 +241,7 @@ def test_the_record_flag_is_relative_to_the_current_directory(tmp_path: Path) ->
     assert config_from_args(build_parser().parse_args(["run"])).trace_path is None
 
 
+@pytest.mark.e2e
 async def test_run_record_in_a_real_process(tmp_path: Path) -> None:
     port = free_port()
     trace = tmp_path / "out.trace"

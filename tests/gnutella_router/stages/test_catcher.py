@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import trio
 
 from gnutella_router.daemon import Daemon
@@ -37,6 +38,7 @@ async def stop(daemon: Daemon) -> None:
         await daemon.stopped.wait()
 
 
+@pytest.mark.e2e
 async def test_joins_from_a_seed_and_learns_more_hosts_from_pongs(tmp_path: Path) -> None:
     async with running_daemons(tmp_path / "net", 2) as (hub, other), trio.open_nursery() as nursery:
         await other.server.dial(*hub.address, timeout=5)
@@ -54,6 +56,7 @@ async def test_joins_from_a_seed_and_learns_more_hosts_from_pongs(tmp_path: Path
         await stop(newcomer)
 
 
+@pytest.mark.e2e
 async def test_never_dials_itself(tmp_path: Path) -> None:
     port = free_port()
     overrides: dict[str, object] = {
@@ -69,6 +72,7 @@ async def test_never_dials_itself(tmp_path: Path) -> None:
         await stop(lonely)
 
 
+@pytest.mark.e2e
 async def test_host_cache_survives_a_restart(tmp_path: Path) -> None:
     async with running_daemons(tmp_path / "net") as (hub,), trio.open_nursery() as nursery:
         state = tmp_path / "node"
@@ -106,6 +110,7 @@ async def serve_gwebcache(body: bytes, *, task_status: trio.TaskStatus[int]) -> 
     await trio.serve_listeners(answer, listeners)
 
 
+@pytest.mark.e2e
 async def test_bootstraps_from_a_gwebcache(tmp_path: Path) -> None:
     async with running_daemons(tmp_path / "net") as (hub,), trio.open_nursery() as nursery:
         host, port = hub.address
@@ -126,6 +131,7 @@ async def test_bootstraps_from_a_gwebcache(tmp_path: Path) -> None:
         nursery.cancel_scope.cancel()
 
 
+@pytest.mark.e2e
 async def test_the_routers_own_address_never_enters_its_host_cache(tmp_path: Path) -> None:
     async with running_daemons(tmp_path) as (daemon,):
         host, port = daemon.address

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import trio
 
 from protocol.capabilities import Capabilities
@@ -118,6 +119,7 @@ def check_ultrapeer_headers(head: bytes) -> Capabilities:
     return capabilities
 
 
+@pytest.mark.e2e
 async def test_gtk_gnutella_dialing_the_daemon(tmp_path: Path) -> None:
     async with running_daemons(tmp_path) as (daemon,):
         stream = await trio.open_tcp_stream(*daemon.address)
@@ -179,6 +181,7 @@ async def serve_as_gtk(
     await stream.aclose()
 
 
+@pytest.mark.e2e
 async def test_the_daemon_dialing_gtk_gnutella(tmp_path: Path) -> None:
     async with running_daemons(tmp_path) as (daemon,), trio.open_nursery() as nursery:
         record: list[bytes] = []

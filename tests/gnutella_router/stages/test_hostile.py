@@ -43,6 +43,7 @@ async def raw_exchange(address: tuple[str, int], data: bytes, wait: float = 3.0)
     return received
 
 
+@pytest.mark.e2e
 async def test_oversized_length_gets_bye_400_and_a_close(tmp_path: Path) -> None:
     async with running_daemons(tmp_path) as (daemon,):
         attacker = await Peer.connect(daemon.address)
@@ -55,6 +56,7 @@ async def test_oversized_length_gets_bye_400_and_a_close(tmp_path: Path) -> None
         await still_routes(daemon)
 
 
+@pytest.mark.e2e
 async def test_truncated_payload_then_close_is_harmless(tmp_path: Path) -> None:
     async with running_daemons(tmp_path) as (daemon,):
         attacker = await Peer.connect(daemon.address)
@@ -66,6 +68,7 @@ async def test_truncated_payload_then_close_is_harmless(tmp_path: Path) -> None:
         await still_routes(daemon)
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize(
     "garbage",
     [
@@ -85,6 +88,7 @@ async def test_garbage_handshakes_are_refused(tmp_path: Path, garbage: bytes) ->
         await still_routes(daemon)
 
 
+@pytest.mark.e2e
 async def test_endless_headers_are_cut_off(tmp_path: Path) -> None:
     async with running_daemons(tmp_path) as (daemon,):
         stream = await trio.open_tcp_stream(*daemon.address)
@@ -103,6 +107,7 @@ async def test_endless_headers_are_cut_off(tmp_path: Path) -> None:
         await still_routes(daemon)
 
 
+@pytest.mark.e2e
 async def test_silent_handshake_times_out(tmp_path: Path) -> None:
     async with running_daemons(tmp_path, overrides={"network.handshake_timeout": 0.3}) as (daemon,):
         start = trio.current_time()
@@ -112,6 +117,7 @@ async def test_silent_handshake_times_out(tmp_path: Path) -> None:
         await still_routes(daemon)
 
 
+@pytest.mark.e2e
 async def test_full_node_answers_503_with_hosts_to_try(tmp_path: Path) -> None:
     async with running_daemons(tmp_path, overrides={"network.max_connections": 2}) as (daemon,):
         first = await Peer.connect(daemon.address, extra_headers=[("Listen-IP", "10.1.1.1:6346")])
@@ -124,6 +130,7 @@ async def test_full_node_answers_503_with_hosts_to_try(tmp_path: Path) -> None:
         await first.send(message(Query(b"full but working"), ttl=2))
 
 
+@pytest.mark.e2e
 async def test_connection_floods_from_one_address_are_limited(tmp_path: Path) -> None:
     overrides = {"network.connects_per_ip_per_minute": 3}
     async with running_daemons(tmp_path, overrides=overrides) as (daemon,):
@@ -135,6 +142,7 @@ async def test_connection_floods_from_one_address_are_limited(tmp_path: Path) ->
         assert daemon.server.refused["rate-limited"] == 1
 
 
+@pytest.mark.e2e
 async def test_graceful_stop_says_bye_200(tmp_path: Path) -> None:
     async with running_daemons(tmp_path) as (daemon,):
         peer = await Peer.connect(daemon.address)
@@ -148,6 +156,7 @@ async def test_graceful_stop_says_bye_200(tmp_path: Path) -> None:
         assert (tmp_path / "node0" / "hosts.txt").exists()
 
 
+@pytest.mark.e2e
 async def test_refusals_are_warned_once_per_kind_with_a_count(tmp_path: Path) -> None:
     from structlog.testing import capture_logs
 
@@ -168,6 +177,7 @@ async def test_refusals_are_warned_once_per_kind_with_a_count(tmp_path: Path) ->
     assert refusals[0]["log_level"] == "warning"
 
 
+@pytest.mark.e2e
 async def test_a_connection_summary_leaves_out_what_stayed_zero(tmp_path: Path) -> None:
     from structlog.testing import capture_logs
 

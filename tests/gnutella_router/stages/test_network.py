@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import trio
 
 from gnutella_router.daemon import Daemon
@@ -47,6 +48,7 @@ def duplicates(daemons: list[Daemon], message_type: int) -> int:
     return sum(d.router.dropped["duplicate", message_type] for d in daemons)
 
 
+@pytest.mark.e2e
 async def test_query_floods_once_and_replies_retrace_the_path(tmp_path: Path) -> None:
     async with running_daemons(tmp_path, 5) as daemons:
         edge, sinks = await build_mesh(daemons)
@@ -85,6 +87,7 @@ async def test_query_floods_once_and_replies_retrace_the_path(tmp_path: Path) ->
             assert stray == [], f"sink {index} saw a push for another servent"
 
 
+@pytest.mark.e2e
 async def test_ttl_limits_the_horizon(tmp_path: Path) -> None:
     async with running_daemons(tmp_path, 5) as daemons:
         edge, sinks = await build_mesh(daemons)

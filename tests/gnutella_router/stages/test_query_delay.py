@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import trio
 
 from protocol.constants import MessageType
@@ -32,6 +33,7 @@ async def test_a_second_worker_lets_pings_overtake(tmp_path: Path) -> None:
     assert await arrival_order(2, tmp_path) == [MessageType.PING, MessageType.QUERY]
 
 
+@pytest.mark.e2e
 async def test_the_route_exists_while_the_query_is_delayed(tmp_path: Path) -> None:
     overrides = {"router.query_delay_ms": DELAY_MS}
     async with running_daemons(tmp_path, overrides=overrides) as (daemon,):
@@ -48,6 +50,7 @@ async def test_the_route_exists_while_the_query_is_delayed(tmp_path: Path) -> No
         assert daemon.router.stage.statistics().blocking_in_progress == 0
 
 
+@pytest.mark.e2e
 async def test_delayed_queries_run_in_parallel_up_to_the_pool_size(tmp_path: Path) -> None:
     overrides = {"router.query_delay_ms": DELAY_MS, "router.threads": 4}
     async with running_daemons(tmp_path, overrides=overrides) as (daemon,):
@@ -65,6 +68,7 @@ async def test_delayed_queries_run_in_parallel_up_to_the_pool_size(tmp_path: Pat
 __all__ = ["Peer"]
 
 
+@pytest.mark.e2e
 async def test_stopping_during_a_query_delay_is_clean(tmp_path: Path) -> None:
     overrides = {"router.query_delay_ms": 2000, "router.threads": 2}
     async with running_daemons(tmp_path, overrides=overrides) as (daemon,):

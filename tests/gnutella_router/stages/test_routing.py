@@ -50,6 +50,7 @@ def hit_for(query_guid: bytes, servent: bytes) -> QueryHit:
     )
 
 
+@pytest.mark.e2e
 async def test_ping_is_answered_and_broadcast_but_not_echoed(tmp_path: Path) -> None:
     async with running_daemons(tmp_path) as (daemon,):
         a, b, c = await peers(daemon, 3)
@@ -69,6 +70,7 @@ async def test_ping_is_answered_and_broadcast_but_not_echoed(tmp_path: Path) -> 
         assert not [f for f in await a.collect(0.2) if f.payload_type == PING]
 
 
+@pytest.mark.e2e
 async def test_duplicates_are_dropped_by_type_and_guid(tmp_path: Path) -> None:
     async with running_daemons(tmp_path) as (daemon,):
         a, b, c = await peers(daemon, 3)
@@ -83,6 +85,7 @@ async def test_duplicates_are_dropped_by_type_and_guid(tmp_path: Path) -> None:
         assert dropped(daemon, "duplicate", QUERY) == 1
 
 
+@pytest.mark.e2e
 async def test_hits_follow_the_reverse_path_and_pushes_the_servent(tmp_path: Path) -> None:
     async with running_daemons(tmp_path) as (daemon,):
         origin, bystander, responder = await peers(daemon, 3)
@@ -111,6 +114,7 @@ async def test_hits_follow_the_reverse_path_and_pushes_the_servent(tmp_path: Pat
         assert dropped(daemon, "duplicate", PUSH) == 1
 
 
+@pytest.mark.e2e
 async def test_pongs_go_back_only_to_the_pinger(tmp_path: Path) -> None:
     async with running_daemons(tmp_path) as (daemon,):
         pinger, answerer, bystander = await peers(daemon, 3)
@@ -127,6 +131,7 @@ async def test_pongs_go_back_only_to_the_pinger(tmp_path: Path) -> None:
         assert not [f for f in await bystander.collect(0.2) if f.payload_type == PONG]
 
 
+@pytest.mark.e2e
 async def test_replies_without_a_route_are_dropped_and_counted(tmp_path: Path) -> None:
     async with running_daemons(tmp_path) as (daemon,):
         a, b = await peers(daemon, 2)
@@ -141,6 +146,7 @@ async def test_replies_without_a_route_are_dropped_and_counted(tmp_path: Path) -
         assert not await b.collect(0.2)
 
 
+@pytest.mark.e2e
 async def test_ttl_rules(tmp_path: Path) -> None:
     async with running_daemons(tmp_path, overrides={"network.max_ttl": 7}) as (daemon,):
         sender, sink = await peers(daemon, 2)
@@ -159,6 +165,7 @@ async def test_ttl_rules(tmp_path: Path) -> None:
         assert daemon.router.query_routes.lookup(last_hop.guid, trio.current_time()) is not None
 
 
+@pytest.mark.e2e
 async def test_bye_closes_only_its_connection(tmp_path: Path) -> None:
     async with running_daemons(tmp_path) as (daemon,):
         leaver, a, b = await peers(daemon, 3)
@@ -169,6 +176,7 @@ async def test_bye_closes_only_its_connection(tmp_path: Path) -> None:
         assert (await b.receive_matching(of_type(QUERY))).payload_type == QUERY
 
 
+@pytest.mark.e2e
 async def test_hop_by_hop_and_unknown_messages_go_nowhere(tmp_path: Path) -> None:
     async with running_daemons(tmp_path) as (daemon,):
         a, b = await peers(daemon, 2)
@@ -183,6 +191,7 @@ async def test_hop_by_hop_and_unknown_messages_go_nowhere(tmp_path: Path) -> Non
         assert not await b.collect(0.2)
 
 
+@pytest.mark.e2e
 async def test_pong_caching_peers_get_cached_pongs_instead_of_a_broadcast(tmp_path: Path) -> None:
     async with running_daemons(tmp_path) as (daemon,):
         pinger, answerer = await peers(daemon, 2)
@@ -207,6 +216,7 @@ async def test_pong_caching_peers_get_cached_pongs_instead_of_a_broadcast(tmp_pa
         assert not [f for f in others if f.guid == cached_ping.guid]
 
 
+@pytest.mark.e2e
 async def test_malformed_messages_are_dropped_and_the_link_survives(tmp_path: Path) -> None:
     async with running_daemons(tmp_path) as (daemon,):
         a, b = await peers(daemon, 2)
@@ -221,6 +231,7 @@ async def test_malformed_messages_are_dropped_and_the_link_survives(tmp_path: Pa
         assert dropped(daemon, "malformed", PUSH) == 1
 
 
+@pytest.mark.e2e
 async def test_deflated_links_route_like_plain_ones(tmp_path: Path) -> None:
     async with running_daemons(tmp_path) as (daemon,):
         a = await Peer.connect(daemon.address, deflate=True)
@@ -246,6 +257,7 @@ def _ipv6_loopback() -> bool:
     return True
 
 
+@pytest.mark.e2e
 @pytest.mark.skipif(not _ipv6_loopback(), reason="no IPv6 loopback here")
 async def test_routes_over_ipv6(tmp_path: Path) -> None:
     async with running_daemons(tmp_path, overrides={"node.listen": "[::1]:0"}) as (daemon,):
@@ -256,6 +268,7 @@ async def test_routes_over_ipv6(tmp_path: Path) -> None:
         assert (await b.receive_matching(of_type(QUERY))).guid == query.guid
 
 
+@pytest.mark.e2e
 async def test_public_networks_keep_private_pongs_out_of_the_cache(tmp_path: Path) -> None:
     overrides = {"network.allow_private_addresses": False}
     async with running_daemons(tmp_path, overrides=overrides) as (daemon,):
@@ -279,6 +292,7 @@ async def test_public_networks_keep_private_pongs_out_of_the_cache(tmp_path: Pat
         assert daemon.catcher.hosts.statistics().rejected["private"] == 1
 
 
+@pytest.mark.e2e
 async def test_a_handler_bug_costs_a_batch_not_the_daemon(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -18,15 +18,9 @@ import trio
 
 from gnutella_router.cli.main import build_parser, main
 from gnutella_router.discovery.gwebcache import fetch_hosts
-from gnutella_router.testnet.network import (
-    HostCacheService,
-    LocalNetwork,
-    NetworkSettings,
-    Topology,
-    plan_topology,
-    run_network,
-    sink_nodes,
-)
+from gnutella_router.testnet.cache import HostCacheService
+from gnutella_router.testnet.network import LocalNetwork, NetworkSettings, run_network
+from gnutella_router.testnet.topology import Topology, plan_topology, sink_nodes
 
 # --- topologies ------------------------------------------------------------------------
 
@@ -91,6 +85,7 @@ def test_sinks_sit_within_query_reach_farthest_first() -> None:
 # --- the GWebCache ---------------------------------------------------------------------
 
 
+@pytest.mark.e2e
 async def test_host_cache_serves_the_nodes_in_v2_format() -> None:
     topology = plan_topology("ring", 3)
     cache = HostCacheService(topology)
@@ -120,6 +115,7 @@ async def test_host_cache_serves_the_nodes_in_v2_format() -> None:
         nursery.cancel_scope.cancel()
 
 
+@pytest.mark.e2e
 async def test_host_cache_holds_requests_until_the_network_listens() -> None:
     cache = HostCacheService(plan_topology("star", 2))
     async with trio.open_nursery() as nursery:
@@ -233,6 +229,7 @@ def test_defaults_need_no_configuration() -> None:
     assert args.base_port is None
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize(
     "argv",
     [["--nodes", "0"], ["--rate", "0"], ["--duration", "-1"], ["--seed", "nowhere"]],
@@ -242,6 +239,7 @@ def test_bad_arguments_exit_2(argv: list[str], capsys: pytest.CaptureFixture[str
     assert "gnutella-router testnet:" in capsys.readouterr().err
 
 
+@pytest.mark.e2e
 def test_a_bad_mix_is_refused_before_any_router_starts(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -300,6 +298,7 @@ class _NonBlockingOutput:
         return self.text
 
 
+@pytest.mark.e2e
 def test_signals_on_a_running_testnet(tmp_path: Path) -> None:
     """SIGUSR1 dumps every node and the network carries on; Ctrl-C stops it with its
     results written and exit status 130."""

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import trio
+import trio.testing
 
 from gnutella_router.traffic.echo import EchoRouter
 from gnutella_router.traffic.load import LoadError, LoadSettings, run_load
@@ -46,6 +47,7 @@ def test_stamps_round_trip() -> None:
     assert read_stamp(bytes(16), 42) is None
 
 
+@pytest.mark.e2e
 async def test_a_known_delay_is_measured_as_such() -> None:
     report = await load_echo(delay=0.030, rate=200)
     one_hop = report.latency["one-hop"]
@@ -61,12 +63,14 @@ async def test_a_known_delay_is_measured_as_such() -> None:
     assert report.loss == {"ping": 0.0, "query": 0.0}
 
 
+@pytest.mark.e2e
 async def test_without_delay_the_client_adds_little() -> None:
     report = await load_echo(delay=0.0, rate=1000)
     assert report.latency["one-hop"]["ping"].p50 < 5_000
     assert report.received == report.expected
 
 
+@pytest.mark.e2e
 async def test_no_latency_is_shorter_than_a_loopback_hop() -> None:
     """At 1,000 msgs/s the sender wakes before most messages are due and writes them
     early; they must be timed from when they were written, not from the future (which
@@ -80,6 +84,7 @@ async def test_no_latency_is_shorter_than_a_loopback_hop() -> None:
         assert report.latency["one-hop"][name].p50 >= 20, report.latency["one-hop"][name]
 
 
+@pytest.mark.e2e
 async def test_a_five_millisecond_stand_in_reads_five_milliseconds() -> None:
     report = await load_echo(delay=0.005, rate=1000)
     assert report.negative_samples == 0
@@ -104,6 +109,7 @@ def test_a_report_with_instrument_errors_says_so() -> None:
     assert "INSTRUMENT ERROR" not in _small_report().to_text()
 
 
+@pytest.mark.e2e
 async def test_the_papers_query_delay_shows_in_query_latency(tmp_path: Path) -> None:
     overrides = {"router.query_delay_ms": 20, "router.threads": 1}
     async with running_daemons(tmp_path, overrides=overrides) as (daemon,):
@@ -118,6 +124,7 @@ async def test_the_papers_query_delay_shows_in_query_latency(tmp_path: Path) -> 
     assert "target-reply" in report.latency
 
 
+@pytest.mark.e2e
 async def test_responding_sinks_make_round_trips(tmp_path: Path) -> None:
     async with running_daemons(tmp_path) as (daemon,):
         settings = LoadSettings(
@@ -130,6 +137,7 @@ async def test_responding_sinks_make_round_trips(tmp_path: Path) -> None:
     assert round_trip["pong"].p50 < 20_000
 
 
+@pytest.mark.e2e
 async def test_a_refusing_target_is_a_clear_error(tmp_path: Path) -> None:
     overrides = {"network.max_connections": 1}
     async with running_daemons(tmp_path, overrides=overrides) as (daemon,):
@@ -166,6 +174,7 @@ def test_report_text_and_json_name_every_figure() -> None:
     assert report.loss["ping"] == pytest.approx(0.1)
 
 
+@pytest.mark.e2e
 async def test_a_recorded_trace_can_be_the_load(tmp_path: Path) -> None:
     records = [
         TraceRecord(
@@ -215,6 +224,7 @@ def test_folding_values_keeps_the_histogram_exact(seed: int) -> None:
     assert book.summaries()["one-hop"]["ping"] == LatencySummary.of(reference)
 
 
+@pytest.mark.e2e
 async def test_a_warmup_is_sent_but_not_timed() -> None:
     echo = EchoRouter()
     async with trio.open_nursery() as nursery:
@@ -228,6 +238,7 @@ async def test_a_warmup_is_sent_but_not_timed() -> None:
     assert 80 <= timed <= 120  # the last half second of 1.5
 
 
+@pytest.mark.e2e
 def test_the_calibration_commands_as_a_user_runs_them(tmp_path: Path) -> None:
     """`gnutella-router echo --delay-ms 5` and `gnutella-router load --json` as processes:
     the 5 ms stand-in reads 5.0-7.0 ms at the median, with no sample below zero."""
@@ -263,3 +274,28 @@ def test_the_calibration_commands_as_a_user_runs_them(tmp_path: Path) -> None:
     assert report["negative_samples"] == 0
     for name in ("ping", "query"):
         assert 5_000 <= report["latency"]["one-hop"][name]["p50"] <= 7_000, report["latency"]
+
+
+async def test_every_probe_has_a_guid_of_its_own(autojump_clock: trio.testing.MockClock) -> None:
+    """A router drops a repeated GUID as a duplicate: probes sharing one would never reach
+    a sink that registered after the first, and the run would give up after 10 s."""
+    from gnutella_router.traffic.load import LoadRun
+
+    sent: list[bytes] = []
+
+    class Injector:
+        async def send(self, data: bytes) -> None:
+            sent.append(data[:16])
+
+    run = LoadRun(LoadSettings(target=("127.0.0.1", 1), peers=3), paper_traffic(10))
+
+    async def register_late() -> None:
+        await trio.sleep(0.2)
+        run.probe_seen.update({"sink1", "sink2"})
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(register_late)
+        await run._probe(Injector(), ["sink1", "sink2"])  # type: ignore[arg-type, list-item]
+    assert len(sent) >= 3
+    assert len(set(sent)) == len(sent)
+    assert all(read_stamp(guid, run.run_id) == 0 for guid in sent)  # still probes

@@ -77,6 +77,7 @@ async def replay_into_recording_daemon(
     return read(path), summary
 
 
+@pytest.mark.e2e
 async def test_record_replay_record_round_trip(tmp_path: Path) -> None:
     queries = [message(Query(b"free jazz"), ttl=5, hops=1), message(Query(b"seda"), ttl=3)]
     script: list[tuple[float, int, list[Message]]] = [
@@ -196,6 +197,7 @@ async def test_byes_are_not_replayed(tmp_path: Path) -> None:
     assert summary.sent == 2
 
 
+@pytest.mark.e2e
 async def test_a_stalled_event_loop_makes_records_late_not_lost(tmp_path: Path) -> None:
     trace = tmp_path / "late.trace"
     records = [traced(i * 0.01, 1, message(Query(b"%d" % i), ttl=1)) for i in range(30)]
@@ -240,6 +242,7 @@ async def _silent_target(
     await trio.serve_listeners(handle, listeners)
 
 
+@pytest.mark.e2e
 async def test_a_target_that_stops_reading_does_not_hold_the_replay(tmp_path: Path) -> None:
     trace = tmp_path / "big.trace"
     payload = b"\x00\x80" + b"z" * 8000 + b"\x00"
@@ -275,6 +278,7 @@ async def _refusing_target(
     await trio.serve_listeners(handle, listeners)
 
 
+@pytest.mark.e2e
 async def test_a_refused_handshake_is_a_clear_error(tmp_path: Path) -> None:
     trace = tmp_path / "t.trace"
     paced_trace(trace, count=2)
@@ -285,6 +289,7 @@ async def test_a_refused_handshake_is_a_clear_error(tmp_path: Path) -> None:
         nursery.cancel_scope.cancel()
 
 
+@pytest.mark.e2e
 async def test_a_target_that_is_not_listening_is_a_clear_error(tmp_path: Path) -> None:
     trace = tmp_path / "t.trace"
     paced_trace(trace, count=2)
@@ -353,6 +358,7 @@ def test_the_command_checks_its_flags(tmp_path: Path, flags: list[str]) -> None:
         main(["replay", str(tmp_path / "t"), "--target", "127.0.0.1:6346", *flags])
 
 
+@pytest.mark.e2e
 async def test_the_replay_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     trace = tmp_path / "cli.trace"
     paced_trace(trace, count=4, gap=0.01)

@@ -1,0 +1,115 @@
+"""The test network's own GWebCache: each node bootstraps from a page of its own.
+
+Each node's ``catcher.gwebcache`` points at ``/node/<i>``, which lists the nodes it is
+planned to dial, so the catchers build exactly the planned topology through the same
+bootstrap path a router uses on the real network. A request that arrives before the
+network listens is held (up to :data:`CACHE_HOLD_SECONDS`) rather than answered empty.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import urllib.parse
+from collections.abc import Sequence
+
+import trio
+
+from gnutella_router.net.connection import format_address
+from gnutella_router.testnet.topology import Topology
+
+CACHE_HOLD_SECONDS = 8.0
+"""Longest a cache request waits for the network to listen (below the catcher's fetch
+deadline, 10 s by default)."""
+LOOPBACK = "127.0.0.1"
+
+
+class HostCacheService:
+    """A tiny GWebCache v2 on loopback that knows the test network's nodes.
+
+    ``GET /node/<i>?...`` answers node i with the nodes it should dial; any other page
+    lists every node. The answer is v2 (``I|pong|...`` then ``H|ip:port|age``), or bare
+    ``ip:port`` lines (v1) when the request asks ``hostfile=1`` without ``get=1``.
+    Requests wait (at most ``hold`` seconds) until :meth:`publish` has been called.
+    """
+
+    def __init__(self, topology: Topology, *, hold: float = CACHE_HOLD_SECONDS) -> None:
+        self.topology = topology
+        self.hold = hold
+        self.addresses: list[tuple[str, int]] = []
+        self.published_at = 0.0
+        self.requests = 0
+        self._ready = trio.Event()
+        self.port = 0
+
+    def publish(self, addresses: Sequence[tuple[str, int]]) -> None:
+        """The nodes are listening at ``addresses`` (index order): start answering."""
+        self.addresses = list(addresses)
+        self.published_at = trio.current_time()
+        self._ready.set()
+
+    def url(self, node: int | None = None) -> str:
+        page = "gwc" if node is None else f"node/{node}"
+        return f"http://{LOOPBACK}:{self.port}/{page}"
+
+    def body(self, target: str) -> bytes:
+        """The answer to one request target (``/node/3?get=1&net=gnutella``)."""
+        parts = urllib.parse.urlsplit(target)
+        query = urllib.parse.parse_qs(parts.query)
+        hosts = self._hosts_for(parts.path)
+        if "hostfile" in query and "get" not in query:
+            return "".join(f"{format_address(*h)}\n" for h in hosts).encode()
+        age = max(0, int(trio.current_time() - self.published_at)) if self.addresses else 0
+        lines = ["I|pong|gnutella-router testnet"]
+        lines.extend(f"H|{format_address(*h)}|{age}" for h in hosts)
+        if not self.addresses:
+            lines.append("I|WARNING|the test network is not listening yet")
+        return ("\n".join(lines) + "\n").encode()
+
+    def _hosts_for(self, path: str) -> list[tuple[str, int]]:
+        if not self.addresses:
+            return []
+        head, _, index = path.strip("/").partition("/")
+        if head == "node" and index.isdigit() and int(index) < len(self.addresses):
+            return [self.addresses[n] for n in self.topology.out_neighbours(int(index))]
+        return list(self.addresses)
+
+    async def serve(self, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
+        listeners = await trio.open_tcp_listeners(0, host=LOOPBACK)
+        self.port = int(listeners[0].socket.getsockname()[1])
+        task_status.started(self.port)
+        await trio.serve_listeners(self._answer, listeners)
+
+    async def _answer(self, stream: trio.SocketStream) -> None:
+        try:
+            with trio.move_on_after(5.0):
+                request = b""
+                while b"\r\n\r\n" not in request and len(request) < 16384:
+                    chunk = await stream.receive_some(4096)
+                    if not chunk:
+                        return
+                    request += chunk
+                line = request.split(b"\r\n", 1)[0].decode("latin-1").split()
+                if len(line) != 3 or line[0] != "GET":
+                    await stream.send_all(_http(400, b"only GET is served\n"))
+                    return
+                self.requests += 1
+                with trio.move_on_after(self.hold):
+                    await self._ready.wait()
+            await stream.send_all(_http(200, self.body(line[1])))
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            pass
+        finally:
+            with (
+                trio.move_on_after(0.5, shield=True),
+                contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError, OSError),
+            ):
+                await stream.aclose()
+
+
+def _http(status: int, body: bytes) -> bytes:
+    reason = {200: "OK", 400: "Bad Request"}[status]
+    head = (
+        f"HTTP/1.1 {status} {reason}\r\nContent-Type: text/plain\r\n"
+        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+    )
+    return head.encode() + body
