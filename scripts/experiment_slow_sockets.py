@@ -468,8 +468,9 @@ def comparison(by: dict[str, dict[str, Any]]) -> list[str]:
             f"{u['duration']:g} s and RSS grew by {growth:.1f} MiB"
             + (
                 f", against {base:.1f} MiB with the threshold (growth with no backlog at "
-                "all: the route tables filling, one entry per new GUID in two parallel "
-                "dicts, about 150 bytes each, capped at 50,000 entries per generation), "
+                "all: the route tables filling, one entry per new GUID in three parallel "
+                "dicts (next hop, time, TTL and hops), capped at 50,000 entries per "
+                "generation), "
                 "so about "
                 f"{growth - base:.1f} MiB is the slow peer's queue"
                 if base is not None

@@ -23,9 +23,12 @@ unbounded table costs the process.
 Time is passed in as ``now`` (seconds on any monotonic clock); nothing here reads a
 clock, so tests can drive time directly.
 
-For the dumps, an entry also keeps the TTL and hops its message arrived with (packed in
-one small integer, in a third parallel dict) and how many replies were routed back
-through it (a sparse dict, only for entries that had any, pruned at each rotation).
+For the dumps, an entry also keeps the TTL and hops its message arrived with (4 bits
+each, packed into one integer below 256, which CPython keeps as a shared object, so the
+third parallel dict costs a slot per entry and no allocation; the router records only
+messages within the hard TTL limit of 15, so nothing is lost in the packing) and how
+many replies were routed back through it (a sparse dict, only for entries that had any,
+pruned at each rotation).
 """
 
 from __future__ import annotations
@@ -103,7 +106,7 @@ class RouteEntry(Generic[V]):
     #: ``now - recorded_at`` for the ``now`` given to ``entries``.
     age: float
     generation: Literal["current", "previous"]
-    #: TTL and hops of the message as it arrived (0 when not given to ``record``).
+    #: TTL and hops of the message as it arrived, each capped at 15 (0 when not given).
     ttl: int = 0
     hops: int = 0
     #: Replies routed back through this entry so far (see ``note_hit``).
@@ -194,7 +197,7 @@ class RouteTable(Generic[V]):
         Returns False for a GUID held in either generation: the message is a duplicate
         and must not be forwarded again. The first value is kept, because replies
         should follow the path the request took first (the fastest one). ``ttl`` and
-        ``hops`` are kept for the dumps only.
+        ``hops`` are kept for the dumps only, each capped at 15.
         """
         if now >= self._deadline:
             self._rotate_for_time(now)
@@ -216,7 +219,7 @@ class RouteTable(Generic[V]):
             self._duplicates += 1
             return False
         self._current_at[guid] = now
-        self._current_detail[guid] = ttl << 8 | hops
+        self._current_detail[guid] = (ttl if ttl < 15 else 15) << 4 | (hops if hops < 15 else 15)
         self._recorded += 1
         return True
 
@@ -362,8 +365,8 @@ class RouteTable(Generic[V]):
             recorded_at,
             now - recorded_at,
             generation,
-            ttl=detail >> 8,
-            hops=detail & 0xFF,
+            ttl=detail >> 4,
+            hops=detail & 0x0F,
             hits=self._hits.get(guid, 0),
         )
 
