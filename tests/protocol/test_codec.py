@@ -32,8 +32,7 @@ from protocol.messages import (
     XmlExtension,
     payload_type_of,
 )
-
-from . import strategies as s
+from tests.support import strategies as s
 
 Outcome = tuple[str, object]
 

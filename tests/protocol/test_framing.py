@@ -16,8 +16,7 @@ from protocol.errors import (
 from protocol.framing import Frame, FrameDecoder, FrameTooLargeError
 from protocol.header import encode_header
 from protocol.messages import Message, Ping, Pong, Query
-
-from . import strategies as s
+from tests.support import strategies as s
 
 
 def split(data: bytes, cuts: list[int]) -> list[bytes]:
