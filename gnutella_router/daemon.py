@@ -205,6 +205,10 @@ class Daemon:
         lock = lock_state_directory(self.config.state_path)
         try:
             async with trio.open_nursery() as nursery:
+                if handle_signals:
+                    # Before anything listens: a SIGTERM that arrives as soon as the port
+                    # accepts must still mean a graceful stop, not the default kill.
+                    await nursery.start(self._watch_signals, nursery.cancel_scope)
                 if self.config.trace_path is not None:
                     await self._start_recording(nursery, self.config.trace_path)
                 await nursery.start(self.router.stage.serve)
@@ -216,8 +220,6 @@ class Daemon:
                 await nursery.start(self.server.serve)
                 await nursery.start(self.catcher.serve)
                 self.admin_address = await nursery.start(serve_admin, self)
-                if handle_signals:
-                    nursery.start_soon(self._watch_signals, nursery.cancel_scope)
                 self.log.info(
                     "router started",
                     listening=[format_address(*a) for a in self.server.listen_addresses],
@@ -282,8 +284,14 @@ class Daemon:
         self.server.recorder = self.recorder
         await nursery.start(self.recorder.run)
 
-    async def _watch_signals(self, cancel_scope: trio.CancelScope) -> None:
+    async def _watch_signals(
+        self,
+        cancel_scope: trio.CancelScope,
+        *,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGUSR1) as signals:
+            task_status.started()
             async for signum in signals:
                 if signum == signal.SIGUSR1:
                     await write_dump_logged(self)  # full dump + task tree; keeps running

@@ -88,12 +88,13 @@ from hdrh.histogram import HdrHistogram
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from gnutella_router.net.handshaking import next_handshake_event
 from protocol.codec import encode_message
 from protocol.constants import HEADER_SIZE, MessageType
+from protocol.errors import RemoteProtocolError
 from protocol.framing import FrameDecoder
 from protocol.ggep import GGEPBlock, GGEPExtension
 from protocol.handshake import (
-    NEED_DATA,
     HandshakeComplete,
     HandshakeEvent,
     HandshakeRejected,
@@ -256,15 +257,10 @@ def peer_headers() -> list[tuple[str, str]]:
 
 
 async def _next_event(stream: trio.SocketStream, initiator: Initiator) -> HandshakeEvent:
-    while True:
-        event = initiator.next_event()
-        if event is not NEED_DATA:
-            assert not isinstance(event, type(NEED_DATA))
-            return event
-        data = await stream.receive_some(4096)
-        if not data:
-            raise BenchError("the server closed the connection during the handshake")
-        initiator.receive_data(data)
+    try:
+        return await next_handshake_event(stream, initiator)
+    except RemoteProtocolError as exc:
+        raise BenchError(f"handshake failed: {exc}") from exc
 
 
 async def connect(address: tuple[str, int], name: str) -> Peer:

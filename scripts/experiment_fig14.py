@@ -48,8 +48,6 @@ import contextlib
 import datetime
 import json
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -68,6 +66,11 @@ from benchdocs import machine, replace_section
 from matplotlib.ticker import MaxNLocator
 
 from gnutella_router.observe.profiler import read_peak_rss_bytes
+from gnutella_router.testnet.process import (
+    RouterProcessError,
+    start_router_process,
+    stop_router_process,
+)
 from gnutella_router.traffic.load import LoadRun, LoadSettings
 from protocol.constants import MessageType
 from protocol.framing import Frame
@@ -138,48 +141,22 @@ def launch_router(
     there (and on ``also_wait_for``, e.g. its admin port). Logs go to workdir/router.log."""
     state = workdir / "state"
     state.mkdir(parents=True)
-    executable = Path(sys.executable).parent / "gnutella-router"
-    command = (
-        [str(executable)] if executable.exists() else [sys.executable, "-m", "gnutella_router"]
-    )
-    argv = [
-        *command,
-        "run",
-        "--config",
-        str(config),
-        "--listen",
-        f"127.0.0.1:{port}",
-        "--state-dir",
-        str(state),
-        "--log-format",
-        "json",
-    ]
-    log_path = workdir / "router.log"
-    with log_path.open("wb") as log:
-        process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, cwd=ROOT)
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise ExperimentError(f"router exited with {process.returncode}; see {log_path}")
-        with contextlib.suppress(OSError):
-            for waited in (port, *also_wait_for):
-                socket.create_connection(("127.0.0.1", waited), 1).close()
-            return process, state
-        time.sleep(0.05)
-    process.kill()
-    raise ExperimentError(f"router did not accept within 20 s; see {log_path}")
+    arguments = ["--config", str(config), "--listen", f"127.0.0.1:{port}", "--log-format", "json"]
+    try:
+        router = start_router_process(
+            state,
+            arguments,
+            log_path=workdir / "router.log",
+            wait_for=(port, *also_wait_for),
+            cwd=ROOT,
+        )
+    except RouterProcessError as exc:
+        raise ExperimentError(str(exc)) from exc
+    return router.process, state
 
 
 def stop_router(process: subprocess.Popen[bytes]) -> int | None:
-    if process.poll() is None:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-            return None
-    return process.returncode
+    return stop_router_process(process)
 
 
 def summary(s: LatencySummary | None) -> dict[str, float] | None:

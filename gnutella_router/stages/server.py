@@ -25,18 +25,17 @@ import trio
 from gnutella_router.config import Config
 from gnutella_router.logs import RateLimitedWarnings
 from gnutella_router.net.connection import Connection, FrameTap, format_address
+from gnutella_router.net.handshaking import next_handshake_event
 from gnutella_router.net.listening import open_listeners
 from gnutella_router.net.outqueue import OutgoingQueue
 from gnutella_router.net.slow_peers import make_outgoing_queue
 from gnutella_router.stages.router import GnutellaRouter
 from protocol.errors import HandshakeError, LocalProtocolError
 from protocol.handshake import (
-    NEED_DATA,
     Acceptor,
     Capabilities,
     ConnectRequest,
     HandshakeComplete,
-    HandshakeEvent,
     HandshakeRejected,
     HandshakeResponse,
     Initiator,
@@ -44,9 +43,6 @@ from protocol.handshake import (
     format_refusal,
     router_headers,
 )
-
-HANDSHAKE_READ_SIZE = 4096
-
 
 PEER_LABELS_KEPT = 10_000
 """Closed connections whose peer is still named in dumps (route tables outlive them)."""
@@ -394,7 +390,7 @@ class GnutellaServer:
     async def _accept_handshake(
         self, stream: trio.SocketStream, acceptor: Acceptor, peer: tuple[str, int]
     ) -> HandshakeComplete | None:
-        request = await _next_event(stream, acceptor)
+        request = await next_handshake_event(stream, acceptor)
         assert isinstance(request, ConnectRequest)
         capabilities = request.capabilities
         reason = self._refusal_reason(capabilities)
@@ -411,7 +407,7 @@ class GnutellaServer:
         reply = acceptor.accept(self._headers(peer[0]), deflate=self.config.network.deflate)
         await stream.send_all(reply)
         while True:
-            event = await _next_event(stream, acceptor)
+            event = await next_handshake_event(stream, acceptor)
             if isinstance(event, HandshakeComplete):
                 return event
             if isinstance(event, HandshakeRejected):
@@ -474,7 +470,7 @@ class GnutellaServer:
     async def _initiate_handshake(self, stream: trio.SocketStream, host: str) -> HandshakeComplete:
         initiator = Initiator()
         await stream.send_all(initiator.start(self._headers(_literal_ip(host))))
-        event = await _next_event(stream, initiator)
+        event = await next_handshake_event(stream, initiator)
         if isinstance(event, HandshakeRejected):
             if event.try_hosts and self.on_hosts_learned is not None:
                 self.on_hosts_learned(list(event.try_hosts), "x-try")
@@ -484,7 +480,7 @@ class GnutellaServer:
             await stream.send_all(initiator.decline(409, "Connected to self"))
             raise DialError("connected to ourselves")
         await stream.send_all(initiator.confirm(deflate=self.config.network.deflate))
-        complete = await _next_event(stream, initiator)
+        complete = await next_handshake_event(stream, initiator)
         assert isinstance(complete, HandshakeComplete)
         return complete
 
@@ -581,17 +577,6 @@ class GnutellaServer:
             "messages_out": messages_out,
             "outgoing_dropped": dict(dropped),
         }
-
-
-async def _next_event(stream: trio.SocketStream, machine: Acceptor | Initiator) -> HandshakeEvent:
-    """Feed the machine from the socket until it has something to say."""
-    while True:
-        event = machine.next_event()
-        if event is not NEED_DATA:
-            assert not isinstance(event, type(NEED_DATA))
-            return event
-        data = await stream.receive_some(HANDSHAKE_READ_SIZE)
-        machine.receive_data(data)
 
 
 async def _send_and_close(stream: trio.SocketStream, data: bytes) -> None:

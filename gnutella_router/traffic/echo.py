@@ -16,9 +16,10 @@ import collections
 
 import trio
 
+from gnutella_router.net.handshaking import next_handshake_event
 from protocol.errors import RemoteProtocolError
 from protocol.framing import FrameDecoder
-from protocol.handshake import NEED_DATA, Acceptor, ConnectRequest, HandshakeComplete
+from protocol.handshake import Acceptor, ConnectRequest, HandshakeComplete
 
 MAX_PENDING_BYTES = 8 * 1024 * 1024
 
@@ -56,13 +57,11 @@ class EchoRouter:
         acceptor = Acceptor()
         try:
             with trio.fail_after(5):
-                while (event := acceptor.next_event()) is NEED_DATA:
-                    acceptor.receive_data(await stream.receive_some(4096))
+                event = await next_handshake_event(stream, acceptor)
                 assert isinstance(event, ConnectRequest)
                 await stream.send_all(acceptor.accept([("X-Ultrapeer", "True")]))
-                while not isinstance(event := acceptor.next_event(), HandshakeComplete):
-                    if event is NEED_DATA:
-                        acceptor.receive_data(await stream.receive_some(4096))
+                while not isinstance(event, HandshakeComplete):
+                    event = await next_handshake_event(stream, acceptor)
         except (RemoteProtocolError, trio.TooSlowError, trio.BrokenResourceError, OSError):
             await stream.aclose()
             return

@@ -46,15 +46,14 @@ from typing import Any, Protocol
 import trio
 
 from gnutella_router import __version__
+from gnutella_router.net.handshaking import next_handshake_event
 from gnutella_router.observe.admin_client import FetchError, fetch
 from protocol.codec import encode_message
 from protocol.constants import MessageType
 from protocol.errors import RemoteProtocolError
 from protocol.framing import Frame, FrameDecoder
 from protocol.handshake import (
-    NEED_DATA,
     HandshakeComplete,
-    HandshakeEvent,
     HandshakeRejected,
     HandshakeResponse,
     Initiator,
@@ -189,12 +188,12 @@ async def open_client_peer(
     try:
         with trio.fail_after(10):
             await stream.send_all(initiator.start(headers, version="0.4" if legacy else "0.6"))
-            event = await _next_event(stream, initiator)
+            event = await next_handshake_event(stream, initiator)
             if isinstance(event, HandshakeRejected):
                 raise LoadError(f"{name}: refused: {event.status_code} {event.reason}")
             if isinstance(event, HandshakeResponse):
                 await stream.send_all(initiator.confirm())
-                event = await _next_event(stream, initiator)
+                event = await next_handshake_event(stream, initiator)
             assert isinstance(event, HandshakeComplete)
     except BaseException as exc:
         await _quiet_close(stream)
@@ -204,16 +203,6 @@ async def open_client_peer(
             raise LoadError(f"{name}: handshake failed: {exc}") from exc
         raise
     return ClientPeer(name, stream, event.trailing_data)
-
-
-async def _next_event(stream: trio.SocketStream, machine: Initiator) -> HandshakeEvent:
-    while True:
-        event = machine.next_event()
-        if event is not NEED_DATA:
-            assert not isinstance(event, type(NEED_DATA))
-            return event
-        data = await stream.receive_some(4096)
-        machine.receive_data(data)
 
 
 class LoadRun:

@@ -16,11 +16,11 @@ import trio
 from gnutella_router.config import Config, load_config
 from gnutella_router.daemon import Daemon
 from gnutella_router.net.connection import Connection
+from gnutella_router.net.handshaking import next_handshake_event
 from protocol.codec import encode_message
 from protocol.compression import DeflateCompressor, DeflateDecompressor
 from protocol.framing import Frame, FrameDecoder
 from protocol.handshake import (
-    NEED_DATA,
     HandshakeComplete,
     HandshakeRejected,
     HandshakeResponse,
@@ -190,11 +190,7 @@ async def _quiet_close(stream: trio.SocketStream) -> None:
 
 async def _next(stream: trio.SocketStream, machine: Initiator) -> object:
     with trio.fail_after(5):
-        while True:
-            event = machine.next_event()
-            if event is not NEED_DATA:
-                return event
-            machine.receive_data(await stream.receive_some(4096))
+        return await next_handshake_event(stream, machine)
 
 
 def daemon_config(state_dir: Path, overrides: Mapping[str, object] | None = None) -> Config:

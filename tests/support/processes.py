@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import os
 import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import trio
+
+from gnutella_router.testnet.process import start_router_process
 
 COMMAND = [sys.executable, "-m", "gnutella_router"]
 
@@ -20,13 +21,8 @@ def free_port() -> int:
 
 
 def start(args: list[str], state: Path) -> subprocess.Popen[bytes]:
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    return subprocess.Popen(
-        [*COMMAND, "run", "--state-dir", str(state), *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=env,
-    )
+    """A router process with output on pipes; the caller waits for it as it needs."""
+    return start_router_process(state, args).process
 
 
 async def wait_listening(port: int) -> None:

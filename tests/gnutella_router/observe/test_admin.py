@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -20,6 +18,7 @@ from gnutella_router.config import ConfigError, admin_listen_address, load_confi
 from gnutella_router.daemon import Daemon
 from gnutella_router.net.connection import format_address
 from gnutella_router.observe.admin import AdminServer
+from gnutella_router.testnet.process import start_router_process
 from protocol.messages import Ping, Query
 from tests.support.http import http_get
 from tests.support.peers import Peer, connection_of, message, peers, running_daemons, send_queries
@@ -473,25 +472,8 @@ async def wait_healthy(address: tuple[str, int], timeout: float = 15) -> None:
 
 
 def start_router(config: Path, port: int, state: Path) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "gnutella_router",
-            "run",
-            "--config",
-            str(config),
-            "--listen",
-            f"127.0.0.1:{port}",
-            "--state-dir",
-            str(state),
-            "--log-format",
-            "json",
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
+    arguments = ["--config", str(config), "--listen", f"127.0.0.1:{port}", "--log-format", "json"]
+    return start_router_process(state, arguments).process
 
 
 @pytest.mark.e2e
