@@ -1,0 +1,222 @@
+"""The routing rules of GnutellaRouter, without sockets or real time.
+
+The router is driven directly (:meth:`GnutellaRouter.handle`) with frames from fake
+links: objects with what the router uses of a connection, whose outgoing queue is the
+real, sans-IO threshold queue, so what a link "sent" is what the router queued for it.
+Time is trio's MockClock with autojump, so route expiry is tested in virtual seconds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import trio
+import trio.testing
+
+from gnutella_router.config import Config
+from gnutella_router.net.outqueue import Verdict
+from gnutella_router.net.threshold_queue import ThresholdQueue
+from gnutella_router.stages.router import GnutellaRouter
+from protocol.capabilities import Capabilities
+from protocol.codec import encode_message
+from protocol.constants import MessageType
+from protocol.framing import Frame, FrameDecoder
+from protocol.messages import (
+    Bye,
+    Message,
+    Payload,
+    Ping,
+    Pong,
+    Push,
+    Query,
+    QueryHit,
+    QueryHitResult,
+    random_guid,
+)
+
+OWN_GUID = b"R" * 16
+
+
+class FakeLink:
+    """What the router uses of a connection, with a real outgoing queue behind it."""
+
+    def __init__(self, link_id: int, **capabilities: object) -> None:
+        self.id = link_id
+        self.capabilities = Capabilities(**capabilities)  # type: ignore[arg-type]
+        self.outgoing = ThresholdQueue()
+        self.closing = False
+        self.close_reason: str | None = None
+        self.malformed_in = 0
+        self.last_ping_answered = 0.0
+        self.bye_code_received: int | None = None
+
+    def offer(self, data: bytes, message_type: int, hops: int, now: float) -> Verdict:
+        return self.outgoing.offer(data, message_type, hops, now)
+
+    def send_nowait(self, data: bytes, message_type: int, hops: int, now: float) -> bool:
+        return self.offer(data, message_type, hops, now) is Verdict.QUEUED
+
+    def send_message(self, message: Message, now: float) -> bool:
+        return self.send_nowait(encode_message(message), message.payload_type, message.hops, now)
+
+    def refused(self, verdict: Verdict) -> None:
+        self.closing = True
+
+    def wake_writer(self) -> None:
+        pass
+
+    def close(self, reason: str, *, bye_code: int | None = None) -> None:
+        self.closing = True
+        self.close_reason = reason
+
+    def sent(self) -> list[Frame]:
+        """Everything queued for this link so far, decoded, oldest first."""
+        data = b"".join(self.outgoing.take(1 << 30))
+        return FrameDecoder().receive_data(data) if data else []
+
+
+class Network:
+    """A router and its fake links; ``send`` hands it frames as a reader would."""
+
+    def __init__(self, links: int = 3, **capabilities: object) -> None:
+        self.links = [FakeLink(i + 1, **capabilities) for i in range(links)]
+        by_id = {link.id: link for link in self.links}
+        config = Config()
+        self.router = GnutellaRouter(
+            config.router,
+            connections=lambda: tuple(self.links),  # type: ignore[arg-type]
+            connection_by_id=by_id.get,  # type: ignore[arg-type]
+            own_address=lambda: ("192.0.2.1", 6346),
+            own_guid=OWN_GUID,
+            max_ttl=config.network.max_ttl,
+            hard_ttl_limit=config.network.hard_ttl_limit,
+            now=trio.current_time(),
+        )
+
+    async def send(self, link: FakeLink, *messages: Message) -> None:
+        data = b"".join(encode_message(m) for m in messages)
+        frames = FrameDecoder(tag=link).receive_data(data)
+        await self.router.handle(frames)
+
+    def dropped(self, reason: str, message_type: int) -> int:
+        return self.router.dropped[reason, message_type]
+
+
+def message(payload: Payload, ttl: int = 7, hops: int = 0, guid: bytes | None = None) -> Message:
+    return Message(guid or random_guid(), ttl, hops, payload)
+
+
+def hit(servent: bytes = b"S" * 16) -> QueryHit:
+    return QueryHit(6346, "192.0.2.9", 100, (QueryHitResult(1, 10, b"song.ogg"),), servent)
+
+
+def types(frames: Iterable[Frame]) -> list[int]:
+    return [frame.payload_type for frame in frames]
+
+
+async def test_a_ping_is_answered_and_broadcast_to_every_other_link(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    net = Network()
+    a, b, c = net.links
+    ping = message(Ping(), ttl=3)
+    await net.send(a, ping)
+    (pong,) = a.sent()
+    assert (pong.payload_type, pong.guid, pong.hops) == (MessageType.PONG, ping.guid, 0)
+    for other in (b, c):
+        (copy,) = other.sent()
+        assert (copy.guid, copy.ttl, copy.hops) == (ping.guid, 2, 1)
+
+
+async def test_a_repeated_guid_is_dropped_and_counted(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    net = Network()
+    a, b, _ = net.links
+    query = message(Query(b"jazz"), ttl=3)
+    await net.send(a, query)
+    await net.send(b, query)  # the same query by another path: not forwarded again
+    assert net.dropped("duplicate", MessageType.QUERY) == 1
+    assert len(net.links[2].sent()) == 1
+
+
+async def test_ttl_rules(autojump_clock: trio.testing.MockClock) -> None:
+    net = Network()
+    a, b, _ = net.links
+    await net.send(a, message(Query(b"dead"), ttl=0))
+    await net.send(a, message(Query(b"far too far"), ttl=10, hops=6))  # 16 > 15
+    await net.send(a, message(Query(b"last hop"), ttl=1))  # recorded, not forwarded
+    loud = message(Query(b"clamped"), ttl=12, hops=0)
+    await net.send(a, loud)
+    assert net.dropped("ttl-zero", MessageType.QUERY) == 1
+    assert net.dropped("hard-ttl-limit", MessageType.QUERY) == 1
+    (copy,) = b.sent()
+    assert copy.guid == loud.guid
+    assert (copy.ttl, copy.hops) == (6, 1)  # clamped to max_ttl 7 - hops, then one hop
+
+
+async def test_hits_follow_their_query_back_and_pushes_their_servent(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    net = Network()
+    asker, answerer, bystander = net.links
+    query = message(Query(b"song"), ttl=3)
+    await net.send(asker, query)
+    answerer.sent(), bystander.sent()  # the broadcast copies
+    await net.send(answerer, message(hit(b"S" * 16), ttl=5, guid=query.guid))
+    assert types(asker.sent()) == [MessageType.QUERY_HIT]
+    assert bystander.sent() == []
+    # The hit taught the router where servent S is: a push for it goes that way.
+    push = message(Push(b"S" * 16, 1, "192.0.2.5", 6346), ttl=5)
+    await net.send(asker, push)
+    assert types(answerer.sent()) == [MessageType.PUSH]
+    assert bystander.sent() == []
+    # A hit for a query never seen has nowhere to go.
+    await net.send(answerer, message(hit(), ttl=5))
+    assert net.dropped("no-route", MessageType.QUERY_HIT) == 1
+
+
+async def test_routes_expire_in_two_generations(autojump_clock: trio.testing.MockClock) -> None:
+    net = Network()
+    pinger, answerer, _ = net.links
+    ping = message(Ping(), ttl=2)
+    await net.send(pinger, ping)
+    pinger.sent()
+    await trio.sleep(net.router.config.ping_route_seconds * 2 + 1)  # virtual seconds
+    await net.send(answerer, message(Pong(6346, "192.0.2.7", 1, 1), ttl=2, guid=ping.guid))
+    assert pinger.sent() == []
+    assert net.dropped("no-route", MessageType.PONG) == 1
+
+
+async def test_a_pong_is_routed_back_to_its_pinger(autojump_clock: trio.testing.MockClock) -> None:
+    net = Network()
+    pinger, answerer, bystander = net.links
+    ping = message(Ping(), ttl=2)
+    await net.send(pinger, ping)
+    pinger.sent(), bystander.sent()
+    await net.send(answerer, message(Pong(6346, "192.0.2.7", 1, 1), ttl=2, guid=ping.guid))
+    assert types(pinger.sent()) == [MessageType.PONG]
+    assert bystander.sent() == []
+
+
+async def test_bye_and_unknown_types(autojump_clock: trio.testing.MockClock) -> None:
+    net = Network()
+    a, b, _ = net.links
+    await net.send(a, message(Bye(200, "relayed"), ttl=1, hops=1))
+    assert net.dropped("bye-relayed", MessageType.BYE) == 1
+    assert not a.closing
+    await net.send(b, message(Bye(200, "done"), ttl=1))
+    assert net.router.consumed[MessageType.BYE] == 1
+    assert b.closing
+    unknown = Frame(random_guid(), 0x7F, 3, 0, b"", tag=a)
+    await net.router.handle([unknown])
+    assert net.dropped("unknown-type", 0x7F) == 1
+
+
+async def test_a_closing_links_frames_are_dropped(autojump_clock: trio.testing.MockClock) -> None:
+    net = Network()
+    a, b, _ = net.links
+    a.closing = True
+    await net.send(a, message(Query(b"too late"), ttl=3))
+    assert net.dropped("connection-closing", MessageType.QUERY) == 1
+    assert b.sent() == []
