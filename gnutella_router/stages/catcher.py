@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import ipaddress
+from collections.abc import Iterable
 from pathlib import Path
 
 import structlog
@@ -58,6 +59,17 @@ class CatcherStatistics:
     gwebcache_requests: int
     gwebcache_failures: int
     saves: int
+
+
+def own_addresses(
+    advertised: tuple[str, int], listening: Iterable[tuple[str, int]]
+) -> set[tuple[str, int]]:
+    """Every address by which a peer could name this router: what it advertises, where
+    it listens, and loopback on the port of a wildcard listener (which answers there)."""
+    own = {advertised, *listening}
+    wildcard_ports = {port for host, port in own if host in ("0.0.0.0", "::")}
+    own.update((host, port) for port in wildcard_ports for host in ("127.0.0.1", "::1"))
+    return own
 
 
 class GnutellaCatcher:
@@ -123,12 +135,7 @@ class GnutellaCatcher:
             self.hosts.add(host, port, source, now)
 
     def _own_addresses(self) -> set[tuple[str, int]]:
-        """Every address by which a peer could name this router."""
-        own = {self.server.advertised_address(), *self.server.listen_addresses}
-        for host, port in own:
-            if host in ("0.0.0.0", "::"):  # a wildcard listener answers on loopback too
-                own.update({("127.0.0.1", port), ("::1", port)})
-        return own
+        return own_addresses(self.server.advertised_address(), self.server.listen_addresses)
 
     def try_hosts(self) -> list[tuple[str, int]]:
         """Hosts to suggest to a peer we must refuse (X-Try-Ultrapeers)."""

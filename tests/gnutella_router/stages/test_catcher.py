@@ -142,3 +142,18 @@ async def test_the_routers_own_address_never_enters_its_host_cache(tmp_path: Pat
         await wait_until(lambda: ("192.0.2.7", 6346) in daemon.catcher.hosts)
         assert (host, port) not in daemon.catcher.hosts
         assert daemon.catcher.statistics().own_addresses_skipped == 2
+
+
+def test_a_wildcard_listener_is_named_by_loopback_too() -> None:
+    from gnutella_router.stages.catcher import own_addresses
+
+    own = own_addresses(("192.0.2.1", 6346), [("0.0.0.0", 6346), ("::", 6350)])
+    assert own == {
+        ("192.0.2.1", 6346),
+        ("0.0.0.0", 6346),
+        ("::", 6350),
+        ("127.0.0.1", 6346),
+        ("::1", 6346),
+        ("127.0.0.1", 6350),
+        ("::1", 6350),
+    }
