@@ -7,6 +7,7 @@ Sources: the Gnutella 0.6 draft (header, payload types, TTL rules) and gtk-gnute
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 
 HEADER_SIZE = 23
 """GUID (16) + payload type (1) + TTL (1) + hops (1) + payload length (4)."""
@@ -48,6 +49,12 @@ def message_type_name(message_type: int) -> str:
         return MessageType(message_type).name.lower()
     except ValueError:
         return f"0x{message_type:02x}"
+
+
+def counts_by_type_name(counts: Sequence[int]) -> dict[str, int]:
+    """Per-type counters kept as a list indexed by type code, as a dict by label, with
+    the types never counted left out."""
+    return {message_type_name(t): n for t, n in enumerate(counts) if n}
 
 
 KNOWN_MESSAGE_TYPES = frozenset(int(t) for t in MessageType)

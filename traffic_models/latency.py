@@ -71,15 +71,12 @@ def read_stamp(guid: bytes, run: int, marker: bytes | None = None) -> int | None
     return int.from_bytes(guid[:8], "big")
 
 
-type_name = message_type_name
-"""The label of a message type in load reports (see :func:`message_type_name`)."""
-
-
 @dataclasses.dataclass(frozen=True, slots=True)
 class LatencySummary:
     """Percentiles of one histogram, in microseconds."""
 
     count: int
+    min: int
     p50: int
     p90: int
     p99: int
@@ -91,6 +88,7 @@ class LatencySummary:
     def of(cls, histogram: HdrHistogram) -> LatencySummary:
         return cls(
             count=int(histogram.get_total_count()),
+            min=int(histogram.get_min_value()),
             p50=int(histogram.get_value_at_percentile(50.0)),
             p90=int(histogram.get_value_at_percentile(90.0)),
             p99=int(histogram.get_value_at_percentile(99.0)),
@@ -163,7 +161,7 @@ class LatencyBook:
         """kind -> type name -> summary."""
         out: dict[str, dict[str, LatencySummary]] = {}
         for (kind, message_type), histogram in sorted(self._all().items()):
-            out.setdefault(kind, {})[type_name(message_type)] = LatencySummary.of(histogram)
+            out.setdefault(kind, {})[message_type_name(message_type)] = LatencySummary.of(histogram)
         return out
 
     def percentile_us(self, kind: str, message_type: int, percentile: float) -> int | None:
@@ -299,14 +297,14 @@ class LoadReport:
             lines.append(f"replies back at the injectors: {_counts(self.replies)}")
         if self.router is not None:
             lines.extend(self.router.lines(self.sent))
-        columns = ("count", "p50", "p90", "p99", "p99.9")
+        columns = ("count", "min", "p50", "p90", "p99", "p99.9")
         lines.append(
             f"{'latency (us)':<26}" + "".join(f"{c:>10}" for c in columns) + f"{'max':>11}"
         )
         for kind, by_type in self.latency.items():
             for name, s in by_type.items():
                 lines.append(
-                    f"{kind + ' ' + name:<26}{s.count:>10,}{s.p50:>10,}{s.p90:>10,}"
+                    f"{kind + ' ' + name:<26}{s.count:>10,}{s.min:>10,}{s.p50:>10,}{s.p90:>10,}"
                     f"{s.p99:>10,}{s.p999:>10,}{s.max:>11,}"
                 )
         if self.negative_samples:

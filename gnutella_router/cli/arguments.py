@@ -7,9 +7,11 @@ argparse turns an :class:`argparse.ArgumentTypeError` into ``PROG: error: argume
 from __future__ import annotations
 
 import argparse
-import ipaddress
 import math
 from collections.abc import Callable
+
+from gnutella_router.config import ConfigError, parse_host_port
+from gnutella_router.traffic.replay import ReplayError, parse_target
 
 
 def positive(text: str) -> float:
@@ -40,19 +42,21 @@ def count(low: int, high: int) -> Callable[[str], int]:
 
 
 def loopback_address(text: str) -> tuple[str, int]:
-    """``HOST:PORT`` on this machine: traffic tools never aim anywhere else."""
-    host, colon, port = text.rpartition(":")
-    host = host.strip("[]") or "127.0.0.1"
-    if not colon or not port.isdigit() or not 0 < int(port) < 65536:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected HOST:PORT")
-    if host != "localhost":
-        try:
-            loopback = ipaddress.ip_address(host).is_loopback
-        except ValueError:
-            loopback = False
-        if not loopback:
-            raise argparse.ArgumentTypeError(f"{text!r}: only loopback addresses are allowed")
-    return host, int(port)
+    """``HOST:PORT`` on this machine: traffic tools never aim anywhere else (the rule is
+    :func:`gnutella_router.traffic.replay.parse_target`'s)."""
+    try:
+        return parse_target(text)
+    except ReplayError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def admin_address(text: str) -> tuple[str, int]:
+    """A router's admin interface, ``HOST:PORT`` (any host: it may be remote, with a
+    token)."""
+    try:
+        return parse_host_port(text, key="--admin", allow_port_zero=False)
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _number(text: str) -> float:

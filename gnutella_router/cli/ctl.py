@@ -18,8 +18,8 @@ import json
 import os
 import sys
 
+from gnutella_router.cli.arguments import admin_address
 from gnutella_router.cli.dump import DEFAULT_ADMIN
-from gnutella_router.config import ConfigError, parse_host_port
 from gnutella_router.logs import LOG_LEVELS
 from gnutella_router.observe.admin_client import TOKEN_ENVIRONMENT, FetchError, post
 
@@ -34,7 +34,7 @@ def add_ctl_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]
     )
     ctl.add_argument(
         "--admin",
-        type=_admin_address,
+        type=admin_address,
         default=DEFAULT_ADMIN,
         metavar="HOST:PORT",
         help="the router's admin interface",
@@ -50,13 +50,6 @@ def add_ctl_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]
     profiler = actions.add_parser("profiler", help="start or stop the profiler")
     profiler.add_argument("change", choices=("start", "stop"))
     ctl.set_defaults(handler=cmd_ctl)
-
-
-def _admin_address(text: str) -> tuple[str, int]:
-    try:
-        return parse_host_port(text, key="--admin", allow_port_zero=False)
-    except ConfigError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def request_for(args: argparse.Namespace) -> tuple[str, dict[str, object]]:

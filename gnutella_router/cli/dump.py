@@ -18,7 +18,7 @@ import urllib.parse
 from collections.abc import Mapping, Sequence
 from typing import TextIO
 
-from gnutella_router.config import ConfigError, parse_host_port
+from gnutella_router.cli.arguments import admin_address
 from gnutella_router.observe.admin_client import TOKEN_ENVIRONMENT, FetchError, fetch
 
 DEFAULT_ADMIN = "127.0.0.1:6347"
@@ -399,13 +399,6 @@ def _limit_argument(text: str) -> int:
     return int(text)
 
 
-def _address_argument(text: str) -> tuple[str, int]:
-    try:
-        return parse_host_port(text, key="--admin", allow_port_zero=False)
-    except ConfigError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
 def run_dump(args: argparse.Namespace, out: TextIO | None = None) -> int:
     """Fetch the view ``args`` names and print it; the exit status."""
     out = out or sys.stdout
@@ -449,8 +442,8 @@ def add_dump_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser
     )
     dump.add_argument(
         "--admin",
-        type=_address_argument,
-        default=_address_argument(DEFAULT_ADMIN),
+        type=admin_address,
+        default=admin_address(DEFAULT_ADMIN),
         metavar="HOST:PORT",
         help=f"the router's admin interface (default {DEFAULT_ADMIN}: node port 6346 + 1)",
     )

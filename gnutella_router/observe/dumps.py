@@ -47,8 +47,9 @@ from gnutella_router.config import config_as_dict
 from gnutella_router.net.connection import Connection, format_address
 from gnutella_router.net.route_table import RouteEntry, RouteTable
 from gnutella_router.observe.view import RouterView
-from gnutella_router.stages.router import LOCAL, type_name
+from gnutella_router.stages.router import LOCAL
 from gnutella_router.stages.server import ConnectionTable
+from protocol.constants import message_type_name
 
 __all__ = [
     "DEFAULT_ROUTE_LIMIT",
@@ -274,7 +275,7 @@ def _connection(connection: Connection, now: float) -> dict[str, object]:
             "queued_total": queue.queued_total,
             "sent_total": queue.sent_total,
             "dropped": dict(queue.dropped),
-            "dropped_by_type": {type_name(t): n for t, n in queue.dropped_by_type.items()},
+            "dropped_by_type": {message_type_name(t): n for t, n in queue.dropped_by_type.items()},
         },
         "flow_control": {
             "active": queue.flow_controlled,

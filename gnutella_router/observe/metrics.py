@@ -50,7 +50,7 @@ from gnutella_router.runtime.histogram import HistogramSnapshot
 from gnutella_router.runtime.stage import StageStatistics
 from gnutella_router.stages.router import DROP_REASONS
 from gnutella_router.stages.server import DIAL_FAILURE_REASONS, INCOMING_REFUSAL_REASONS
-from protocol.constants import MessageType
+from protocol.constants import MessageType, message_type_name
 
 __all__ = ["CONTENT_TYPE", "DaemonCollector", "metrics_registry", "render_metrics"]
 
@@ -61,7 +61,7 @@ CONTENT_TYPE = CONTENT_TYPE_PLAIN_0_0_4
 MESSAGE_COUNTERS = ("received", "forwarded", "generated", "consumed")
 """The router's per-type counters, each exported as ``gnutella_messages_<name>_total``."""
 ROUTED_TYPES = tuple(
-    t.name.lower()
+    message_type_name(t)
     for t in (
         MessageType.PING,
         MessageType.PONG,

@@ -48,7 +48,7 @@ import trio
 from gnutella_router.config import ProfilerConfig
 from gnutella_router.observe.view import RouterView
 from gnutella_router.runtime.stage import Stage
-from gnutella_router.stages.router import type_name
+from protocol.constants import message_type_name
 
 MAX_CONNECTIONS_TRACKED = 64
 """Connections kept per sample: the busiest by outgoing bytes."""
@@ -201,7 +201,7 @@ class Profiler:
             last = self._last_received
             for message_type, count in enumerate(received):
                 if count != last[message_type]:
-                    rates[type_name(message_type)] = round(
+                    rates[message_type_name(message_type)] = round(
                         (count - last[message_type]) / elapsed, 1
                     )
         self._last_received = list(received)

@@ -164,13 +164,11 @@ class StageQueue(Generic[T]):
         An event handed back by :meth:`requeue` after its admission mark was dropped
         reads as admitted with the next run: its wait is then slightly understated.
         """
-        if not self._events:
+        # take() drops every mark the head has passed, so the first one left is the
+        # head's own run.
+        if not self._events or not self._marks:
             return None
-        head = self._head
-        for end, at in self._marks:
-            if end > head:
-                return at
-        return None
+        return self._marks[0][1]
 
     def take(self, limit: int) -> list[T]:
         """Remove and return up to ``limit`` events, oldest first (never waits)."""

@@ -47,7 +47,12 @@ from gnutella_router.net.outqueue import Verdict
 from gnutella_router.net.route_table import RouteTable, RouteTableStatistics, SeenTable
 from gnutella_router.runtime.stage import Stage
 from protocol.codec import build_payload, encode_message, parse_payload
-from protocol.constants import GUID_SIZE, MessageType, message_type_name
+from protocol.constants import (
+    GUID_SIZE,
+    MessageType,
+    counts_by_type_name,
+    message_type_name,
+)
 from protocol.errors import LocalProtocolError, MalformedPayloadError
 from protocol.framing import Frame
 from protocol.header import HEADER_STRUCT
@@ -107,10 +112,6 @@ DROP_REASONS = (
     "bye-relayed",
 )
 """Every reason the router drops a message for (shed reasons come from the shedder)."""
-
-
-type_name = message_type_name
-"""The label of a message type in counters and dumps (see :func:`message_type_name`)."""
 
 
 class PongCache:
@@ -625,12 +626,12 @@ class GnutellaRouter:
         now = _current_time()
         dropped: dict[str, dict[str, int]] = {}
         for (reason, message_type), count in sorted(self.dropped.items()):
-            dropped.setdefault(reason, {})[type_name(message_type)] = count
+            dropped.setdefault(reason, {})[message_type_name(message_type)] = count
         return RouterStatistics(
-            received=_by_type(self.received),
-            forwarded=_by_type(self.forwarded),
-            generated=_by_type(self.generated),
-            consumed=_by_type(self.consumed),
+            received=counts_by_type_name(self.received),
+            forwarded=counts_by_type_name(self.forwarded),
+            generated=counts_by_type_name(self.generated),
+            consumed=counts_by_type_name(self.consumed),
             dropped=dropped,
             tables={
                 table.name: table.statistics(now)
@@ -647,10 +648,6 @@ class GnutellaRouter:
         yield self.ping_routes
         yield self.query_routes
         yield self.push_routes
-
-
-def _by_type(counts: list[int]) -> dict[str, int]:
-    return {type_name(t): n for t, n in enumerate(counts) if n}
 
 
 def _current_time() -> float:

@@ -179,6 +179,14 @@ DIAL_FAILURE_REASONS = ("dial-timeout", "dial-handshake-error", "dial-failed")
 """Why a connection we dial does not come up (also keys of ``refused``)."""
 
 
+TRAFFIC = ("bytes_in", "bytes_out", "messages_in", "messages_out")
+"""A connection's traffic counters, summed over all connections in the statistics."""
+
+
+def _traffic(connection: Connection) -> dict[str, int]:
+    return {name: getattr(connection, name) for name in TRAFFIC}
+
+
 class DialError(Exception):
     """An outgoing connection did not come up; the message says why."""
 
@@ -216,10 +224,12 @@ class GnutellaServer:
         self.completed: collections.Counter[str] = collections.Counter()
         self.refused: collections.Counter[str] = collections.Counter()
         self.refusal_warnings = RateLimitedWarnings(self.log)
-        self._closed_totals = [0, 0, 0, 0]
-        """Bytes in, bytes out, messages in, messages out of connections that ended."""
-        self._closed_dropped: collections.Counter[str] = collections.Counter()
         """One warning line per kind of refusal every 10 s, with how many were held back."""
+        self._closed: collections.Counter[str] = collections.Counter()
+        """Bytes and messages each way of the connections that ended (the statistics'
+        totals add the live ones, so they only rise)."""
+        self._closed_dropped: collections.Counter[str] = collections.Counter()
+        """What the outgoing queues of the connections that ended dropped, by reason."""
         self.recorder: FrameTap | None = None
         """Handed to every new connection; the daemon sets it when recording a trace."""
 
@@ -531,10 +541,7 @@ class GnutellaServer:
             self.connections.remove(connection)
             self.closed += 1
             now = trio.current_time()
-            self._closed_totals[0] += connection.bytes_in
-            self._closed_totals[1] += connection.bytes_out
-            self._closed_totals[2] += connection.messages_in
-            self._closed_totals[3] += connection.messages_out
+            self._closed.update(_traffic(connection))
             self._closed_dropped.update(connection.outgoing.statistics(now).dropped)
             connection.log_summary(now)
 
@@ -561,22 +568,13 @@ class GnutellaServer:
         )
 
     def _traffic_totals(self) -> dict[str, Any]:
-        bytes_in, bytes_out, messages_in, messages_out = self._closed_totals
+        totals = collections.Counter(self._closed)
         dropped = collections.Counter(self._closed_dropped)
         now = trio.current_time()
         for connection in self.connections.snapshot():
-            bytes_in += connection.bytes_in
-            bytes_out += connection.bytes_out
-            messages_in += connection.messages_in
-            messages_out += connection.messages_out
+            totals.update(_traffic(connection))
             dropped.update(connection.outgoing.statistics(now).dropped)
-        return {
-            "bytes_in": bytes_in,
-            "bytes_out": bytes_out,
-            "messages_in": messages_in,
-            "messages_out": messages_out,
-            "outgoing_dropped": dict(dropped),
-        }
+        return {**{name: totals[name] for name in TRAFFIC}, "outgoing_dropped": dict(dropped)}
 
 
 async def _send_and_close(stream: trio.SocketStream, data: bytes) -> None:

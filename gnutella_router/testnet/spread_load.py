@@ -22,8 +22,9 @@ from gnutella_router.traffic.load import (
     open_client_peer,
 )
 from protocol.codec import encode_message
+from protocol.constants import counts_by_type_name
 from protocol.messages import Message, Ping
-from traffic_models.latency import stamp_guid, type_name
+from traffic_models.latency import stamp_guid
 
 PROBE_TIMEOUT = 10.0
 
@@ -81,15 +82,11 @@ class SpreadLoadRun(LoadRun):
             "sent": sum(self.sent),
             "copies": sum(self.received),
             "late": self.late,
-            "sent_by_type": _named(self.sent),
-            "copies_by_type": _named(self.received),
+            "sent_by_type": counts_by_type_name(self.sent),
+            "copies_by_type": counts_by_type_name(self.received),
         }
 
 
 def _local_address(stream: trio.SocketStream) -> tuple[str, int]:
     name = stream.socket.getsockname()
     return str(name[0]), int(name[1])
-
-
-def _named(counts: Sequence[int]) -> dict[str, int]:
-    return {type_name(t): n for t, n in enumerate(counts) if n}

@@ -49,7 +49,7 @@ from gnutella_router import __version__
 from gnutella_router.net.handshaking import next_handshake_event
 from gnutella_router.observe.admin_client import FetchError, fetch
 from protocol.codec import encode_message
-from protocol.constants import MessageType
+from protocol.constants import MessageType, counts_by_type_name
 from protocol.errors import RemoteProtocolError
 from protocol.framing import Frame, FrameDecoder
 from protocol.handshake import (
@@ -67,7 +67,6 @@ from traffic_models.latency import (
     read_stamp,
     run_marker,
     stamp_guid,
-    type_name,
 )
 from traffic_models.responder import Responder
 
@@ -509,14 +508,14 @@ class LoadRun:
             injectors=settings.injectors,
             sinks=sinks,
             offered_rate=total_sent / settings.duration,
-            sent=_named(self.sent),
+            sent=counts_by_type_name(self.sent),
             late=self.late,
             late_threshold_ms=settings.late_threshold_ms,
             early=self.early,
             achieved_rate=total_sent / elapsed if elapsed > 0 else math.nan,
-            received=_named(self.received),
-            expected=_named(self.expected),
-            replies=_named(self.replies),
+            received=counts_by_type_name(self.received),
+            expected=counts_by_type_name(self.expected),
+            replies=counts_by_type_name(self.replies),
             latency=self.book.summaries(),
             disconnected=[p.closed for p in closed if p.closed],
             negative_samples=self.book.negative,
@@ -546,14 +545,10 @@ class LoadRun:
             received=_delta(_mapping(after.get("received")), _mapping(before.get("received"))),
             forwarded=_delta(_mapping(after.get("forwarded")), _mapping(before.get("forwarded"))),
             dropped=dropped,
-            copies_at_our_peers=_named(
+            copies_at_our_peers=counts_by_type_name(
                 [a + b for a, b in zip(self.received, self.injector_copies, strict=True)]
             ),
         )
-
-
-def _named(counts: list[int]) -> dict[str, int]:
-    return {type_name(t): n for t, n in enumerate(counts) if n}
 
 
 def _mapping(value: object) -> dict[str, Any]:

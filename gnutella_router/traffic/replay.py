@@ -169,8 +169,8 @@ def parse_target(text: str) -> tuple[str, int]:
         ) from None
     if not address.is_loopback:
         raise ReplayError(
-            f"target {text!r} is not a loopback address: replay only drives routers on "
-            "this machine (127.0.0.0/8 or ::1)"
+            f"target {text!r} is not a loopback address: only loopback addresses are "
+            "allowed, the traffic tools drive routers on this machine (127.0.0.0/8 or ::1)"
         )
     return str(address), int(port_text)
 

@@ -241,7 +241,9 @@ async def test_a_warmup_is_sent_but_not_timed() -> None:
 @pytest.mark.e2e
 def test_the_calibration_commands_as_a_user_runs_them(tmp_path: Path) -> None:
     """`gnutella-router echo --delay-ms 5` and `gnutella-router load --json` as processes:
-    the 5 ms stand-in reads 5.0-7.0 ms at the median, with no sample below zero."""
+    no sample reads less than the stand-in's 5 ms (the fault read 1 µs at the median) and
+    none below zero. The median's upper bound is loose: two Python processes on a busy
+    2-core machine add a few milliseconds of scheduling on top of the 5 ms."""
     import json
     import socket
     import subprocess
@@ -273,7 +275,9 @@ def test_the_calibration_commands_as_a_user_runs_them(tmp_path: Path) -> None:
     report = json.loads(out.read_text())
     assert report["negative_samples"] == 0
     for name in ("ping", "query"):
-        assert 5_000 <= report["latency"]["one-hop"][name]["p50"] <= 7_000, report["latency"]
+        summary = report["latency"]["one-hop"][name]
+        assert summary["min"] >= 5_000, report["latency"]
+        assert summary["p50"] <= 25_000, report["latency"]
 
 
 async def test_every_probe_has_a_guid_of_its_own(autojump_clock: trio.testing.MockClock) -> None:
