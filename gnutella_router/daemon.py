@@ -18,12 +18,12 @@ daemon carries on; the same views are served live by the admin interface
 
 from __future__ import annotations
 
-import dataclasses
 import gc
 import signal
 from pathlib import Path
 from typing import Self
 
+import msgspec
 import structlog
 import trio
 
@@ -166,7 +166,7 @@ class Daemon:
         """Start sampling (a fresh ring); False if it is already running."""
         if self._profiler_scope is not None or self._nursery is None:
             return False
-        settings = dataclasses.replace(self.config.profiler, enabled=True)
+        settings = msgspec.structs.replace(self.config.profiler, enabled=True)
         self.profiler = Profiler(self, settings)
         await self._nursery.start(self._run_profiler, self.profiler)
         self.log.info("profiler started by the operator")

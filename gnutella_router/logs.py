@@ -47,7 +47,7 @@ import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
-from typing import Any, TextIO
+from typing import Any, Literal, TextIO, get_args
 
 import structlog
 from structlog.typing import FilteringBoundLogger, Processor
@@ -55,6 +55,8 @@ from structlog.typing import FilteringBoundLogger, Processor
 __all__ = [
     "LOG_FORMATS",
     "LOG_LEVELS",
+    "LogFormat",
+    "LogLevel",
     "RateLimitedWarnings",
     "configure_logging",
     "current_level",
@@ -62,16 +64,14 @@ __all__ = [
     "set_level",
 ]
 
-LOG_FORMATS = ("auto", "console", "json")
+LogFormat = Literal["auto", "console", "json"]
+LogLevel = Literal["debug", "info", "warning", "error"]
+
+LOG_FORMATS: tuple[str, ...] = get_args(LogFormat)
 """Accepted values of ``format``."""
 
 LOG_LEVELS: Mapping[str, int] = MappingProxyType(
-    {
-        "debug": logging.DEBUG,
-        "info": logging.INFO,
-        "warning": logging.WARNING,
-        "error": logging.ERROR,
-    }
+    {name: logging.getLevelNamesMapping()[name.upper()] for name in get_args(LogLevel)}
 )
 """Accepted values of ``level`` (any case), lowest first."""
 

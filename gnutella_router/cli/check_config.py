@@ -12,12 +12,8 @@ import argparse
 import re
 import sys
 
-from gnutella_router.config import (
-    ConfigError,
-    add_config_arguments,
-    config_as_toml,
-    config_from_args,
-)
+from gnutella_router.cli.config_flags import add_config_arguments, config_from_args
+from gnutella_router.config import ConfigError, config_as_toml
 
 
 def add_check_config_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -16,13 +16,13 @@ from gnutella_router import __version__
 from gnutella_router.cli.arguments import count, positive
 from gnutella_router.cli.check_config import add_check_config_parser
 from gnutella_router.cli.completion import add_completion_parser
+from gnutella_router.cli.config_flags import add_config_arguments
 from gnutella_router.cli.ctl import add_ctl_parser
 from gnutella_router.cli.dump import add_dump_parser
 from gnutella_router.cli.interrupt import INTERRUPTED, run_interruptible
 from gnutella_router.cli.load import add_echo_parser, add_load_parser
 from gnutella_router.cli.plot import add_plot_parser
 from gnutella_router.cli.testnet import add_testnet_parser
-from gnutella_router.config import add_config_arguments
 from gnutella_router.observe.describe import describe_frame
 from protocol.codec import encode_message
 from protocol.errors import RemoteProtocolError
@@ -122,7 +122,8 @@ def cmd_sample(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from gnutella_router.config import ConfigError, config_from_args
+    from gnutella_router.cli.config_flags import config_from_args
+    from gnutella_router.config import ConfigError
     from gnutella_router.daemon import Daemon
     from gnutella_router.logs import configure_logging, get_logger
 

@@ -24,13 +24,14 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
+from typing import get_args
 
-from gnutella_router.config import SheddingConfig
+from gnutella_router.config import SheddingConfig, SheddingPolicy
 from gnutella_router.runtime.stage import StageQueue
 from protocol.constants import MessageType
 from protocol.framing import Frame
 
-POLICIES = ("backpressure", "drop-tail", "red", "queries-first")
+POLICIES: tuple[str, ...] = get_args(SheddingPolicy)
 
 Count = Callable[[str, Frame], None]
 

@@ -54,7 +54,7 @@ import h11
 import trio
 
 from gnutella_router import __version__
-from gnutella_router.config import admin_listen_address, is_loopback_host
+from gnutella_router.addresses import is_loopback_host
 from gnutella_router.net.connection import format_address
 from gnutella_router.net.listening import open_listeners
 from gnutella_router.observe.admin_control import (
@@ -169,9 +169,9 @@ class AdminServer:
         self.daemon = daemon
         self.control = control
         """Carries out POSTs (see :mod:`.admin_control`); None: the router takes none."""
-        self.address = address or admin_listen_address(config, daemon.config.node)
+        self.address = address or daemon.config.admin_address
         self.token = config.token.encode("ascii")
-        self.require_token = config.require_token
+        self.require_token = bool(config.token)  # a token set is a token required
         self.allow_remote = config.allow_remote
         self.max_connections = max_connections
         self.request_timeout = request_timeout

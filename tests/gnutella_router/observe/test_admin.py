@@ -14,7 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from gnutella_router import __version__
 from gnutella_router.cli.dump import format_table
 from gnutella_router.cli.main import main
-from gnutella_router.config import ConfigError, admin_listen_address, load_config
+from gnutella_router.config import ConfigError, load_config
 from gnutella_router.daemon import Daemon
 from gnutella_router.net.connection import format_address
 from gnutella_router.observe.admin import AdminServer
@@ -288,7 +288,9 @@ def test_allow_remote_without_a_token_is_a_configuration_error() -> None:
     with pytest.raises(ConfigError, match=r"admin\.token") as caught:
         load_config(None, {"admin.allow_remote": True})
     assert caught.value.key == "admin.token"
-    assert load_config(None, {"admin.allow_remote": True, "admin.token": TOKEN}).admin.require_token
+    assert (
+        load_config(None, {"admin.allow_remote": True, "admin.token": TOKEN}).admin.token == TOKEN
+    )
 
 
 def test_a_non_loopback_admin_address_needs_remote_access() -> None:
@@ -298,7 +300,7 @@ def test_a_non_loopback_admin_address_needs_remote_access() -> None:
     config = load_config(
         None, {"admin.listen": "0.0.0.0:7000", "admin.allow_remote": True, "admin.token": TOKEN}
     )
-    assert admin_listen_address(config.admin, config.node) == ("0.0.0.0", 7000)
+    assert config.admin_address == ("0.0.0.0", 7000)
     for loopback in ("127.0.0.1:7000", "[::1]:7000", "localhost:7000"):
         load_config(None, {"admin.listen": loopback})
 
@@ -328,7 +330,7 @@ def test_the_admin_address_follows_the_node(
     overrides: dict[str, object], expected: tuple[str, int]
 ) -> None:
     config = load_config(None, overrides)
-    assert admin_listen_address(config.admin, config.node) == expected
+    assert config.admin_address == expected
 
 
 def test_no_port_after_65535() -> None:

@@ -96,7 +96,7 @@ async def test_the_graph_counts_hosts_learned_from_pongs(tmp_path: Path) -> None
 def test_the_profiler_is_off_by_default_and_the_flag_turns_it_on() -> None:
     import argparse
 
-    from gnutella_router.config import add_config_arguments, config_from_args
+    from gnutella_router.cli.config_flags import add_config_arguments, config_from_args
 
     assert load_config().profiler.enabled is False
     parser = argparse.ArgumentParser()

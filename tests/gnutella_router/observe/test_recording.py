@@ -13,8 +13,9 @@ import pytest
 import structlog
 import trio
 
+from gnutella_router.cli.config_flags import config_from_args
 from gnutella_router.cli.main import build_parser
-from gnutella_router.config import ConfigError, config_from_args, load_config
+from gnutella_router.config import ConfigError, load_config
 from gnutella_router.daemon import Daemon
 from gnutella_router.observe.recorder import Recorder
 from protocol.codec import encode_message
