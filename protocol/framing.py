@@ -38,12 +38,12 @@ _unpack_header = HEADER_STRUCT.unpack_from
 class Frame:
     """One message as it crossed the wire: header fields and undecoded payload bytes.
 
-    ``tag`` is the caller's: whatever its :class:`FrameDecoder` was given (a router
-    puts the connection the frame arrived on there, so frames can travel between stages
-    without being wrapped). It takes no part in equality.
+    ``source`` is the caller's number for the stream the frame came from, whatever its
+    :class:`FrameDecoder` was given (a router's connection id), so frames can travel
+    between stages without being wrapped. It takes no part in equality.
     """
 
-    __slots__ = ("guid", "hops", "payload", "payload_type", "tag", "ttl")
+    __slots__ = ("guid", "hops", "payload", "payload_type", "source", "ttl")
 
     def __init__(
         self,
@@ -52,14 +52,14 @@ class Frame:
         ttl: int,
         hops: int,
         payload: bytes,
-        tag: object = None,
+        source: int = 0,
     ) -> None:
         self.guid = guid
         self.payload_type = payload_type
         self.ttl = ttl
         self.hops = hops
         self.payload = payload
-        self.tag = tag
+        self.source = source
 
     def message(self) -> Message:
         """Decode the payload into a typed :class:`~protocol.messages.Message`.
@@ -133,14 +133,14 @@ class FrameTooLargeError(RemoteProtocolError):
 class FrameDecoder:
     """Incremental framer: feed any chunking, get whole messages in batches."""
 
-    __slots__ = ("_ended", "_failure", "_needed", "_pending", "max_payload", "tag")
+    __slots__ = ("_ended", "_failure", "_needed", "_pending", "max_payload", "source")
 
-    def __init__(self, max_payload: int = DEFAULT_MAX_PAYLOAD, *, tag: object = None) -> None:
-        """``tag`` is attached to every frame this decoder produces (see :class:`Frame`)."""
+    def __init__(self, max_payload: int = DEFAULT_MAX_PAYLOAD, *, source: int = 0) -> None:
+        """``source`` is given to every frame this decoder produces (see :class:`Frame`)."""
         if max_payload < 0:
             raise ValueError("max_payload must not be negative")
         self.max_payload = max_payload
-        self.tag = tag
+        self.source = source
         self._pending = bytearray()
         self._needed = HEADER_SIZE
         self._failure: FrameTooLargeError | TruncatedStreamError | None = None
@@ -186,7 +186,7 @@ class FrameDecoder:
             buffer = data if isinstance(data, bytes) else bytes(data)
         available = len(buffer)
         limit = self.max_payload
-        tag = self.tag
+        source = self.source
         frames: list[Frame] = []
         append = frames.append
         position = 0
@@ -202,7 +202,7 @@ class FrameDecoder:
             if end > available:
                 needed = end - position
                 break
-            append(Frame(guid, payload_type, ttl, hops, buffer[start:end], tag))
+            append(Frame(guid, payload_type, ttl, hops, buffer[start:end], source))
             position = end
         if position < available:
             self._pending = bytearray(buffer[position:])

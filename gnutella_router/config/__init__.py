@@ -26,6 +26,7 @@ library and converting a two-table config: about 30 ms with msgspec, 130 ms with
 pydantic); cattrs converts leniently by default ("7" becomes 7, 7.5 becomes 7).
 """
 
+from gnutella_router.addresses import is_loopback_host
 from gnutella_router.config.loading import config_as_dict, config_as_toml, load_config
 from gnutella_router.config.rules import ConfigError, parse_host_port
 from gnutella_router.config.sections import (
@@ -44,7 +45,6 @@ from gnutella_router.config.sections import (
     SlowPeerPolicy,
     TraceConfig,
 )
-from gnutella_router.addresses import is_loopback_host
 
 __all__ = [
     "AdminConfig",

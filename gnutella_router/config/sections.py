@@ -20,6 +20,7 @@ import msgspec
 from msgspec import Meta
 
 from gnutella_router import __version__
+from gnutella_router.addresses import is_loopback_host
 from gnutella_router.config.rules import (
     ConfigError,
     Fraction,
@@ -30,7 +31,6 @@ from gnutella_router.config.rules import (
     parse_host_port,
 )
 from gnutella_router.logs import LogFormat, LogLevel
-from gnutella_router.addresses import is_loopback_host
 from protocol.constants import HEADER_SIZE
 
 SlowPeerPolicy = Literal["threshold", "flow-control"]

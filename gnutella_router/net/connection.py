@@ -7,11 +7,16 @@ bytes into frames and hands each read's frames to the server in one batch. The s
 ``deliver`` may wait (backpressure: the router's queue is full), and while it waits the
 reader does not read, so the peer's TCP window closes instead of our memory growing.
 
-The writer task is the only code that writes to the socket. The router never waits for
-a peer: :meth:`Connection.send_nowait` offers a message to the outgoing queue and
-returns at once; the queue's verdict (queued, dropped, or "this peer is too slow, close
-it") is acted on here. The writer takes everything queued, joins it into one write,
-deflates it with one sync flush if negotiated, and sends it.
+A connection is the router's :class:`~gnutella_router.stages.link.Link` to one peer. The
+router never waits for a peer: :meth:`Connection.send` and :meth:`Connection.send_batch`
+offer messages to the outgoing queue and return at once; the queue's verdict (queued,
+dropped, or "this peer is too slow, close it") is acted on here, not by the router. The
+writer task takes everything queued, joins it into one write, deflates it with one sync
+flush if negotiated, and sends it. The one other write is :meth:`Connection.flush`'s,
+made when the router ends a batch while the writer is parked with nothing to do: it
+offers the queued bytes to the non-blocking socket straight away and leaves whatever
+the kernel does not take to the writer, which is the only code that ever waits on the
+socket (docs/benchmarks.md measures what this saves).
 
 Closing: :meth:`Connection.close` records the first reason given. If a Bye is due and
 the peer announced ``Bye-Packet``, the queue is cleared, the Bye is written (bounded by
@@ -54,7 +59,7 @@ BYE_GRACE_SECONDS = 2.0
 _connection_ids = itertools.count(1)
 
 Deliver = Callable[["Connection", list[Frame]], Awaitable[None]]
-"""Hands one read's frames to the router; each frame's ``tag`` is its connection."""
+"""Hands one read's frames to the router; each frame's ``source`` is the connection id."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -88,7 +93,7 @@ def format_address(host: str, port: int) -> str:
 
 
 class Connection:
-    """A handshaken link; the router talks to it only through :meth:`send_nowait`."""
+    """A handshaken TCP peer: the router's :class:`~gnutella_router.stages.link.Link` to it."""
 
     def __init__(
         self,
@@ -117,10 +122,7 @@ class Connection:
         self.log = log.bind(conn=self.id, peer=self.peer_text, role=role)
         self._compressor = DeflateCompressor() if compress_outgoing else None
         self._decompressor = DeflateDecompressor() if decompress_incoming else None
-        self._decoder = FrameDecoder(max_payload=max_payload, tag=self)
-        self.offer = outgoing.offer
-        """The outgoing queue's ``offer``, for the router's broadcast loop (see
-        :meth:`wake_writer`)."""
+        self._decoder = FrameDecoder(max_payload=max_payload, source=self.id)
         self._trailing = trailing_data
         self._writer_lot = trio.lowlevel.ParkingLot()
         self._writer_waiting = False
@@ -128,7 +130,7 @@ class Connection:
         self._final: bytes | None = None
         self._unsent: bytes | memoryview = b""
         self._fd = stream.socket.fileno() if isinstance(stream, trio.SocketStream) else -1
-        """The socket for direct writes (see wake_writer); -1 for other streams."""
+        """The socket for direct writes (see flush); -1 for other streams."""
         self.connected_at = trio.current_time()
         self.closing = False
         self.close_reason: str | None = None
@@ -139,18 +141,59 @@ class Connection:
         self.messages_out = 0
         self.bytes_out = 0
         self.malformed_in = 0
-        self.last_ping_answered = -1e9
-        """When we last answered a ping from this peer (pong-caching throttle)."""
 
-    # ------------------------------------------------------------------ router side
+    # ------------------------------------------------------------------ the router's link
 
-    def wake_writer(self) -> None:
+    @property
+    def flow_controlled(self) -> bool:
+        return self.outgoing.flow_controlled
+
+    def note_malformed(self) -> None:
+        self.malformed_in += 1
+
+    def received_bye(self, code: int, reason: str) -> None:
+        self.bye_code_received = code
+        self.close(f"peer said Bye {code}: {reason}"[:200])
+
+    def send(self, data: bytes, message_type: int, hops: int, now: float) -> bool:
+        """Offer one encoded message; never waits. False when it was not queued."""
+        verdict = self.outgoing.offer(data, message_type, hops, now)
+        if verdict is Verdict.QUEUED:
+            if self._writer_waiting:
+                self._writer_waiting = False
+                self._writer_lot.unpark()
+            return True
+        self._refused(verdict)
+        return False
+
+    def send_batch(self, datas: list[bytes], total_bytes: int, now: float) -> list[bytes]:
+        """Offer a batch (type and hops read from each header); what was not queued.
+
+        The queue takes the whole batch in one call when it can; otherwise it decides
+        message by message, and a verdict that ends the connection refuses the rest.
+        The writer is not woken: the router calls :meth:`flush` once its batch is done.
+        """
+        outgoing = self.outgoing
+        if outgoing.offer_bulk(datas, total_bytes):
+            return []
+        refused: list[bytes] = []
+        for index, data in enumerate(datas):
+            verdict = outgoing.offer(data, data[16], data[18], now)
+            if verdict is Verdict.QUEUED:
+                continue
+            refused.append(data)
+            if verdict is not Verdict.DROPPED:
+                self._act_on(verdict)
+                refused.extend(datas[index + 1 :])
+                break
+        return refused
+
+    def flush(self) -> None:
         """Send what is queued now if the writer is idle; otherwise leave it to the writer.
 
-        The router offers a whole batch through :attr:`offer` (the queue's own method,
-        one call per message) and calls this once per connection afterwards. When the
-        writer is parked, nothing else is using the socket, so the queued bytes go
-        straight to the non-blocking socket: one task switch and one scheduler round
+        The router queues a whole batch and calls this once per connection afterwards.
+        When the writer is parked, nothing else is using the socket, so the queued bytes
+        go straight to the non-blocking socket: one task switch and one scheduler round
         saved per batch, which is a good part of a router's latency. Whatever the kernel
         does not take right away is left for the writer, which is the only code that
         ever waits on the socket.
@@ -177,29 +220,14 @@ class Connection:
         self._writer_waiting = False
         self._writer_lot.unpark()
 
-    def refused(self, verdict: Verdict) -> None:
-        """Act on an :attr:`offer` that did not queue: close if the queue says so."""
+    def _refused(self, verdict: Verdict) -> None:
+        """Act on an offer that did not queue: close if the queue says so."""
         if verdict is not Verdict.DROPPED and verdict is not Verdict.QUEUED:
             self._act_on(verdict)
 
-    def send_nowait(self, data: bytes, message_type: int, hops: int, now: float) -> bool:
-        """Offer one encoded message; never waits. False when it was not queued."""
-        verdict = self.outgoing.offer(data, message_type, hops, now)
-        if verdict is Verdict.QUEUED:
-            if self._writer_waiting:
-                self._writer_waiting = False
-                self._writer_lot.unpark()
-            return True
-        self.refused(verdict)
-        return False
-
-    def send_message(self, message: Message, now: float) -> bool:
-        """Encode and offer a message we generated ourselves (cold path)."""
-        return self.send_nowait(encode_message(message), message.payload_type, message.hops, now)
-
     def check(self, now: float) -> None:
         """Let the outgoing queue apply its time limits (called about once a second)."""
-        self.refused(self.outgoing.check(now))
+        self._refused(self.outgoing.check(now))
 
     def _act_on(self, verdict: Verdict) -> None:
         reason = self.outgoing.close_reason or "slow peer"
@@ -310,7 +338,7 @@ class Connection:
         try:
             while not self.closing:
                 if self._unsent:
-                    # The tail of a direct write (see wake_writer) goes first.
+                    # The tail of a direct write (see flush) goes first.
                     unsent, self._unsent = self._unsent, b""
                     await stream.send_all(unsent)
                     self.bytes_out += len(unsent)

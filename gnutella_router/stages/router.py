@@ -42,10 +42,9 @@ import trio
 from gnutella_router.config import RouterConfig, SheddingConfig
 from gnutella_router.control.shedding import Shedder
 from gnutella_router.discovery.host_cache import classify_address
-from gnutella_router.net.connection import Connection
-from gnutella_router.net.outqueue import Verdict
 from gnutella_router.net.route_table import RouteTable, RouteTableStatistics, SeenTable
 from gnutella_router.runtime.stage import Stage
+from gnutella_router.stages.link import Link
 from protocol.codec import build_payload, encode_message, parse_payload
 from protocol.constants import (
     GUID_SIZE,
@@ -70,8 +69,6 @@ HOP_BY_HOP = frozenset({MessageType.QRP, MessageType.VENDOR, MessageType.STANDAR
 _pack_header = HEADER_STRUCT.pack
 _TYPE_BYTE = operator.itemgetter(16)
 """The payload type's offset in an encoded message."""
-QUEUED = Verdict.QUEUED
-DROPPED = Verdict.DROPPED
 
 
 LOCAL = 0
@@ -161,8 +158,8 @@ class GnutellaRouter:
         self,
         config: RouterConfig,
         *,
-        connections: Callable[[], tuple[Connection, ...]],
-        connection_by_id: Callable[[int], Connection | None],
+        connections: Callable[[], tuple[Link, ...]],
+        connection_by_id: Callable[[int], Link | None],
         own_address: Callable[[], tuple[str, int]],
         own_guid: bytes,
         max_ttl: int,
@@ -210,7 +207,10 @@ class GnutellaRouter:
         self.query_delay = config.query_delay_ms / 1000.0
         self._own_pong = b""
         self._fan_datas: list[bytes] = []
-        self._fan_sources: list[Connection] = []
+        self._fan_sources: list[Link] = []
+        self._cache_answered: dict[int, float] = {}
+        """When we last answered a Pong-Caching link's ping from the cache, by link id
+        (at most one such answer a second); pruned to the links alive."""
         self._fan_queries = 0
         self.received = [0] * 256
         self.forwarded = [0] * 256
@@ -225,7 +225,7 @@ class GnutellaRouter:
             max_pool_size=config.max_threads,
             batch_size=config.batch_size,
         )
-        self._handlers: list[Callable[[Connection, Frame, float], None]] = [self._on_unknown] * 256
+        self._handlers: list[Callable[[Link, Frame, float], None]] = [self._on_unknown] * 256
         self._handlers[PING] = self._on_ping
         self._handlers[PONG] = self._on_pong
         self._handlers[BYE] = self._on_bye
@@ -236,7 +236,7 @@ class GnutellaRouter:
 
     # ------------------------------------------------------------------ admission
 
-    async def deliver(self, connection: Connection, frames: list[Frame]) -> None:
+    async def deliver(self, connection: Link, frames: list[Frame]) -> None:
         """Admit one read's frames into the router queue, waiting while it is full.
 
         Waiting here stops the connection's reader, so the peer's TCP window closes:
@@ -266,11 +266,16 @@ class GnutellaRouter:
         now = trio.current_time()
         received = self.received
         handlers = self._handlers
+        by_id = self._connection_by_id
+        source = -1
+        connection: Link | None = None
         for index, frame in enumerate(batch):
-            connection: Connection = frame.tag  # type: ignore[assignment]
+            if frame.source != source:  # a batch holds runs of frames from one link
+                source = frame.source
+                connection = by_id(source)
             message_type = frame.payload_type
             received[message_type] += 1
-            if connection.closing:
+            if connection is None or connection.closing:
                 self.dropped["connection-closing", message_type] += 1
                 continue
             if message_type == QUERY:
@@ -286,7 +291,7 @@ class GnutellaRouter:
         return None
 
     async def _delayed_broadcast(
-        self, batch: list[Frame], index: int, source: Connection, data: bytes, now: float
+        self, batch: list[Frame], index: int, source: Link, data: bytes, now: float
     ) -> None:
         """Run the injected query delay as blocking work, then broadcast the query.
 
@@ -319,7 +324,7 @@ class GnutellaRouter:
             return False
         return True
 
-    def _broadcast(self, source: Connection, data: bytes) -> None:
+    def _broadcast(self, source: Link, data: bytes) -> None:
         """Queue one encoded message for every connection but its source.
 
         Broadcasts are collected for the whole batch and handed out by
@@ -350,36 +355,25 @@ class GnutellaRouter:
                     continue
                 if connection in senders:
                     mine = [d for d, s in zip(datas, sources, strict=True) if s is not connection]
-                    if not mine:
-                        continue
-                    if connection.outgoing.offer_bulk(mine, sum(map(len, mine))):
-                        for message_type, count in collections.Counter(
-                            map(_TYPE_BYTE, mine)
-                        ).items():
-                            forwarded[message_type] += count
-                    else:
-                        self._offer_each(connection, mine, now)
-                elif connection.outgoing.offer_bulk(datas, total_bytes):
+                    if mine:
+                        refused = connection.send_batch(mine, sum(map(len, mine)), now)
+                        self._count_fanned_out(mine, refused)
+                elif refused := connection.send_batch(datas, total_bytes, now):
+                    self._count_fanned_out(datas, refused)
+                else:
                     forwarded[PING] += pings
                     forwarded[QUERY] += queries
-                else:
-                    self._offer_each(connection, datas, now)
         for connection in connections:
-            connection.wake_writer()
+            connection.flush()
 
-    def _offer_each(self, connection: Connection, datas: list[bytes], now: float) -> None:
-        """The careful path, for a queue that has to decide message by message."""
-        offer = connection.offer
-        for data in datas:
-            message_type = data[16]
-            verdict = offer(data, message_type, data[18], now)
-            if verdict is QUEUED:
-                self.forwarded[message_type] += 1
-            else:
-                self.dropped["outgoing-queue", message_type] += 1
-                if verdict is not DROPPED:
-                    connection.refused(verdict)
-                    return
+    def _count_fanned_out(self, datas: list[bytes], refused: list[bytes]) -> None:
+        """Count a broadcast to one link: forwarded, except what its queue refused."""
+        forwarded = self.forwarded
+        for message_type, count in collections.Counter(map(_TYPE_BYTE, datas)).items():
+            forwarded[message_type] += count
+        for message_type, count in collections.Counter(map(_TYPE_BYTE, refused)).items():
+            forwarded[message_type] -= count
+            self.dropped["outgoing-queue", message_type] += count
 
     def _forward_reply(self, route_id: int, frame: Frame, now: float) -> None:
         """Send a pong, query hit or push one hop further along its recorded path."""
@@ -397,14 +391,14 @@ class GnutellaRouter:
             return
         payload = frame.payload
         data = _pack_header(frame.guid, message_type, ttl, frame.hops + 1, len(payload)) + payload
-        if route.send_nowait(data, message_type, frame.hops + 1, now):
+        if route.send(data, message_type, frame.hops + 1, now):
             self.forwarded[message_type] += 1
         else:
             self.dropped["outgoing-queue", message_type] += 1
 
     # ------------------------------------------------------------------ per type
 
-    def _on_ping(self, connection: Connection, frame: Frame, now: float) -> None:
+    def _on_ping(self, connection: Link, frame: Frame, now: float) -> None:
         # The busiest path of all: checks, dedup, our pong, the broadcast, inlined.
         ttl = frame.ttl
         hops = frame.hops
@@ -414,23 +408,18 @@ class GnutellaRouter:
         payload = frame.payload
         if payload and payload[0] != 0xC3:
             self.dropped["malformed", PING] += 1
-            connection.malformed_in += 1
+            connection.note_malformed()
             return
         guid = frame.guid
         if not self.ping_routes.record(guid, connection.id, now, ttl, hops):
             self.dropped["duplicate", PING] += 1
             return
         pong = self._own_pong or self._own_pong_payload()
-        verdict = connection.offer(
-            _pack_header(guid, PONG, hops + 1, 0, len(pong)) + pong, PONG, 0, now
-        )
-        if verdict is QUEUED:
-            self.generated[PONG] += 1  # the writer is woken when the batch is flushed
-        else:
-            connection.refused(verdict)
+        if connection.send(_pack_header(guid, PONG, hops + 1, 0, len(pong)) + pong, PONG, 0, now):
+            self.generated[PONG] += 1
         if connection.capabilities.pong_caching:
-            if ttl > 1 and now - connection.last_ping_answered >= 1.0:
-                connection.last_ping_answered = now
+            if ttl > 1 and now - self._cache_answered.get(connection.id, -1e9) >= 1.0:
+                self._note_cache_answer(connection.id, now)
                 self._answer_from_cache(connection, frame, now)
             return
         room = self.max_ttl - hops
@@ -441,6 +430,13 @@ class GnutellaRouter:
                 _pack_header(guid, PING, ttl - 1, hops + 1, len(payload)) + payload
             )
             self._fan_sources.append(connection)
+
+    def _note_cache_answer(self, link_id: int, now: float) -> None:
+        answered = self._cache_answered
+        answered[link_id] = now
+        if len(answered) > 64 + 2 * len(self._connections()):
+            alive = {link.id for link in self._connections()}
+            self._cache_answered = {k: t for k, t in answered.items() if k in alive}
 
     def _own_pong_payload(self) -> bytes:
         """Our pong's payload, built on first use: the advertised address is fixed once
@@ -454,7 +450,7 @@ class GnutellaRouter:
             self._own_pong = build_payload(Pong(port=port, ip=host))
         return self._own_pong
 
-    def _answer_from_cache(self, connection: Connection, ping: Frame, now: float) -> None:
+    def _answer_from_cache(self, connection: Link, ping: Frame, now: float) -> None:
         """Up to ``pongs_per_ping`` pongs: cached ones first, then our neighbours.
 
         The cache only holds pongs that crossed this router, which is nothing at all
@@ -468,11 +464,11 @@ class GnutellaRouter:
             answers.extend(self._neighbour_pongs(connection, asker, limit - len(answers)))
         for payload, hops in answers:
             data = _pack_header(ping.guid, PONG, ping.hops + 1, hops + 1, len(payload)) + payload
-            if connection.send_nowait(data, PONG, hops + 1, now):
+            if connection.send(data, PONG, hops + 1, now):
                 self.generated[PONG] += 1
 
     def _neighbour_pongs(
-        self, asker: Connection, asker_address: tuple[str, int] | None, limit: int
+        self, asker: Link, asker_address: tuple[str, int] | None, limit: int
     ) -> list[tuple[bytes, int]]:
         pongs: list[tuple[bytes, int]] = []
         for neighbour in self._connections():
@@ -487,19 +483,19 @@ class GnutellaRouter:
                 break
         return pongs
 
-    def _accept_query(self, connection: Connection, frame: Frame, now: float) -> bytes | None:
+    def _accept_query(self, connection: Link, frame: Frame, now: float) -> bytes | None:
         """Checks and route recording for a query; the bytes to broadcast, if any."""
         ttl = frame.ttl
         if not ttl or ttl + frame.hops > self.hard_ttl_limit:
             self._ttl_ok(frame)  # counts the reason
             return None
-        if connection.outgoing.flow_controlled:
+        if connection.flow_controlled:
             self.dropped["source-flow-controlled", QUERY] += 1
             return None
         payload = frame.payload
         if len(payload) < 3 or payload.find(b"\x00", 2) < 0:
             self.dropped["malformed", QUERY] += 1
-            connection.malformed_in += 1
+            connection.note_malformed()
             return None
         if not self.query_routes.record(frame.guid, connection.id, now, ttl, frame.hops):
             self.dropped["duplicate", QUERY] += 1
@@ -512,14 +508,14 @@ class GnutellaRouter:
             return None
         return _pack_header(frame.guid, QUERY, ttl - 1, hops + 1, len(payload)) + payload
 
-    def _on_pong(self, connection: Connection, frame: Frame, now: float) -> None:
+    def _on_pong(self, connection: Link, frame: Frame, now: float) -> None:
         if not self._ttl_ok(frame):
             return
         try:
             pong = parse_payload(PONG, frame.payload)
         except MalformedPayloadError:
             self.dropped["malformed", PONG] += 1
-            connection.malformed_in += 1
+            connection.note_malformed()
             return
         assert isinstance(pong, Pong)
         if pong.port:
@@ -538,13 +534,13 @@ class GnutellaRouter:
         self.ping_routes.note_hit(frame.guid)
         self._forward_reply(route, frame, now)
 
-    def _on_query_hit(self, connection: Connection, frame: Frame, now: float) -> None:
+    def _on_query_hit(self, connection: Link, frame: Frame, now: float) -> None:
         if not self._ttl_ok(frame):
             return
         payload = frame.payload
         if len(payload) < 11 + GUID_SIZE:
             self.dropped["malformed", QUERY_HIT] += 1
-            connection.malformed_in += 1
+            connection.note_malformed()
             return
         self.push_routes.refresh(payload[-GUID_SIZE:], connection.id, now)
         route = self.query_routes.lookup(frame.guid, now)
@@ -554,13 +550,13 @@ class GnutellaRouter:
         self.query_routes.note_hit(frame.guid)
         self._forward_reply(route, frame, now)
 
-    def _on_push(self, connection: Connection, frame: Frame, now: float) -> None:
+    def _on_push(self, connection: Link, frame: Frame, now: float) -> None:
         if not self._ttl_ok(frame):
             return
         payload = frame.payload
         if len(payload) < 26:
             self.dropped["malformed", PUSH] += 1
-            connection.malformed_in += 1
+            connection.note_malformed()
             return
         if not self.push_seen.add(frame.guid, now):
             self.dropped["duplicate", PUSH] += 1
@@ -576,7 +572,7 @@ class GnutellaRouter:
         self.push_routes.note_hit(servent)
         self._forward_reply(route, frame, now)
 
-    def _on_bye(self, connection: Connection, frame: Frame, now: float) -> None:
+    def _on_bye(self, connection: Link, frame: Frame, now: float) -> None:
         try:
             bye = parse_payload(BYE, frame.payload)
         except MalformedPayloadError:
@@ -589,35 +585,34 @@ class GnutellaRouter:
             self.dropped["bye-relayed", BYE] += 1
             return
         self.consumed[BYE] += 1
-        connection.bye_code_received = bye.code
-        connection.close(f"peer said Bye {bye.code}: {bye.reason}"[:200])
+        connection.received_bye(bye.code, bye.reason)
 
-    def _on_hop_by_hop(self, connection: Connection, frame: Frame, now: float) -> None:
+    def _on_hop_by_hop(self, connection: Link, frame: Frame, now: float) -> None:
         self.consumed[frame.payload_type] += 1
 
-    def _on_unknown(self, connection: Connection, frame: Frame, now: float) -> None:
+    def _on_unknown(self, connection: Link, frame: Frame, now: float) -> None:
         self.dropped["unknown-type", frame.payload_type] += 1
 
     # ------------------------------------------------------------------ originating
 
-    def originate_ping(self, connection: Connection, ttl: int, now: float) -> bytes:
+    def originate_ping(self, connection: Link, ttl: int, now: float) -> bytes:
         """Send our own ping (to learn hosts); its pongs are consumed here."""
         guid = random_guid()
         self.ping_routes.record(guid, LOCAL, now)
-        if connection.send_message(Message(guid, ttl, 0, Ping()), now):
+        if connection.send(encode_message(Message(guid, ttl, 0, Ping())), PING, 0, now):
             self.generated[PING] += 1
         return guid
 
-    def originate_query(self, connection: Connection | None, message: Message, now: float) -> None:
+    def originate_query(self, connection: Link | None, message: Message, now: float) -> None:
         """Send a query of our own (tests, tools); its hits are consumed here."""
         self.query_routes.record(message.guid, LOCAL, now)
         data = encode_message(message)
         if connection is not None:
-            if connection.send_nowait(data, QUERY, 0, now):
+            if connection.send(data, QUERY, 0, now):
                 self.generated[QUERY] += 1
             return
         for target in self._connections():
-            if not target.closing and target.send_nowait(data, QUERY, 0, now):
+            if not target.closing and target.send(data, QUERY, 0, now):
                 self.generated[QUERY] += 1
 
     # ------------------------------------------------------------------ observation

@@ -38,7 +38,7 @@ OWN_GUID = b"R" * 16
 
 
 class FakeLink:
-    """What the router uses of a connection, with a real outgoing queue behind it."""
+    """A :class:`Link` whose outgoing queue is a real one and whose socket is a list."""
 
     def __init__(self, link_id: int, **capabilities: object) -> None:
         self.id = link_id
@@ -47,23 +47,31 @@ class FakeLink:
         self.closing = False
         self.close_reason: str | None = None
         self.malformed_in = 0
-        self.last_ping_answered = 0.0
         self.bye_code_received: int | None = None
+        self.flushes = 0
 
-    def offer(self, data: bytes, message_type: int, hops: int, now: float) -> Verdict:
-        return self.outgoing.offer(data, message_type, hops, now)
+    @property
+    def flow_controlled(self) -> bool:
+        return self.outgoing.flow_controlled
 
-    def send_nowait(self, data: bytes, message_type: int, hops: int, now: float) -> bool:
-        return self.offer(data, message_type, hops, now) is Verdict.QUEUED
+    def send(self, data: bytes, message_type: int, hops: int, now: float) -> bool:
+        verdict = self.outgoing.offer(data, message_type, hops, now)
+        if verdict not in (Verdict.QUEUED, Verdict.DROPPED):
+            self.close("slow peer")
+        return verdict is Verdict.QUEUED
 
-    def send_message(self, message: Message, now: float) -> bool:
-        return self.send_nowait(encode_message(message), message.payload_type, message.hops, now)
+    def send_batch(self, datas: list[bytes], total_bytes: int, now: float) -> list[bytes]:
+        return [data for data in datas if not self.send(data, data[16], data[18], now)]
 
-    def refused(self, verdict: Verdict) -> None:
-        self.closing = True
+    def flush(self) -> None:
+        self.flushes += 1
 
-    def wake_writer(self) -> None:
-        pass
+    def note_malformed(self) -> None:
+        self.malformed_in += 1
+
+    def received_bye(self, code: int, reason: str) -> None:
+        self.bye_code_received = code
+        self.close(f"peer said Bye {code}: {reason}")
 
     def close(self, reason: str, *, bye_code: int | None = None) -> None:
         self.closing = True
@@ -84,8 +92,8 @@ class Network:
         config = Config()
         self.router = GnutellaRouter(
             config.router,
-            connections=lambda: tuple(self.links),  # type: ignore[arg-type]
-            connection_by_id=by_id.get,  # type: ignore[arg-type]
+            connections=lambda: tuple(self.links),
+            connection_by_id=by_id.get,
             own_address=lambda: ("192.0.2.1", 6346),
             own_guid=OWN_GUID,
             max_ttl=config.network.max_ttl,
@@ -95,7 +103,7 @@ class Network:
 
     async def send(self, link: FakeLink, *messages: Message) -> None:
         data = b"".join(encode_message(m) for m in messages)
-        frames = FrameDecoder(tag=link).receive_data(data)
+        frames = FrameDecoder(source=link.id).receive_data(data)
         await self.router.handle(frames)
 
     def dropped(self, reason: str, message_type: int) -> int:
@@ -208,7 +216,7 @@ async def test_bye_and_unknown_types(autojump_clock: trio.testing.MockClock) -> 
     await net.send(b, message(Bye(200, "done"), ttl=1))
     assert net.router.consumed[MessageType.BYE] == 1
     assert b.closing
-    unknown = Frame(random_guid(), 0x7F, 3, 0, b"", tag=a)
+    unknown = Frame(random_guid(), 0x7F, 3, 0, b"", source=a.id)
     await net.router.handle([unknown])
     assert net.dropped("unknown-type", 0x7F) == 1
 
@@ -220,3 +228,61 @@ async def test_a_closing_links_frames_are_dropped(autojump_clock: trio.testing.M
     await net.send(a, message(Query(b"too late"), ttl=3))
     assert net.dropped("connection-closing", MessageType.QUERY) == 1
     assert b.sent() == []
+
+
+async def test_a_gone_links_frames_are_dropped(autojump_clock: trio.testing.MockClock) -> None:
+    """Frames carry their link's id; once the link is gone the id resolves to nothing."""
+    net = Network()
+    _, b, _ = net.links
+    ghost = FakeLink(99)
+    await net.send(ghost, message(Query(b"from nowhere"), ttl=3))
+    assert net.dropped("connection-closing", MessageType.QUERY) == 1
+    assert b.sent() == []
+
+
+async def test_a_batch_from_several_links_is_routed_per_link(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    net = Network()
+    a, b, c = net.links
+    from_a = FrameDecoder(source=a.id).receive_data(encode_message(message(Query(b"a"), ttl=3)))
+    from_b = FrameDecoder(source=b.id).receive_data(encode_message(message(Query(b"b"), ttl=3)))
+    await net.router.handle([*from_a, *from_b, *from_a[:0]])
+    assert [f.payload for f in a.sent()] == [from_b[0].payload]
+    assert [f.payload for f in b.sent()] == [from_a[0].payload]
+    assert len(c.sent()) == 2
+    assert [link.flushes for link in net.links] == [1, 1, 1]  # once per batch, every link
+
+
+async def test_what_a_full_link_refuses_is_counted_and_the_link_closes_itself(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    net = Network()
+    a, b, c = net.links
+    c.outgoing = ThresholdQueue(max_messages=2)
+    queries = [message(Query(f"q{i}".encode()), ttl=3) for i in range(5)]
+    await net.send(a, *queries)
+    assert len(b.sent()) == 5
+    assert c.closing
+    assert c.close_reason == "slow peer"
+    assert net.router.forwarded[MessageType.QUERY] == 5 + 2
+    assert net.dropped("outgoing-queue", MessageType.QUERY) == 3
+
+
+async def test_a_pong_caching_peer_is_answered_from_the_cache_once_a_second(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    net = Network(pong_caching=True)
+    a, b, _ = net.links
+    pong = message(Pong(6346, "192.0.2.7", 1, 1), ttl=2)
+    await net.send(b, pong)  # no route back, but it fills the cache
+    cached_payload = FrameDecoder().receive_data(encode_message(pong))[0].payload
+    own_payload = (
+        FrameDecoder().receive_data(encode_message(message(Pong(6346, "192.0.2.1"))))[0].payload
+    )
+    await net.send(a, message(Ping(), ttl=2), message(Ping(), ttl=2))
+    # our own pong for each ping, the cached one for the first only
+    assert [f.payload for f in a.sent()].count(cached_payload) == 1
+    await trio.sleep(1.0)
+    await net.send(a, message(Ping(), ttl=2))
+    assert [f.payload for f in a.sent()] == [own_payload, cached_payload]

@@ -1,0 +1,69 @@
+"""What the router stage needs of a peer connection, and nothing more: a :class:`Link`.
+
+The router decides where messages go; a link carries them. The router hands a link one
+encoded message (:meth:`Link.send`) or a batch's broadcasts (:meth:`Link.send_batch`),
+and the link's outgoing queue gives its verdict at once; the link acts on that verdict
+itself (a peer too slow to keep up is closed by its own link, with the right Bye), and
+only tells the router what was not queued, so the router can count it. Frames arrive
+carrying their link's id (:attr:`protocol.framing.Frame.source`), never the link itself.
+
+:class:`gnutella_router.net.connection.Connection` is the link of a TCP peer; the
+router's unit tests drive it with fake links that queue into a real sans-IO outgoing
+queue.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from protocol.capabilities import Capabilities
+
+
+class Link(Protocol):
+    """A handshaken peer as the router sees it."""
+
+    @property
+    def id(self) -> int:
+        """Unique for the life of the process; routes hold this, never the link."""
+        ...
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """What the peer announced in its handshake (Pong-Caching, Listen-IP, ...)."""
+        ...
+
+    @property
+    def closing(self) -> bool:
+        """Whether the link is ending: nothing more should be routed from or to it."""
+        ...
+
+    @property
+    def flow_controlled(self) -> bool:
+        """Whether the link's queue is clogged and shedding; the router then drops the
+        queries this peer sends (it is the one clogging us)."""
+        ...
+
+    def send(self, data: bytes, message_type: int, hops: int, now: float) -> bool:
+        """Queue one encoded message; never waits. False when it was not queued."""
+        ...
+
+    def send_batch(self, datas: list[bytes], total_bytes: int, now: float) -> list[bytes]:
+        """Queue a batch of encoded messages (their type and hops read from their
+        headers); never waits. Returns the ones that were not queued."""
+        ...
+
+    def flush(self) -> None:
+        """The router is done with its batch: start writing what was queued."""
+        ...
+
+    def note_malformed(self) -> None:
+        """Count a message from this peer that the router refused as malformed."""
+        ...
+
+    def received_bye(self, code: int, reason: str) -> None:
+        """The peer said Bye: remember its code and end the link."""
+        ...
+
+    def close(self, reason: str, *, bye_code: int | None = None) -> None:
+        """End the link, with a Bye of ``bye_code`` if the peer understands Byes."""
+        ...
