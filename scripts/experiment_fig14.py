@@ -61,9 +61,9 @@ matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt
 import trio
-from bench_router import free_port
 from benchdocs import machine, replace_section
 from matplotlib.ticker import MaxNLocator
+from router_bench.processes import free_port
 
 from gnutella_router.observe.profiler import read_peak_rss_bytes
 from gnutella_router.testnet.process import (

@@ -64,9 +64,9 @@ matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt
 import trio
-from bench_router import free_port
 from benchdocs import machine, replace_section
 from experiment_fig14 import launch_router, save, stop_router
+from router_bench.processes import free_port
 
 from gnutella_router.observe.profiler import read_peak_rss_bytes, read_rss_bytes
 from gnutella_router.traffic.load import LoadError, LoadRun, LoadSettings, open_client_peer

@@ -156,12 +156,12 @@ class Connection:
         self.close(f"peer said Bye {code}: {reason}"[:200])
 
     def send(self, data: bytes, message_type: int, hops: int, now: float) -> bool:
-        """Offer one encoded message; never waits. False when it was not queued."""
+        """Offer one encoded message; never waits. False when it was not queued.
+
+        Like :meth:`send_batch`, it leaves the writer be until :meth:`flush`.
+        """
         verdict = self.outgoing.offer(data, message_type, hops, now)
         if verdict is Verdict.QUEUED:
-            if self._writer_waiting:
-                self._writer_waiting = False
-                self._writer_lot.unpark()
             return True
         self._refused(verdict)
         return False

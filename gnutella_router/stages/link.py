@@ -44,16 +44,19 @@ class Link(Protocol):
         ...
 
     def send(self, data: bytes, message_type: int, hops: int, now: float) -> bool:
-        """Queue one encoded message; never waits. False when it was not queued."""
+        """Queue one encoded message; never waits. False when it was not queued.
+        Nothing is written before :meth:`flush`."""
         ...
 
     def send_batch(self, datas: list[bytes], total_bytes: int, now: float) -> list[bytes]:
         """Queue a batch of encoded messages (their type and hops read from their
-        headers); never waits. Returns the ones that were not queued."""
+        headers); never waits. Returns the ones that were not queued. Nothing is
+        written before :meth:`flush`."""
         ...
 
     def flush(self) -> None:
-        """The router is done with its batch: start writing what was queued."""
+        """Start writing what was queued. The router calls it on every link once per
+        batch, and after each message it originates outside a batch."""
         ...
 
     def note_malformed(self) -> None:

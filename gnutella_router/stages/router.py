@@ -601,19 +601,17 @@ class GnutellaRouter:
         self.ping_routes.record(guid, LOCAL, now)
         if connection.send(encode_message(Message(guid, ttl, 0, Ping())), PING, 0, now):
             self.generated[PING] += 1
+        connection.flush()
         return guid
 
     def originate_query(self, connection: Link | None, message: Message, now: float) -> None:
         """Send a query of our own (tests, tools); its hits are consumed here."""
         self.query_routes.record(message.guid, LOCAL, now)
         data = encode_message(message)
-        if connection is not None:
-            if connection.send(data, QUERY, 0, now):
-                self.generated[QUERY] += 1
-            return
-        for target in self._connections():
+        for target in (connection,) if connection is not None else self._connections():
             if not target.closing and target.send(data, QUERY, 0, now):
                 self.generated[QUERY] += 1
+            target.flush()
 
     # ------------------------------------------------------------------ observation
 

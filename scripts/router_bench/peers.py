@@ -1,0 +1,266 @@
+"""The benchmark's client side: handshaken peers, pre-encoded floods, time-stamped bursts.
+
+Nothing here parses on the throughput path: a source writes pre-built 64 KiB chunks and
+a sink counts bytes, so the client costs the machine as little as possible.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import trio
+
+from gnutella_router.net.handshaking import next_handshake_event
+from protocol.codec import encode_message
+from protocol.constants import HEADER_SIZE, MessageType
+from protocol.errors import RemoteProtocolError
+from protocol.ggep import GGEPBlock, GGEPExtension
+from protocol.handshake import (
+    HandshakeComplete,
+    HandshakeEvent,
+    HandshakeRejected,
+    HandshakeResponse,
+    Initiator,
+)
+from protocol.header import HEADER_STRUCT
+from protocol.messages import Message, Ping, Query, random_guid
+
+SINKS = 3
+SEND_CHUNK = 64 * 1024
+RECEIVE_SIZE = 1 << 20
+BLAST_MESSAGES = 65_536
+"""Messages in the pre-encoded throughput buffer; GUIDs are renewed on every pass."""
+SEND_TTL = 2
+MAX_BURST = 1_000
+PROBE_INTERVAL = 0.25
+USER_AGENT = "bench-router/1.0"
+LATENCY_HIGHEST_US = 60_000_000
+BYE = MessageType.BYE
+
+
+class BenchError(Exception):
+    """A run could not be measured; the message says why."""
+
+
+@dataclass(frozen=True, slots=True)
+class Wire:
+    """A ping and a query of the same size, encoded with an all-zero GUID."""
+
+    size: int
+    ping: bytes
+    query: bytes
+
+    @classmethod
+    def build(cls) -> Wire:
+        ggep = GGEPBlock((GGEPExtension("SCP", b"\x01"),))
+        ping = encode_message(Message(bytes(16), SEND_TTL, 0, Ping(ggep)))
+        search_length = len(ping) - HEADER_SIZE - 3  # flags word, text, NUL
+        query = encode_message(
+            Message(bytes(16), SEND_TTL, 0, Query((b"jazz" * 8)[:search_length]))
+        )
+        if len(ping) != len(query):
+            raise BenchError(f"ping is {len(ping)} bytes but query {len(query)}")
+        return cls(len(ping), ping, query)
+
+    def probe(self) -> bytes:
+        """A ping with send time 0: sinks see it but never time it."""
+        return bytes(8) + b"\xff" + os.urandom(6) + b"\x00" + self.ping[16:]
+
+
+def message_kinds(count: int, query_share: float, seed: int) -> list[bool]:
+    """True for a query, False for a ping, in a seeded order with the exact shares."""
+    queries = round(count * query_share)
+    kinds = [True] * queries + [False] * (count - queries)
+    random.Random(seed).shuffle(kinds)
+    return kinds
+
+
+class Blast:
+    """The throughput source's buffer: ``count`` messages, each with a unique GUID.
+
+    GUID layout: bytes 0-3 random for this process, 4-7 the slot, 8 = 0xFF, 9-12 the
+    pass number, 13-14 random, 15 = 0. A pass rewrites bytes 9-12 of every slot with
+    four extended-slice assignments, so each pass is fresh to the router's duplicate
+    tables at no per-message cost.
+    """
+
+    def __init__(self, wire: Wire, kinds: Sequence[bool]) -> None:
+        run = os.urandom(4)
+        tail = os.urandom(2)
+        parts = []
+        for slot, is_query in enumerate(kinds):
+            template = wire.query if is_query else wire.ping
+            guid = run + slot.to_bytes(4, "big") + b"\xff" + bytes(4) + tail + b"\x00"
+            parts.append(guid + template[16:])
+        self.buffer = bytearray(b"".join(parts))
+        self.count = len(kinds)
+        self.size = wire.size
+        self.passes = 0
+
+    def next_pass(self) -> memoryview:
+        self.passes += 1
+        for offset, value in enumerate(self.passes.to_bytes(4, "big"), start=9):
+            self.buffer[offset :: self.size] = bytes((value,)) * self.count
+        return memoryview(self.buffer)
+
+
+class Stamper:
+    """Latency messages: GUID bytes 0-7 the send time, 8 = 0xFF, 9-14 a sequence, 15 = 0."""
+
+    def __init__(self, wire: Wire, kinds: Sequence[bool]) -> None:
+        self.bodies = [(wire.query if k else wire.ping)[16:] for k in kinds]
+        self.sequence = itertools.count(int.from_bytes(os.urandom(4), "big"))
+
+    def burst(self, count: int, now_ns: int) -> bytes:
+        stamp = now_ns.to_bytes(8, "big") + b"\xff"
+        bodies = self.bodies
+        parts = []
+        for _ in range(count):
+            n = next(self.sequence)
+            parts.append(stamp + (n & 0xFFFF_FFFF_FFFF).to_bytes(6, "big") + b"\x00")
+            parts.append(bodies[n % len(bodies)])
+        return b"".join(parts)
+
+
+@dataclass(slots=True)
+class Peer:
+    """One handshaken connection and what it has received."""
+
+    stream: trio.SocketStream
+    name: str
+    received: int = 0
+    closed: str | None = None
+
+    async def aclose(self) -> None:
+        with (
+            trio.CancelScope(shield=True),
+            trio.move_on_after(1.0),
+            contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError, OSError),
+        ):
+            await self.stream.aclose()
+
+
+def peer_headers() -> list[tuple[str, str]]:
+    return [
+        ("User-Agent", USER_AGENT),
+        ("X-Ultrapeer", "True"),
+        ("Bye-Packet", "0.1"),
+        ("GUID", random_guid().hex()),
+    ]
+
+
+async def _next_event(stream: trio.SocketStream, initiator: Initiator) -> HandshakeEvent:
+    try:
+        return await next_handshake_event(stream, initiator)
+    except RemoteProtocolError as exc:
+        raise BenchError(f"handshake failed: {exc}") from exc
+
+
+async def connect(address: tuple[str, int], name: str) -> Peer:
+    """TCP connect and the 0.6 handshake as an ultrapeer, without deflate."""
+    stream = await trio.open_tcp_stream(*address)
+    try:
+        initiator = Initiator()
+        await stream.send_all(initiator.start(peer_headers()))
+        event = await _next_event(stream, initiator)
+        if isinstance(event, HandshakeRejected):
+            raise BenchError(f"handshake refused: {event.status_code} {event.reason}")
+        assert isinstance(event, HandshakeResponse), event
+        await stream.send_all(initiator.confirm())
+        complete = await _next_event(stream, initiator)
+        assert isinstance(complete, HandshakeComplete), complete
+        if complete.decompress_incoming:
+            raise BenchError("the router deflates although deflate was not offered")
+    except BaseException:
+        await Peer(stream, name).aclose()
+        raise
+    return Peer(stream, name, received=len(complete.trailing_data))
+
+
+def final_bye(data: bytes | bytearray) -> str:
+    """Describe the Bye that ends ``data`` (the last bytes read before the end), if any."""
+    end = len(data)
+    for start in range(max(0, end - HEADER_SIZE - 512), end - HEADER_SIZE - 1):
+        _, payload_type, _, _, length = HEADER_STRUCT.unpack_from(data, start)
+        if payload_type == BYE and start + HEADER_SIZE + length == end and length >= 2:
+            payload = bytes(data[start + HEADER_SIZE : end])
+            reason = payload[2:].split(b"\x00", 1)[0].decode("utf-8", "replace")
+            return f" after Bye {int.from_bytes(payload[:2], 'little')} {reason!r}"
+    return ""
+
+
+async def count_bytes(peer: Peer) -> None:
+    """Read and count until the connection ends; one reused buffer, no parsing."""
+    sock = peer.stream.socket
+    buffer = bytearray(RECEIVE_SIZE)
+    last = 0
+    try:
+        while True:
+            n = await sock.recv_into(buffer)
+            if not n:
+                peer.closed = f"{peer.name} closed by the server{final_bye(buffer[:last])}"
+                return
+            peer.received += n
+            last = n
+    except (trio.ClosedResourceError, OSError) as exc:
+        peer.closed = f"{peer.name} lost: {exc.__class__.__name__}"
+
+
+async def read_until(peer: Peer, size: int, reached: Callable[[], None]) -> None:
+    """Read until ``size`` bytes have arrived in all, then call ``reached`` and stop."""
+    try:
+        while peer.received < size:
+            data = await peer.stream.receive_some(4096)
+            if not data:
+                peer.closed = f"{peer.name} closed by the server"
+                return
+            peer.received += len(data)
+    except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+        peer.closed = f"{peer.name} lost: {exc.__class__.__name__}"
+        return
+    reached()
+
+
+async def probe_until_reached(sender: Peer, receivers: Sequence[Peer], wire: Wire) -> None:
+    """Broadcast probe pings from ``sender`` until every receiver has received one.
+
+    This is how the client knows that the server has registered every connection (its
+    own handshake finishes before the server has read the last step), for the router
+    and the baseline alike; the probes' send time is 0, so no latency run times them.
+    """
+    targets = [(peer, peer.received + wire.size) for peer in receivers]
+    next_probe = trio.current_time()
+    while True:
+        missing = [p for p, size in targets if p.received < size]
+        closed = [p.closed for p in missing if p.closed]
+        if closed:
+            raise BenchError(f"a connection ended before the probe arrived: {closed[0]}")
+        if not missing:
+            return
+        if trio.current_time() >= next_probe:
+            await sender.stream.send_all(wire.probe())
+            next_probe = trio.current_time() + PROBE_INTERVAL
+        await trio.sleep(0.01)
+
+
+async def reach(sender: Peer, receivers: Sequence[Peer], wire: Wire) -> None:
+    """Probe until every receiver has read one message, then stop reading on them."""
+    remaining = [len(receivers)]
+    done = trio.Event()
+
+    def reached() -> None:
+        remaining[0] -= 1
+        if not remaining[0]:
+            done.set()
+
+    async with trio.open_nursery() as nursery:
+        for peer in receivers:
+            nursery.start_soon(read_until, peer, peer.received + wire.size, reached)
+        with trio.fail_after(60):
+            await probe_until_reached(sender, receivers, wire)
+        await done.wait()

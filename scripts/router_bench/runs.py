@@ -1,0 +1,372 @@
+"""One timed run each of throughput, latency and memory, and the medians of several."""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import TypeVar
+
+import trio
+from hdrh.histogram import HdrHistogram
+
+from protocol.framing import FrameDecoder
+from router_bench.peers import (
+    LATENCY_HIGHEST_US,
+    MAX_BURST,
+    RECEIVE_SIZE,
+    SEND_CHUNK,
+    SINKS,
+    BenchError,
+    Blast,
+    Peer,
+    Stamper,
+    Wire,
+    connect,
+    count_bytes,
+    final_bye,
+    probe_until_reached,
+    reach,
+)
+from router_bench.processes import (
+    Cpu,
+    CpuMeter,
+    Problems,
+    describe_cpu,
+    rss_bytes,
+    started,
+    stop_server,
+)
+
+SETTLE_SECONDS = 0.5
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class ThroughputRun:
+    per_sink: float
+    """Messages per second each sink received (mean over the sinks)."""
+    slowest_sink: float
+    accepted: float
+    """Messages per second the server took from the source."""
+    cpu: Cpu
+
+
+@dataclass(frozen=True, slots=True)
+class LatencyRun:
+    p50: int
+    p90: int
+    p99: int
+    max: int
+    samples: int
+    offered: float
+    """Messages per second the source actually sent in the window."""
+    delivered: float
+    """Samples over (messages sent in the window x sinks)."""
+    cpu: Cpu
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryRun:
+    before: int
+    after: int
+    connections: int
+
+    @property
+    def per_connection(self) -> float:
+        return (self.after - self.before) / self.connections
+
+
+async def throughput_run(
+    address: tuple[str, int], pid: int | None, wire: Wire, blast: Blast, args: argparse.Namespace
+) -> ThroughputRun:
+    with trio.fail_after(args.warmup + args.duration + 30):
+        sinks = [await connect(address, f"sink {i}") for i in range(1, SINKS + 1)]
+        source = await connect(address, "source")
+        peers = [*sinks, source]
+        sent = [0]
+
+        async def send() -> None:
+            stream = source.stream
+            while True:
+                view = blast.next_pass()
+                for offset in range(0, len(view), SEND_CHUNK):
+                    chunk = view[offset : offset + SEND_CHUNK]
+                    await stream.send_all(chunk)
+                    sent[0] += len(chunk)
+
+        def snapshot() -> tuple[float, list[int], int]:
+            return time.perf_counter(), [s.received for s in sinks], sent[0]
+
+        meter = CpuMeter(pid)
+
+        try:
+            async with trio.open_nursery() as nursery:
+                for peer in peers:
+                    nursery.start_soon(count_bytes, peer)
+                with trio.fail_after(10):
+                    await probe_until_reached(source, sinks, wire)
+                nursery.start_soon(send)
+                await trio.sleep(args.warmup)
+                meter.start()
+                t0, got0, sent0 = snapshot()
+                await trio.sleep(args.duration)
+                t1, got1, sent1 = snapshot()
+                cpu = meter.stop()
+                nursery.cancel_scope.cancel()
+        finally:
+            for peer in peers:
+                await peer.aclose()
+    ended = [p.closed for p in peers if p.closed]
+    if ended:
+        raise BenchError(f"a connection ended during the run: {ended[0]}")
+    elapsed = t1 - t0
+    rates = [(b - a) / wire.size / elapsed for a, b in zip(got0, got1, strict=True)]
+    return ThroughputRun(
+        per_sink=statistics.fmean(rates),
+        slowest_sink=min(rates),
+        accepted=(sent1 - sent0) / wire.size / elapsed,
+        cpu=cpu,
+    )
+
+
+async def latency_run(
+    address: tuple[str, int],
+    pid: int | None,
+    wire: Wire,
+    stamper: Stamper,
+    args: argparse.Namespace,
+) -> LatencyRun:
+    histogram = HdrHistogram(1, LATENCY_HIGHEST_US, 3)
+    record = histogram.record_value
+    window_ns = int(args.latency_duration * 1e9)
+    with trio.fail_after(args.warmup + args.latency_duration + 30):
+        sinks = [await connect(address, f"sink {i}") for i in range(1, SINKS + 1)]
+        source = await connect(address, "source")
+        peers = [*sinks, source]
+        window = [0, 0]  # send times of the timed window, in perf_counter_ns
+        sent_in_window = [0]
+        meter = CpuMeter(pid)
+        cpu: list[Cpu] = []
+
+        async def time_arrivals(peer: Peer) -> None:
+            decoder = FrameDecoder()
+            stream = peer.stream
+            last = b""
+            try:
+                while True:
+                    data = await stream.receive_some(RECEIVE_SIZE)
+                    arrived = time.perf_counter_ns()
+                    if not data:
+                        peer.closed = f"{peer.name} closed by the server{final_bye(last)}"
+                        return
+                    peer.received += len(data)
+                    last = data
+                    start, end = window
+                    for frame in decoder.receive_data(data):
+                        sent = int.from_bytes(frame.guid[:8], "big")
+                        if start <= sent < end and frame.hops == 1:
+                            record(max(1, (arrived - sent) // 1000))
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+                peer.closed = f"{peer.name} lost: {exc.__class__.__name__}"
+
+        async def paced_send() -> None:
+            stream = source.stream
+            rate = args.rate
+            began = time.perf_counter_ns()
+            window[0] = began + int(args.warmup * 1e9)
+            window[1] = window[0] + window_ns
+            tick = trio.current_time()
+            sent = 0
+            timing = False
+            while True:
+                now = time.perf_counter_ns()
+                if now >= window[1]:
+                    cpu.append(meter.stop())
+                    return
+                if not timing and now >= window[0]:
+                    timing = True
+                    meter.start()
+                count = min(int((now - began) * rate / 1e9) - sent, MAX_BURST)
+                if count > 0:
+                    await stream.send_all(stamper.burst(count, now))
+                    sent += count
+                    if timing:
+                        sent_in_window[0] += count
+                tick += 0.001
+                if tick < trio.current_time():  # fell behind: catch up, do not spin
+                    tick = trio.current_time() + 0.001
+                await trio.sleep_until(tick)
+
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(count_bytes, source)
+                # One sink is timed; the others only count bytes. The router's path to
+                # each sink is the same, and three sinks decoding and timestamping in
+                # this one process delay each other's wake-ups, which would be measured
+                # as the router's latency.
+                nursery.start_soon(time_arrivals, sinks[0])
+                for sink in sinks[1:]:
+                    nursery.start_soon(count_bytes, sink)
+                with trio.fail_after(10):
+                    await probe_until_reached(source, sinks, wire)
+                await paced_send()
+                await trio.sleep(0.25)  # the last messages' flight
+                nursery.cancel_scope.cancel()
+        finally:
+            for peer in peers:
+                await peer.aclose()
+    ended = [p.closed for p in peers if p.closed]
+    if ended:
+        raise BenchError(f"a connection ended during the run: {ended[0]}")
+    samples = int(histogram.get_total_count())
+    if not samples:
+        raise BenchError("no message arrived in the timed window")
+    return LatencyRun(
+        p50=int(histogram.get_value_at_percentile(50.0)),
+        p90=int(histogram.get_value_at_percentile(90.0)),
+        p99=int(histogram.get_value_at_percentile(99.0)),
+        max=int(histogram.get_max_value()),
+        samples=samples,
+        offered=sent_in_window[0] / args.latency_duration,
+        delivered=samples / max(1, sent_in_window[0]),
+        cpu=cpu[0],
+    )
+
+
+async def memory_run(
+    address: tuple[str, int], pid: int, wire: Wire, count: int, batch: int
+) -> MemoryRun:
+    with trio.fail_after(180):
+        sender = await connect(address, "probe sender")
+        idle: list[Peer] = []
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(count_bytes, sender)
+                # One connection opened, served and closed first, so that costs paid
+                # once (lazily imported code, first-use caches) are not counted.
+                warm = await connect(address, "warm-up connection")
+                await reach(sender, [warm], wire)
+                await warm.aclose()
+                await trio.sleep(SETTLE_SECONDS)
+                before = rss_bytes(pid)
+
+                async def open_one() -> None:
+                    idle.append(await connect(address, f"idle connection {len(idle) + 1}"))
+
+                for first in range(0, count, batch):
+                    async with trio.open_nursery() as openers:
+                        for _ in range(min(batch, count - first)):
+                            openers.start_soon(open_one)
+                await reach(sender, idle, wire)
+                await trio.sleep(SETTLE_SECONDS)
+                after = rss_bytes(pid)
+                nursery.cancel_scope.cancel()
+        finally:
+            for peer in [sender, *idle]:
+                await peer.aclose()
+    return MemoryRun(before, after, count)
+
+
+@dataclass(slots=True)
+class Figures:
+    """Everything measured for one server."""
+
+    name: str
+    throughput: list[ThroughputRun] = field(default_factory=list)
+    latency: list[LatencyRun] = field(default_factory=list)
+    memory: MemoryRun | None = None
+
+
+def median_of(runs: Sequence[T], value: Callable[[T], float | None]) -> float | None:
+    values = [v for v in map(value, runs) if v is not None]
+    return statistics.median(values) if values else None
+
+
+def attempt(problems: Problems, what: str, run: Callable[[], T], retries: int = 1) -> T | None:
+    """Run one measurement, once more if it fails; a failure is reported and recorded."""
+    for tries_left in range(retries, -1, -1):
+        try:
+            return run()
+        except (BenchError, trio.TooSlowError, OSError) as exc:
+            reason = str(exc) or exc.__class__.__name__
+            if tries_left:
+                problems.retried.append(f"{what}: {reason}")
+                print(f"  {what}: failed ({reason}); running it again")
+            else:
+                problems.fail(f"{what}: {reason}")
+                print(f"  {what}: FAILED: {reason}")
+    return None
+
+
+Target = tuple[Figures, tuple[str, int], int | None]
+
+
+def run_speed(
+    targets: Sequence[Target],
+    wire: Wire,
+    kinds: Sequence[bool],
+    args: argparse.Namespace,
+    problems: Problems,
+) -> None:
+    """Throughput, then latency, the servers' runs interleaved repetition by repetition."""
+    blast = Blast(wire, kinds)
+    stamper = Stamper(wire, kinds)
+    for rep in range(1, args.repeats + 1):
+        for figures, address, pid in targets:
+            what = f"{figures.name} throughput run {rep}"
+            run = attempt(
+                problems, what, partial(trio.run, throughput_run, address, pid, wire, blast, args)
+            )
+            if run is not None:
+                figures.throughput.append(run)
+                print(
+                    f"  {what}: {run.per_sink:,.0f} msgs/s in per sink (slowest "
+                    f"{run.slowest_sink:,.0f}), source {run.accepted:,.0f} msgs/s; "
+                    f"{describe_cpu(run.cpu)}"
+                )
+    for rep in range(1, args.repeats + 1):
+        for figures, address, pid in targets:
+            what = f"{figures.name} latency run {rep}"
+            lat = attempt(
+                problems, what, partial(trio.run, latency_run, address, pid, wire, stamper, args)
+            )
+            if lat is not None:
+                figures.latency.append(lat)
+                print(
+                    f"  {what}: p50 {lat.p50} µs, p90 {lat.p90} µs, p99 {lat.p99} µs, "
+                    f"max {lat.max:,} µs; {lat.samples:,} samples, offered "
+                    f"{lat.offered:,.0f} msgs/s, delivered {lat.delivered:.1%}; "
+                    f"{describe_cpu(lat.cpu)}"
+                )
+
+
+def run_memory(
+    figures: Figures,
+    argv: list[str],
+    port: int,
+    workdir: Path,
+    wire: Wire,
+    args: argparse.Namespace,
+    problems: Problems,
+) -> None:
+    """One server started for the memory run alone, then stopped."""
+    name = figures.name
+    with started(name, argv, port, workdir) as server:
+        run = attempt(
+            problems,
+            f"{name} memory run",
+            partial(trio.run, memory_run, server.address, server.pid, wire, args.connections, 100),
+        )
+        if run is not None:
+            figures.memory = run
+            print(
+                f"  {name} memory: RSS {run.before / 1e6:.1f} MB -> {run.after / 1e6:.1f} MB "
+                f"with {run.connections:,} idle connections open: "
+                f"{run.per_connection / 1000:.1f} KB per connection"
+            )
+        stop_server(server, problems)
