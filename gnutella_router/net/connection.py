@@ -52,6 +52,11 @@ class FrameTap(Protocol):
     def record(self, connection_id: int, frames: Sequence[Frame]) -> None: ...
 
 
+DIRECT_WRITES = os.environ.get("GNUTELLA_ROUTER_DIRECT_WRITES", "1") != "0"
+"""Whether :meth:`Connection.flush` may write to an idle writer's socket itself. Only
+for measuring what that saves (docs/benchmarks.md): ``GNUTELLA_ROUTER_DIRECT_WRITES=0``
+leaves every write to the writer tasks."""
+
 READ_SIZE = 64 * 1024
 WRITE_SIZE = 64 * 1024
 BYE_GRACE_SECONDS = 2.0
@@ -129,7 +134,8 @@ class Connection:
         self._cancel_scope = trio.CancelScope()
         self._final: bytes | None = None
         self._unsent: bytes | memoryview = b""
-        self._fd = stream.socket.fileno() if isinstance(stream, trio.SocketStream) else -1
+        socket = stream.socket if isinstance(stream, trio.SocketStream) else None
+        self._fd = socket.fileno() if DIRECT_WRITES and socket is not None else -1
         """The socket for direct writes (see flush); -1 for other streams."""
         self.connected_at = trio.current_time()
         self.closing = False

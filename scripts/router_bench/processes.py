@@ -11,7 +11,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -76,13 +76,25 @@ def free_port() -> int:
 class Server:
     """A server under test running as a child process; killed on exit whatever happens."""
 
-    def __init__(self, name: str, argv: list[str], port: int, log_path: Path) -> None:
+    def __init__(
+        self,
+        name: str,
+        argv: list[str],
+        port: int,
+        log_path: Path,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
         self.name = name
         self.address = ("127.0.0.1", port)
         self.log_path = log_path
         self._log = log_path.open("wb")
         self.process = subprocess.Popen(
-            argv, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT, cwd=ROOT
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            cwd=ROOT,
+            env={**os.environ, **env} if env else None,
         )
         self.pid = self.process.pid
 
@@ -124,8 +136,11 @@ class Server:
 
 
 @contextlib.contextmanager
-def started(name: str, argv: list[str], port: int, workdir: Path) -> Iterator[Server]:
-    server = Server(name, argv, port, workdir / f"{name}-{port}.log")
+def started(
+    name: str, argv: list[str], port: int, workdir: Path, env: Mapping[str, str] | None = None
+) -> Iterator[Server]:
+    """A server running for the ``with`` block; ``env`` adds to this process's environment."""
+    server = Server(name, argv, port, workdir / f"{name}-{port}.log", env)
     try:
         server.wait_until_accepting()
         yield server
