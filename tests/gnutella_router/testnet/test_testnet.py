@@ -139,6 +139,7 @@ async def test_host_cache_holds_requests_until_the_network_listens() -> None:
 # --- whole runs ------------------------------------------------------------------------
 
 
+@pytest.mark.e2e
 async def test_ring_network_forms_routes_collects_and_stops(tmp_path: Path) -> None:
     results = tmp_path / "results"
     out = io.StringIO()
@@ -175,6 +176,7 @@ async def test_ring_network_forms_routes_collects_and_stops(tmp_path: Path) -> N
     assert "copies reached the sinks by the end of the drain (not arrived 0.00%)" in text
 
 
+@pytest.mark.e2e
 async def test_idle_network_stays_up_until_stopped(tmp_path: Path) -> None:
     network = LocalNetwork(
         NetworkSettings(nodes=2, topology="star", duration=0, results=tmp_path), out=io.StringIO()
@@ -199,6 +201,7 @@ async def test_idle_network_stays_up_until_stopped(tmp_path: Path) -> None:
     assert (tmp_path / "node-1" / "state.json").exists()
 
 
+@pytest.mark.e2e
 async def test_a_network_that_does_not_form_names_the_missing_links(tmp_path: Path) -> None:
     # Far too short for any catcher to dial: every link is still missing.
     settings = NetworkSettings(nodes=3, topology="star", results=tmp_path, form_timeout=0.001)
