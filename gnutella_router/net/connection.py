@@ -18,6 +18,13 @@ offers the queued bytes to the non-blocking socket straight away and leaves what
 the kernel does not take to the writer, which is the only code that ever waits on the
 socket (docs/benchmarks.md measures what this saves).
 
+End of stream: a peer that hangs up has often just sent its last messages (gtk-gnutella
+sends its Bye and closes at once). The reader stops, but the connection stays open for
+the router until the router has finished with every frame read before the end
+(:meth:`Connection.frames_done` counts them), so a last query hit is still routed and a
+Bye still recorded with its code; only then, or after :data:`DRAIN_SECONDS`, is it
+closed.
+
 Closing: :meth:`Connection.close` records the first reason given. If a Bye is due and
 the peer announced ``Bye-Packet``, the queue is cleared, the Bye is written (bounded by
 a short grace period) and then the socket is closed; otherwise the socket is closed at
@@ -60,6 +67,9 @@ leaves every write to the writer tasks."""
 READ_SIZE = 64 * 1024
 WRITE_SIZE = 64 * 1024
 BYE_GRACE_SECONDS = 2.0
+DRAIN_SECONDS = 5.0
+"""How long a connection whose peer hung up waits for the router to handle what the
+peer sent before it (a last query hit, its Bye) before it closes anyway."""
 
 _connection_ids = itertools.count(1)
 
@@ -147,8 +157,18 @@ class Connection:
         self.messages_out = 0
         self.bytes_out = 0
         self.malformed_in = 0
+        self._delivered = 0
+        """Frames handed to the router; it reports back with :meth:`frames_done`."""
+        self._done = 0
+        self._drained: trio.Event | None = None
+        """Set when the router has finished with every frame, while the reader waits."""
 
     # ------------------------------------------------------------------ the router's link
+
+    def frames_done(self, count: int) -> None:
+        self._done += count
+        if self._drained is not None and self._done >= self._delivered:
+            self._drained.set()
 
     @property
     def flow_controlled(self) -> bool:
@@ -293,6 +313,7 @@ class Connection:
                 while not self.closing:
                     data = bytes(await self.stream.receive_some(READ_SIZE))
                     if not data:
+                        await self._drain()
                         self.close("peer closed the connection")
                     elif not await self._received(data, deliver):
                         break
@@ -300,6 +321,13 @@ class Connection:
             self.close(f"connection lost: {exc.__class__.__name__}")
         # Stop reading, but let a pending Bye be flushed: the writer ends the nursery.
         await trio.sleep_forever()
+
+    async def _drain(self) -> None:
+        """Wait (bounded) until the router has handled every frame read so far."""
+        if self._done < self._delivered:
+            self._drained = trio.Event()
+            with trio.move_on_after(DRAIN_SECONDS):
+                await self._drained.wait()
 
     async def _received(self, data: bytes, deliver: Deliver) -> bool:
         self.bytes_in += len(data)
@@ -322,6 +350,7 @@ class Connection:
         except FrameTooLargeError as exc:
             if exc.frames:
                 self.messages_in += len(exc.frames)
+                self._delivered += len(exc.frames)
                 if self.recorder is not None:
                     self.recorder.record(self.id, exc.frames)
                 await deliver(self, list(exc.frames))
@@ -332,6 +361,7 @@ class Connection:
             return False
         if frames:
             self.messages_in += len(frames)
+            self._delivered += len(frames)
             if self.recorder is not None:
                 self.recorder.record(self.id, frames)
             await deliver(self, frames)

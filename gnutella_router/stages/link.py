@@ -59,6 +59,11 @@ class Link(Protocol):
         batch, and after each message it originates outside a batch."""
         ...
 
+    def frames_done(self, count: int) -> None:
+        """The router has finished with ``count`` more of this link's frames (routed,
+        dropped or shed): a link whose peer hung up closes once all are done."""
+        ...
+
     def note_malformed(self) -> None:
         """Count a message from this peer that the router refused as malformed."""
         ...

@@ -245,15 +245,20 @@ class GnutellaRouter:
         queue = self.stage.queue
         shedder = self.shedder
         if shedder is not None:
+            offered = len(frames)
             frames = shedder.admit(connection.id, frames, queue, trio.current_time())
+            if len(frames) < offered:
+                connection.frames_done(offered - len(frames))
         admitted = queue.admit(frames)
         while admitted < len(frames):
             if shedder is not None and not shedder.waits_at_bound:
                 shedder.shed_rest(frames[admitted:])
+                connection.frames_done(len(frames) - admitted)
                 return
             await queue.wait_for_space()
             if connection.closing:
                 self._drop_many("connection-closing", frames[admitted:])
+                connection.frames_done(len(frames) - admitted)
                 return
             frames = frames[admitted:]
             admitted = queue.admit(frames)
@@ -269,10 +274,15 @@ class GnutellaRouter:
         by_id = self._connection_by_id
         source = -1
         connection: Link | None = None
+        run = 0  # frames of the current run, told to their link when it ends
         for index, frame in enumerate(batch):
             if frame.source != source:  # a batch holds runs of frames from one link
+                if connection is not None:
+                    connection.frames_done(run)
                 source = frame.source
                 connection = by_id(source)
+                run = 0
+            run += 1
             message_type = frame.payload_type
             received[message_type] += 1
             if connection is None or connection.closing:
@@ -283,11 +293,14 @@ class GnutellaRouter:
                 if data is not None:
                     if self.query_delay:
                         await self._delayed_broadcast(batch, index, connection, data, now)
+                        connection.frames_done(run)
                         return index + 1
                     self._broadcast(connection, data)
             else:
                 handlers[message_type](connection, frame, now)
         self._flush_broadcasts(now)
+        if connection is not None:
+            connection.frames_done(run)
         return None
 
     async def _delayed_broadcast(

@@ -49,6 +49,7 @@ class FakeLink:
         self.malformed_in = 0
         self.bye_code_received: int | None = None
         self.flushes = 0
+        self.done = 0
 
     @property
     def flow_controlled(self) -> bool:
@@ -65,6 +66,9 @@ class FakeLink:
 
     def flush(self) -> None:
         self.flushes += 1
+
+    def frames_done(self, count: int) -> None:
+        self.done += count
 
     def note_malformed(self) -> None:
         self.malformed_in += 1
@@ -286,3 +290,19 @@ async def test_a_pong_caching_peer_is_answered_from_the_cache_once_a_second(
     await trio.sleep(1.0)
     await net.send(a, message(Ping(), ttl=2))
     assert [f.payload for f in a.sent()] == [own_payload, cached_payload]
+
+
+async def test_every_frame_is_reported_done_to_its_link(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A link whose peer hung up closes once the router has finished with all it read:
+    routed and dropped frames alike are reported, each to its own link."""
+    net = Network()
+    a, b, c = net.links
+    query = message(Query(b"once"), ttl=3)
+    from_a = FrameDecoder(source=a.id).receive_data(
+        encode_message(query) + encode_message(message(Ping(), ttl=0))
+    )
+    from_b = FrameDecoder(source=b.id).receive_data(encode_message(query))  # a duplicate
+    await net.router.handle([*from_a, *from_b, *from_a[:1]])
+    assert (a.done, b.done, c.done) == (3, 1, 0)

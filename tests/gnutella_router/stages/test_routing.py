@@ -309,3 +309,33 @@ async def test_a_handler_bug_costs_a_batch_not_the_daemon(
         query = message(Query(b"after the bug"), ttl=2)
         await a.send(query)
         assert (await b.receive_matching(of_type(QUERY))).guid == query.guid
+
+
+@pytest.mark.e2e
+async def test_a_peers_last_messages_are_handled_before_its_close(tmp_path: Path) -> None:
+    """A servent that shuts down sends its last messages and a Bye and closes at once, in
+    one write (gtk-gnutella does). Here they arrive while the router is busy (a query in
+    its injected delay), so the end of the stream is read long before the router gets to
+    them: the hit must still be routed back, and the Bye recorded with its code in the
+    connection's closing line."""
+    from structlog.testing import capture_logs
+
+    with capture_logs() as logs:
+        async with running_daemons(tmp_path, overrides={"router.query_delay_ms": 300}) as (daemon,):
+            asker, leaving = await peers(daemon, 2)
+            query = message(Query(b"last words"), ttl=3)
+            await asker.send(query)
+            await leaving.receive_matching(of_type(QUERY))  # routed, so its route exists
+            await asker.send(message(Query(b"keeps the router busy"), ttl=3))
+            await wait_until(lambda: daemon.router.received[QUERY] == 2)
+            last_hit = message(hit_for(query.guid, random_guid()), ttl=3, guid=query.guid)
+            await leaving.send(last_hit, message(Bye(200, "shutting down"), ttl=1))
+            await leaving.aclose()
+            routed = await asker.receive_matching(of_type(QUERY_HIT))
+            assert routed.guid == query.guid
+            await wait_until(lambda: len(daemon.server.connections) == 1)
+    assert daemon.router.dropped["connection-closing", QUERY_HIT] == 0
+    closed = [entry for entry in logs if entry["event"] == "connection closed"]
+    leaving_line = next(entry for entry in closed if entry.get("bye_received"))
+    assert leaving_line["bye_received"] == 200
+    assert leaving_line["reason"].startswith("peer said Bye 200")
