@@ -21,9 +21,10 @@ import msgspec
 import tomli_w
 
 from gnutella_router.config.rules import ConfigError, bad, converted, field_types
-from gnutella_router.config.sections import SECTIONS, Config
+from gnutella_router.config.sections import SECTIONS, CatcherConfig, Config
 
 TYPES = {name: field_types(cls) for name, cls in SECTIONS.items()}
+_DEFAULT_MIN_CONNECTIONS = CatcherConfig().min_connections
 """Each setting's declared type, by table and name."""
 
 
@@ -57,6 +58,10 @@ def load_config(path: Path | None = None, overrides: Mapping[str, object] | None
     for section, values in tables.items():
         for name, value in values.items():
             values[name] = _normalised(f"{section}.{name}", value, TYPES[section][name])
+    most = tables["network"].get("max_connections")
+    if "min_connections" not in tables["catcher"] and type(most) is int:
+        # A node allowed fewer peers than the default wants dials as many as it may.
+        tables["catcher"]["min_connections"] = min(_DEFAULT_MIN_CONNECTIONS, max(most, 0))
     return converted(Config, tables)
 
 

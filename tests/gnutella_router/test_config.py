@@ -528,7 +528,6 @@ class TestCommandLine:
             (["--max-ttl", "99"], "network.max_ttl"),
             (["--seed", "nowhere"], "catcher.seeds"),
             (["--listen", "1.2.3.4"], "node.listen"),
-            (["--max-connections", "2"], "catcher.min_connections"),
         ],
     )
     def test_bad_flag_values_are_config_errors(self, argv: list[str], key: str) -> None:
@@ -651,3 +650,13 @@ def test_the_declared_policies_are_the_implemented_ones() -> None:
     from gnutella_router.net.outqueue import POLICIES
 
     assert get_args(SlowPeerPolicy) == POLICIES
+
+
+def test_min_connections_follows_max_connections_when_not_given() -> None:
+    """``--max-connections 2`` alone is a sensible node, not an error about a setting the
+    operator never touched; a min_connections given explicitly is still held to the max."""
+    assert load_config(overrides={"network.max_connections": 2}).catcher.min_connections == 2
+    assert load_config(overrides={"network.max_connections": 64}).catcher.min_connections == 4
+    with pytest.raises(ConfigError) as caught:
+        load_config(overrides={"network.max_connections": 2, "catcher.min_connections": 3})
+    assert caught.value.key == "catcher.min_connections"
