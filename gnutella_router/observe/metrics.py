@@ -167,6 +167,13 @@ class DaemonCollector(Collector):
         yield GaugeMetricFamily(
             "gnutella_pong_cache_size", "Pongs cached for answering pings.", stats.pong_cache_size
         )
+        trimmed = CounterMetricFamily(
+            "gnutella_messages_ttl_trimmed",
+            "Broadcast copies sent with a lower TTL to respect a peer's X-Max-TTL, by type.",
+            labels=["type"],
+        )
+        _by_label(trimmed, {"ping": 0, "query": 0, **stats.ttl_trimmed})
+        yield trimmed
 
     def _server(self, daemon: RouterView) -> Iterator[Metric]:
         stats = daemon.server.statistics()

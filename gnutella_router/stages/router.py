@@ -69,6 +69,8 @@ HOP_BY_HOP = frozenset({MessageType.QRP, MessageType.VENDOR, MessageType.STANDAR
 _pack_header = HEADER_STRUCT.pack
 _TYPE_BYTE = operator.itemgetter(16)
 """The payload type's offset in an encoded message."""
+_TTL_BYTE = operator.itemgetter(17)
+"""The TTL's offset in an encoded message."""
 
 
 LOCAL = 0
@@ -92,6 +94,8 @@ class RouterStatistics:
     pongs_not_cached: dict[str, int]
     """Pongs routed but not cached, by reason: private addresses on a public network,
     unspecified, multicast or reserved ones anywhere."""
+    ttl_trimmed: dict[str, int]
+    """Broadcast copies sent with a lower TTL because the peer's X-Max-TTL asked for it."""
 
 
 DROP_REASONS = (
@@ -217,6 +221,8 @@ class GnutellaRouter:
         self.generated = [0] * 256
         self.consumed = [0] * 256
         self.dropped: collections.Counter[tuple[str, int]] = collections.Counter()
+        self.ttl_trimmed: collections.Counter[int] = collections.Counter()
+        """Broadcast copies sent with a lower TTL to respect a peer's ``X-Max-TTL``, by type."""
         self.stage: Stage[Frame] = Stage(
             "router",
             self.handle,
@@ -362,15 +368,23 @@ class GnutellaRouter:
             senders = set(sources)
             total_bytes = sum(map(len, datas))
             pings = len(datas) - queries
+            highest_ttl = max(map(_TTL_BYTE, datas))
             forwarded = self.forwarded
             for connection in connections:
                 if connection.closing:
                     continue
+                limit = connection.capabilities.max_ttl  # the peer's X-Max-TTL
                 if connection in senders:
                     mine = [d for d, s in zip(datas, sources, strict=True) if s is not connection]
                     if mine:
+                        if limit < highest_ttl:
+                            mine = self._ttl_clamped(mine, limit)
                         refused = connection.send_batch(mine, sum(map(len, mine)), now)
                         self._count_fanned_out(mine, refused)
+                elif limit < highest_ttl:
+                    clamped = self._ttl_clamped(datas, limit)
+                    refused = connection.send_batch(clamped, total_bytes, now)
+                    self._count_fanned_out(clamped, refused)
                 elif refused := connection.send_batch(datas, total_bytes, now):
                     self._count_fanned_out(datas, refused)
                 else:
@@ -378,6 +392,17 @@ class GnutellaRouter:
                     forwarded[QUERY] += queries
         for connection in connections:
             connection.flush()
+
+    def _ttl_clamped(self, datas: list[bytes], limit: int) -> list[bytes]:
+        """Copies of ``datas`` whose TTL is at most ``limit``: a peer that announced
+        ``X-Max-TTL`` would trim (and complain about) anything above it."""
+        out = []
+        for data in datas:
+            if data[17] > limit:
+                self.ttl_trimmed[data[16]] += 1
+                data = data[:17] + bytes((limit,)) + data[18:]
+            out.append(data)
+        return out
 
     def _count_fanned_out(self, datas: list[bytes], refused: list[bytes]) -> None:
         """Count a broadcast to one link: forwarded, except what its queue refused."""
@@ -645,6 +670,7 @@ class GnutellaRouter:
             },
             pong_cache_size=len(self.pong_cache),
             pongs_not_cached=dict(self.pongs_not_cached),
+            ttl_trimmed={message_type_name(t): n for t, n in sorted(self.ttl_trimmed.items())},
         )
 
     def total_dropped(self) -> int:

@@ -306,3 +306,18 @@ async def test_every_frame_is_reported_done_to_its_link(
     from_b = FrameDecoder(source=b.id).receive_data(encode_message(query))  # a duplicate
     await net.router.handle([*from_a, *from_b, *from_a[:1]])
     assert (a.done, b.done, c.done) == (3, 1, 0)
+
+
+async def test_a_peers_max_ttl_is_respected_in_what_it_is_sent(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A peer announcing ``X-Max-TTL: 3`` never gets a broadcast with TTL above 3; the
+    others get the TTL the router's own clamp allows, and the trims are counted."""
+    net = Network()
+    a, b, _ = net.links
+    net.links[2] = careful = FakeLink(3, max_ttl=3)
+    await net.send(a, message(Query(b"far"), ttl=7), message(Ping(), ttl=2))
+    assert [f.ttl for f in b.sent()] == [6, 1]
+    assert [f.ttl for f in careful.sent()] == [3, 1]
+    assert net.router.ttl_trimmed[MessageType.QUERY] == 1
+    assert net.router.statistics().ttl_trimmed == {"query": 1}
