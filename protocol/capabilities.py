@@ -248,6 +248,13 @@ class Capabilities:
             features=_features(headers.get("X-Features")),
         )
 
+    @property
+    def refuses_ancient_queries(self) -> bool:
+        """Whether this servent drops queries whose flags word is 0 (the pre-0.6 "minimum
+        speed" form): gtk-gnutella does, as "Ancient query format", neither answering
+        nor forwarding them."""
+        return (self.user_agent or "").lower().startswith("gtk-gnutella")
+
 
 def router_headers(
     *,

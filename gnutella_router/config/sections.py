@@ -185,6 +185,7 @@ class RouterConfig(Section, frozen=True):
     route_table_capacity: Annotated[int, Meta(ge=1, le=10_000_000)] = 50_000
     pong_cache_seconds: Annotated[float, Meta(gt=0, le=3600)] = 20.0
     pongs_per_ping: Annotated[int, Meta(ge=1, le=255)] = 10
+    drop_ancient_queries: bool = False
 
     def _check(self) -> None:
         most = self.max_threads

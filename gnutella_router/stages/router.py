@@ -111,6 +111,8 @@ DROP_REASONS = (
     "source-flow-controlled",
     "connection-closing",
     "bye-relayed",
+    "ancient-format",
+    "peer-refuses-format",
 )
 """Every reason the router drops a message for (shed reasons come from the shedder)."""
 
@@ -216,6 +218,8 @@ class GnutellaRouter:
         """When we last answered a Pong-Caching link's ping from the cache, by link id
         (at most one such answer a second); pruned to the links alive."""
         self._fan_queries = 0
+        self._fan_ancient: set[bytes] = set()
+        """The batch's broadcast queries in the pre-0.6 form, kept from peers that drop them."""
         self.received = [0] * 256
         self.forwarded = [0] * 256
         self.generated = [0] * 256
@@ -354,6 +358,8 @@ class GnutellaRouter:
         self._fan_datas.append(data)
         self._fan_sources.append(source)
         self._fan_queries += 1  # only queries come through here; pings are inlined
+        if data[23] == 0 and data[24] == 0:  # flags 0: the pre-0.6 form
+            self._fan_ancient.add(data)
 
     def _flush_broadcasts(self, now: float) -> None:
         """Hand the batch's broadcasts to every connection, then wake the writers."""
@@ -362,9 +368,11 @@ class GnutellaRouter:
         if datas:
             sources = self._fan_sources
             queries = self._fan_queries
+            ancient = self._fan_ancient
             self._fan_datas = []
             self._fan_sources = []
             self._fan_queries = 0
+            self._fan_ancient = set()
             senders = set(sources)
             total_bytes = sum(map(len, datas))
             pings = len(datas) - queries
@@ -373,18 +381,20 @@ class GnutellaRouter:
             for connection in connections:
                 if connection.closing:
                     continue
-                limit = connection.capabilities.max_ttl  # the peer's X-Max-TTL
+                out = datas
                 if connection in senders:
-                    mine = [d for d, s in zip(datas, sources, strict=True) if s is not connection]
-                    if mine:
-                        if limit < highest_ttl:
-                            mine = self._ttl_clamped(mine, limit)
-                        refused = connection.send_batch(mine, sum(map(len, mine)), now)
-                        self._count_fanned_out(mine, refused)
-                elif limit < highest_ttl:
-                    clamped = self._ttl_clamped(datas, limit)
-                    refused = connection.send_batch(clamped, total_bytes, now)
-                    self._count_fanned_out(clamped, refused)
+                    out = [d for d, s in zip(out, sources, strict=True) if s is not connection]
+                capabilities = connection.capabilities
+                if ancient and capabilities.refuses_ancient_queries:
+                    kept = [d for d in out if d not in ancient]
+                    self.dropped["peer-refuses-format", QUERY] += len(out) - len(kept)
+                    out = kept
+                if capabilities.max_ttl < highest_ttl:  # the peer's X-Max-TTL
+                    out = self._ttl_clamped(out, capabilities.max_ttl)
+                if out is not datas:
+                    if out:
+                        refused = connection.send_batch(out, sum(map(len, out)), now)
+                        self._count_fanned_out(out, refused)
                 elif refused := connection.send_batch(datas, total_bytes, now):
                     self._count_fanned_out(datas, refused)
                 else:
@@ -534,6 +544,9 @@ class GnutellaRouter:
         if len(payload) < 3 or payload.find(b"\x00", 2) < 0:
             self.dropped["malformed", QUERY] += 1
             connection.note_malformed()
+            return None
+        if payload[0] == 0 and payload[1] == 0 and self.config.drop_ancient_queries:
+            self.dropped["ancient-format", QUERY] += 1  # flags 0: the pre-0.6 form
             return None
         if not self.query_routes.record(frame.guid, connection.id, now, ttl, frame.hops):
             self.dropped["duplicate", QUERY] += 1

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+import msgspec
 import trio
 import trio.testing
 
@@ -321,3 +322,32 @@ async def test_a_peers_max_ttl_is_respected_in_what_it_is_sent(
     assert [f.ttl for f in careful.sent()] == [3, 1]
     assert net.router.ttl_trimmed[MessageType.QUERY] == 1
     assert net.router.statistics().ttl_trimmed == {"query": 1}
+
+
+def ancient_query(text: bytes, ttl: int = 3) -> Message:
+    """A query in the pre-0.6 form: a zero "minimum speed" where the flags word now is."""
+    return message(Query.legacy(text, min_speed=0), ttl=ttl)
+
+
+async def test_ancient_queries_are_kept_from_peers_that_drop_them(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    net = Network()
+    a, b, _ = net.links
+    net.links[2] = gtk = FakeLink(3, user_agent="gtk-gnutella/1.2.3")
+    modern = message(Query(b"modern"), ttl=3)
+    await net.send(a, ancient_query(b"old"), modern)
+    assert len(b.sent()) == 2
+    assert [f.guid for f in gtk.sent()] == [modern.guid]
+    assert net.dropped("peer-refuses-format", MessageType.QUERY) == 1
+
+
+async def test_ancient_queries_can_be_dropped_everywhere(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    net = Network()
+    net.router.config = msgspec.structs.replace(net.router.config, drop_ancient_queries=True)
+    a, b, _ = net.links
+    await net.send(a, ancient_query(b"old"))
+    assert b.sent() == []
+    assert net.dropped("ancient-format", MessageType.QUERY) == 1
