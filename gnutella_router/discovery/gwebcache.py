@@ -57,7 +57,7 @@ __all__ = [
     "parse_gwebcache_body",
 ]
 
-DEFAULT_CLIENT = "GRTR"
+DEFAULT_CLIENT = "GRTR"  # the vendor code our pongs carry in "VC" too
 DEFAULT_VERSION = __version__
 DEFAULT_TIMEOUT = 10.0
 DEFAULT_MAX_BODY = 64 * 1024

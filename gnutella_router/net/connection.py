@@ -174,6 +174,13 @@ class Connection:
     def flow_controlled(self) -> bool:
         return self.outgoing.flow_controlled
 
+    @property
+    def listen_address(self) -> tuple[str, int] | None:
+        """Where the peer accepts connections: what it announced, or for a peer we
+        dialled, the address we dialled."""
+        announced = self.capabilities.listen_address
+        return announced or (self.peer if self.role == "outgoing" else None)
+
     def note_malformed(self) -> None:
         self.malformed_in += 1
 
@@ -405,7 +412,7 @@ class Connection:
 
     def statistics(self, now: float) -> ConnectionStatistics:
         caps = self.capabilities
-        listen = format_address(*caps.listen_address) if caps.listen_address else None
+        listen = format_address(*self.listen_address) if self.listen_address else None
         return ConnectionStatistics(
             id=self.id,
             peer=self.peer_text,

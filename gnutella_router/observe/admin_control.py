@@ -100,7 +100,7 @@ def _drop(control: RouterControl, request: dict[str, Any]) -> int:
     if "address" in request:
         host, port = _address(request)
         for candidate in control.server.connections.snapshot():
-            listen = candidate.capabilities.listen_address
+            listen = candidate.listen_address
             if candidate.peer == (host, port) or listen == (host, port):
                 connection = candidate.id
                 break

@@ -33,6 +33,12 @@ class Link(Protocol):
         ...
 
     @property
+    def listen_address(self) -> tuple[str, int] | None:
+        """Where the peer accepts connections, if we know: announced in its handshake,
+        or the address we dialled it on."""
+        ...
+
+    @property
     def closing(self) -> bool:
         """Whether the link is ending: nothing more should be routed from or to it."""
         ...

@@ -39,6 +39,7 @@ from collections.abc import Callable, Iterator
 import structlog
 import trio
 
+from gnutella_router import __version__
 from gnutella_router.config import RouterConfig, SheddingConfig
 from gnutella_router.control.shedding import Shedder
 from gnutella_router.discovery.host_cache import classify_address
@@ -54,6 +55,7 @@ from protocol.constants import (
 )
 from protocol.errors import LocalProtocolError, MalformedPayloadError
 from protocol.framing import Frame
+from protocol.ggep import GGEPBlock, daily_uptime_extension, vendor_code_extension
 from protocol.header import HEADER_STRUCT
 from protocol.ipv4 import pack_ipv4
 from protocol.messages import Bye, Message, Ping, Pong, random_guid
@@ -75,6 +77,13 @@ _TTL_BYTE = operator.itemgetter(17)
 
 LOCAL = 0
 """The route of a message this router originated (connection ids start at 1)."""
+
+OWN_PONG_REFRESH = 10.0
+"""Seconds between rebuilds of our own pong (its uptime grows)."""
+VENDOR_CODE = "GRTR"
+"""Our four-letter vendor code, in pongs' "VC" (and GWebCache requests)."""
+VENDOR_VERSION = int(__version__.split(".")[0]) << 4 | int(__version__.split(".")[1])
+"""Major version in the high nibble, minor in the low one, as "VC" readers expect."""
 
 HostLearned = Callable[[str, int, str], None]
 
@@ -211,7 +220,10 @@ class GnutellaRouter:
         self.push_seen = SeenTable("push-seen", config.push_route_seconds, capacity, now)
         self.pong_cache = PongCache(capacity=200, lifetime=config.pong_cache_seconds)
         self.query_delay = config.query_delay_ms / 1000.0
+        self._started_at = now
         self._own_pong = b""
+        self._own_pong_ggep = b""
+        self._own_pong_at = -OWN_PONG_REFRESH
         self._fan_datas: list[bytes] = []
         self._fan_sources: list[Link] = []
         self._cache_answered: dict[int, float] = {}
@@ -462,7 +474,9 @@ class GnutellaRouter:
         if not self.ping_routes.record(guid, connection.id, now, ttl, hops):
             self.dropped["duplicate", PING] += 1
             return
-        pong = self._own_pong or self._own_pong_payload()
+        if now - self._own_pong_at >= OWN_PONG_REFRESH:
+            self._build_own_pongs(now)
+        pong = self._own_pong_ggep if connection.capabilities.ggep else self._own_pong
         if connection.send(_pack_header(guid, PONG, hops + 1, 0, len(pong)) + pong, PONG, 0, now):
             self.generated[PONG] += 1
         if connection.capabilities.pong_caching:
@@ -486,17 +500,28 @@ class GnutellaRouter:
             alive = {link.id for link in self._connections()}
             self._cache_answered = {k: t for k, t in answered.items() if k in alive}
 
-    def _own_pong_payload(self) -> bytes:
-        """Our pong's payload, built on first use: the advertised address is fixed once
-        the server listens, and pings only arrive after that."""
-        if not self._own_pong:
-            host, port = self._own_address()
-            try:
-                pack_ipv4(host)
-            except LocalProtocolError:
-                host = "0.0.0.0"  # an IPv6 or named address has no place in a pong
-            self._own_pong = build_payload(Pong(port=port, ip=host))
-        return self._own_pong
+    def _build_own_pongs(self, now: float) -> None:
+        """Our pong's payloads: plain, and with GGEP for peers that announced GGEP.
+
+        Built when first needed (the advertised address is fixed once the server
+        listens, and pings only arrive after that) and again every
+        :data:`OWN_PONG_REFRESH` seconds, as the uptime in "DU" grows. "VC" names us;
+        "DU" is the uptime so far, up to a day, as gtk-gnutella caps it. Files and
+        kilobytes are 0: a router shares nothing. "UP" (free slots) is left out: its
+        first byte announces the QRP version of an ultrapeer that routes by QRP.
+        """
+        host, port = self._own_address()
+        try:
+            pack_ipv4(host)
+        except LocalProtocolError:
+            host = "0.0.0.0"  # an IPv6 or named address has no place in a pong
+        uptime = min(int(now - self._started_at), 86_400)
+        ggep = GGEPBlock(
+            (vendor_code_extension(VENDOR_CODE, VENDOR_VERSION), daily_uptime_extension(uptime))
+        )
+        self._own_pong = build_payload(Pong(port=port, ip=host))
+        self._own_pong_ggep = build_payload(Pong(port=port, ip=host, ggep=ggep))
+        self._own_pong_at = now
 
     def _answer_from_cache(self, connection: Link, ping: Frame, now: float) -> None:
         """Up to ``pongs_per_ping`` pongs: cached ones first, then our neighbours.
@@ -505,7 +530,7 @@ class GnutellaRouter:
         on a young network; what we know first-hand (where our neighbours listen) is
         always worth telling, as gtk-gnutella does for a TTL 2 ping.
         """
-        asker = connection.capabilities.listen_address
+        asker = connection.listen_address
         limit = self.config.pongs_per_ping
         answers = self.pong_cache.recent(limit, now, asker)
         if len(answers) < limit:
@@ -520,7 +545,7 @@ class GnutellaRouter:
     ) -> list[tuple[bytes, int]]:
         pongs: list[tuple[bytes, int]] = []
         for neighbour in self._connections():
-            address = neighbour.capabilities.listen_address
+            address = neighbour.listen_address
             if neighbour is asker or address is None or address == asker_address:
                 continue
             try:

@@ -66,7 +66,7 @@ class ConnectionTable:
     def add(self, connection: Connection) -> None:
         self._by_id[connection.id] = connection
         self._snapshot = tuple(self._by_id.values())
-        listen = connection.capabilities.listen_address
+        listen = connection.listen_address
         self._labels[connection.id] = format_address(*listen) if listen else connection.peer_text
         if len(self._labels) > PEER_LABELS_KEPT:
             self._labels.popitem(last=False)
@@ -103,8 +103,8 @@ class ConnectionTable:
         known: set[tuple[str, int]] = set()
         for connection in self._snapshot:
             known.add(connection.peer)
-            if connection.capabilities.listen_address is not None:
-                known.add(connection.capabilities.listen_address)
+            if connection.listen_address is not None:
+                known.add(connection.listen_address)
         return known
 
 
@@ -434,11 +434,7 @@ class GnutellaServer:
         return None
 
     def _try_hosts(self) -> list[tuple[str, int]]:
-        hosts = [
-            c.capabilities.listen_address
-            for c in self.connections.snapshot()
-            if c.capabilities.listen_address is not None
-        ]
+        hosts = [c.listen_address for c in self.connections.snapshot() if c.listen_address]
         if self.try_hosts is not None:
             hosts.extend(self.try_hosts())
         return hosts[:10]

@@ -56,6 +56,10 @@ class FakeLink:
     def flow_controlled(self) -> bool:
         return self.outgoing.flow_controlled
 
+    @property
+    def listen_address(self) -> tuple[str, int] | None:
+        return self.capabilities.listen_address
+
     def send(self, data: bytes, message_type: int, hops: int, now: float) -> bool:
         verdict = self.outgoing.offer(data, message_type, hops, now)
         if verdict not in (Verdict.QUEUED, Verdict.DROPPED):
@@ -93,18 +97,21 @@ class Network:
 
     def __init__(self, links: int = 3, **capabilities: object) -> None:
         self.links = [FakeLink(i + 1, **capabilities) for i in range(links)]
-        by_id = {link.id: link for link in self.links}
         config = Config()
         self.router = GnutellaRouter(
             config.router,
             connections=lambda: tuple(self.links),
-            connection_by_id=by_id.get,
+            connection_by_id=self.link,
             own_address=lambda: ("192.0.2.1", 6346),
             own_guid=OWN_GUID,
             max_ttl=config.network.max_ttl,
             hard_ttl_limit=config.network.hard_ttl_limit,
             now=trio.current_time(),
         )
+
+    def link(self, link_id: int) -> FakeLink | None:
+        """The link with that id, as the server's registry answers (links may be swapped)."""
+        return next((link for link in self.links if link.id == link_id), None)
 
     async def send(self, link: FakeLink, *messages: Message) -> None:
         data = b"".join(encode_message(m) for m in messages)
@@ -351,3 +358,41 @@ async def test_ancient_queries_can_be_dropped_everywhere(
     await net.send(a, ancient_query(b"old"))
     assert b.sent() == []
     assert net.dropped("ancient-format", MessageType.QUERY) == 1
+
+
+async def test_our_pong_carries_ggep_for_peers_that_read_it(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    from protocol.ggep import daily_uptime, vendor_code
+
+    net = Network()
+    a, _, _ = net.links
+    net.links[1] = modern = FakeLink(2, ggep=True)
+    await trio.sleep(30)  # the router has been up 30 s
+    await net.send(modern, message(Ping(), ttl=1))
+    await net.send(a, message(Ping(), ttl=1))
+    (rich,) = modern.sent()
+    pong = rich.message().payload
+    assert isinstance(pong, Pong)
+    assert pong.ggep is not None
+    vendor = vendor_code(pong.ggep)
+    assert vendor is not None
+    assert vendor.vendor == "GRTR"
+    assert daily_uptime(pong.ggep) == 30
+    assert (pong.files, pong.kbytes) == (0, 0)
+    (plain,) = a.sent()
+    assert len(plain.payload) == 14  # no GGEP to a peer that did not announce it
+
+
+async def test_neighbour_pongs_name_every_neighbour_whose_address_we_know(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    net = Network()
+    net.links = [
+        asker := FakeLink(1, pong_caching=True),
+        FakeLink(2, listen_address=("192.0.2.20", 6346)),
+        FakeLink(3),  # an incoming peer that announced nothing: unknown
+    ]
+    await net.send(asker, message(Ping(), ttl=2))
+    hosts = {(p.ip, p.port) for f in asker.sent() if isinstance(p := f.message().payload, Pong)}
+    assert hosts == {("192.0.2.1", 6346), ("192.0.2.20", 6346)}  # ours and the known one
