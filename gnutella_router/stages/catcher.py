@@ -40,7 +40,17 @@ from gnutella_router.stages.server import DialError, GnutellaServer
 
 LearnedHost = tuple[str, int, str]
 MAINTENANCE_INTERVAL = 1.0
-DISCOVERY_PING_TTL = 2
+KEEPALIVE_PING_INTERVAL = 30.0
+"""Seconds between our pings to a neighbour while we have all the peers we want: TTL 1,
+answered with the neighbour's own pong (it proves the link alive and keeps its address
+fresh)."""
+DISCOVERY_PING_INTERVAL = 10.0
+"""Seconds between our pings to a neighbour while outgoing connections are missing:
+TTL 2, answered with pongs from its cache or for its neighbours (gtk-gnutella answers a
+TTL 2 ping with its neighbours, a Pong-Caching router from its cache)."""
+FIRST_DISCOVERY_DELAY = 5.0
+"""After the TTL 1 ping at connect, the first TTL 2 one waits this long, so the two do
+not trip a neighbour's ping throttle."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -99,6 +109,8 @@ class GnutellaCatcher:
         )
         self.cache_path = Path(config.node.state_dir) / self.settings.host_cache_file
         self._dialing: set[tuple[str, int]] = set()
+        self._pings_due: dict[int, float] = {}
+        """When each neighbour (by connection id) gets our next ping; pruned to the live ones."""
         self.own_addresses_skipped = 0
         """Hosts not cached because they were this router's own address."""
         self.dial_warnings = RateLimitedWarnings(self.log)
@@ -196,6 +208,28 @@ class GnutellaCatcher:
         excluded.update(self.server.listen_addresses)
         return excluded
 
+    def _ping_neighbours(self, missing: bool, now: float) -> None:
+        """Ping each neighbour when it is due: TTL 1 at once when it connects, then TTL 2
+        every :data:`DISCOVERY_PING_INTERVAL` seconds while peers are missing, or TTL 1
+        every :data:`KEEPALIVE_PING_INTERVAL` seconds once they are not."""
+        due = self._pings_due
+        first = FIRST_DISCOVERY_DELAY if missing else KEEPALIVE_PING_INTERVAL
+        every = DISCOVERY_PING_INTERVAL if missing else KEEPALIVE_PING_INTERVAL
+        alive: set[int] = set()
+        for connection in self.server.connections.snapshot():
+            if connection.closing:
+                continue
+            alive.add(connection.id)
+            when = due.get(connection.id)
+            if when is None:
+                self.router.originate_ping(connection, 1, now)
+                due[connection.id] = now + first
+            elif now >= when:
+                self.router.originate_ping(connection, 2 if missing else 1, now)
+                due[connection.id] = now + every
+        if len(due) > len(alive):
+            self._pings_due = {link: when for link, when in due.items() if link in alive}
+
     async def _maintain(self, nursery: trio.Nursery) -> None:
         while True:
             missing = (
@@ -203,6 +237,7 @@ class GnutellaCatcher:
                 - self.server.connections.count("outgoing")
                 - len(self._dialing)
             )
+            self._ping_neighbours(missing > 0, trio.current_time())
             if missing > 0:
                 now = trio.current_time()
                 candidates = self.hosts.candidates(now, exclude=self._excluded(), limit=missing)
@@ -231,9 +266,8 @@ class GnutellaCatcher:
             return
         finally:
             self._dialing.discard((host, port))
-        now = trio.current_time()
-        self.hosts.mark_connected(host, port, now)
-        self.router.originate_ping(connection, DISCOVERY_PING_TTL, now)
+        self.hosts.mark_connected(host, port, trio.current_time())
+        del connection  # pinged by _ping_neighbours, like every other neighbour
 
     async def _ask_gwebcache(self) -> None:
         now = trio.current_time()

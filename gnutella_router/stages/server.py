@@ -497,8 +497,12 @@ class GnutellaServer:
         role: str,
         complete: HandshakeComplete,
     ) -> Connection:
-        if complete.peer.try_hosts and self.on_hosts_learned is not None:
-            self.on_hosts_learned(list(complete.peer.try_hosts), "x-try")
+        if self.on_hosts_learned is not None:
+            if complete.peer.try_hosts:
+                self.on_hosts_learned(list(complete.peer.try_hosts), "x-try")
+            listen = complete.peer.listen_address
+            if role == "incoming" and listen is not None:  # Listen-IP, X-My-Address, Node
+                self.on_hosts_learned([listen], "listen-ip")
         return Connection(
             stream=stream,
             peer=peer,

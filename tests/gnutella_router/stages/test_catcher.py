@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, cast
 
 import pytest
 import trio
@@ -157,3 +161,96 @@ def test_a_wildcard_listener_is_named_by_loopback_too() -> None:
         ("127.0.0.1", 6350),
         ("::1", 6350),
     }
+
+
+async def test_an_incoming_peers_announced_address_enters_the_host_cache(tmp_path: Path) -> None:
+    from tests.support.peers import Peer
+
+    async with running_daemons(tmp_path) as (daemon,):
+        announced = ("127.0.0.1", free_port())
+        await Peer.connect(
+            daemon.address, extra_headers=[("Listen-IP", f"{announced[0]}:{announced[1]}")]
+        )
+        await wait_until(lambda: announced in daemon.catcher.hosts)
+        assert daemon.catcher.hosts.source_of(*announced) == "listen-ip"
+
+
+class PingLog:
+    """Stands in for the router: records the pings the catcher asks it to send."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[int, int, float]] = []
+
+    def originate_ping(self, connection: FakeNeighbour, ttl: int, now: float) -> bytes:
+        self.sent.append((connection.id, ttl, now))
+        return bytes(16)
+
+
+@dataclasses.dataclass
+class FakeNeighbour:
+    id: int
+    closing: bool = False
+
+
+class FakeConnections:
+    def __init__(self, *neighbours: FakeNeighbour) -> None:
+        self.neighbours = list(neighbours)
+
+    def snapshot(self) -> list[FakeNeighbour]:
+        return list(self.neighbours)
+
+
+def pinging_catcher(tmp_path: Path, *neighbours: FakeNeighbour) -> tuple[Any, PingLog]:
+    from gnutella_router.stages.catcher import GnutellaCatcher
+    from tests.support.peers import daemon_config
+
+    server = SimpleNamespace(connections=FakeConnections(*neighbours))
+    pings = PingLog()
+    catcher = GnutellaCatcher(
+        daemon_config(tmp_path), server=cast(Any, server), router=cast(Any, pings)
+    )
+    return catcher, pings
+
+
+def test_each_neighbour_is_pinged_with_ttl_1_when_it_connects(tmp_path: Path) -> None:
+    catcher, pings = pinging_catcher(tmp_path, FakeNeighbour(1), FakeNeighbour(2))
+    catcher._ping_neighbours(True, 100.0)
+    assert pings.sent == [(1, 1, 100.0), (2, 1, 100.0)]
+    catcher._ping_neighbours(True, 101.0)
+    assert len(pings.sent) == 2, "a neighbour is not pinged again before its time"
+
+
+def test_while_peers_are_missing_neighbours_get_ttl_2_pings_every_ten_seconds(
+    tmp_path: Path,
+) -> None:
+    from gnutella_router.stages.catcher import DISCOVERY_PING_INTERVAL, FIRST_DISCOVERY_DELAY
+
+    catcher, pings = pinging_catcher(tmp_path, FakeNeighbour(1))
+    start = 100.0
+    for second in range(31):
+        catcher._ping_neighbours(True, start + second)
+    times = [when - start for _, ttl, when in pings.sent if ttl == 2]
+    assert times[0] == FIRST_DISCOVERY_DELAY
+    assert times[1] - times[0] == DISCOVERY_PING_INTERVAL
+    assert [ttl for _, ttl, _ in pings.sent].count(1) == 1
+
+
+def test_with_every_peer_present_neighbours_get_ttl_1_keep_alives(tmp_path: Path) -> None:
+    from gnutella_router.stages.catcher import KEEPALIVE_PING_INTERVAL
+
+    catcher, pings = pinging_catcher(tmp_path, FakeNeighbour(1))
+    for second in range(100):
+        catcher._ping_neighbours(False, float(second))
+    assert {ttl for _, ttl, _ in pings.sent} == {1}
+    gaps = {b[2] - a[2] for a, b in itertools.pairwise(pings.sent)}
+    assert gaps == {KEEPALIVE_PING_INTERVAL}
+
+
+def test_closed_and_closing_neighbours_are_neither_pinged_nor_remembered(tmp_path: Path) -> None:
+    leaving = FakeNeighbour(2)
+    catcher, pings = pinging_catcher(tmp_path, FakeNeighbour(1), leaving)
+    catcher._ping_neighbours(True, 0.0)
+    leaving.closing = True
+    catcher._ping_neighbours(True, 6.0)
+    assert [link for link, _, _ in pings.sent] == [1, 2, 1]
+    assert set(catcher._pings_due) == {1}
