@@ -9,8 +9,8 @@ Modules, from the bottom up: :mod:`~protocol.constants`, :mod:`~protocol.errors`
 (the construct declaration, the normative spec), :mod:`~protocol.header` (the
 ``struct`` fast path derived from it), :mod:`~protocol.codec` (payload parse/build),
 :mod:`~protocol.framing` (stream to frames), :mod:`~protocol.compression` (deflate
-links), :mod:`~protocol.headers` and :mod:`~protocol.handshake` (the connection
-handshake).
+links), :mod:`~protocol.vendor` (the introductory vendor messages and Hops Flow),
+:mod:`~protocol.headers` and :mod:`~protocol.handshake` (the connection handshake).
 """
 
 from .codec import build_payload, decode_message, encode_message, parse_payload

@@ -50,6 +50,7 @@ from protocol.errors import CompressionError, RemoteProtocolError
 from protocol.framing import Frame, FrameDecoder, FrameTooLargeError
 from protocol.handshake import Capabilities
 from protocol.messages import Bye, Message, random_guid
+from protocol.vendor import NO_HOPS_FLOW, Feature, VendorMessageId
 
 
 class FrameTap(Protocol):
@@ -67,6 +68,9 @@ leaves every write to the writer tasks."""
 READ_SIZE = 64 * 1024
 WRITE_SIZE = 64 * 1024
 BYE_GRACE_SECONDS = 2.0
+MAX_LISTED_BY_PEER = 64
+"""How many of the vendor messages and features a peer lists are kept (for dumps): a
+peer's lists are its business, our memory is ours."""
 DRAIN_SECONDS = 5.0
 """How long a connection whose peer hung up waits for the router to handle what the
 peer sent before it (a last query hit, its Bye) before it closes anyway."""
@@ -98,6 +102,12 @@ class ConnectionStatistics:
     messages_out: int
     bytes_out: int
     malformed_in: int
+    hops_flow: int
+    """Queries of this many hops or more are not sent to the peer (255: no limit)."""
+    vendor_messages: tuple[str, ...] | None
+    """What the peer's Messages Supported listed (``BEAR/4v1``...); None before it."""
+    features: tuple[str, ...] | None
+    """What the peer's Features Supported listed (``TLS!/1``...); None before it."""
     outgoing: OutgoingQueueStatistics
     closing: bool
     close_reason: str | None
@@ -157,6 +167,9 @@ class Connection:
         self.messages_out = 0
         self.bytes_out = 0
         self.malformed_in = 0
+        self.hops_flow = NO_HOPS_FLOW
+        self.peer_vendor_messages: tuple[VendorMessageId, ...] | None = None
+        self.peer_features: tuple[Feature, ...] | None = None
         self._delivered = 0
         """Frames handed to the router; it reports back with :meth:`frames_done`."""
         self._done = 0
@@ -187,6 +200,19 @@ class Connection:
     def received_bye(self, code: int, reason: str) -> None:
         self.bye_code_received = code
         self.close(f"peer said Bye {code}: {reason}"[:200])
+
+    def received_messages_supported(self, understood: tuple[VendorMessageId, ...]) -> None:
+        if self.peer_vendor_messages is None:  # the first one counts, as in gtk-gnutella
+            self.peer_vendor_messages = understood[:MAX_LISTED_BY_PEER]
+
+    def received_features_supported(self, features: tuple[Feature, ...]) -> None:
+        if self.peer_features is None:
+            self.peer_features = features[:MAX_LISTED_BY_PEER]
+
+    def received_hops_flow(self, hops: int) -> None:
+        if hops != self.hops_flow:
+            self.log.debug("hops flow", hops=hops, was=self.hops_flow)
+        self.hops_flow = hops
 
     def send(self, data: bytes, message_type: int, hops: int, now: float) -> bool:
         """Offer one encoded message; never waits. False when it was not queued.
@@ -431,6 +457,9 @@ class Connection:
             messages_out=self.messages_out,
             bytes_out=self.bytes_out,
             malformed_in=self.malformed_in,
+            hops_flow=self.hops_flow,
+            vendor_messages=_names(self.peer_vendor_messages),
+            features=_names(self.peer_features),
             outgoing=self.outgoing.statistics(now),
             closing=self.closing,
             close_reason=self.close_reason,
@@ -461,6 +490,12 @@ class Connection:
 
     def __repr__(self) -> str:
         return f"<Connection {self.id} {self.role} {self.peer_text}>"
+
+
+def _names(
+    items: tuple[VendorMessageId, ...] | tuple[Feature, ...] | None,
+) -> tuple[str, ...] | None:
+    return None if items is None else tuple(map(str, items))
 
 
 def _bye_text(reason: str) -> str:

@@ -265,6 +265,11 @@ def _connection(connection: Connection, now: float) -> dict[str, object]:
         "messages_out": s.messages_out,
         "bytes_out": s.bytes_out,
         "malformed_in": s.malformed_in,
+        "vendor": {
+            "messages_supported": None if s.vendor_messages is None else list(s.vendor_messages),
+            "features_supported": None if s.features is None else list(s.features),
+            "hops_flow": s.hops_flow,
+        },
         "outgoing": {
             "policy": queue.policy,
             "pending_messages": queue.pending_messages,

@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from protocol.capabilities import Capabilities
+from protocol.vendor import Feature, VendorMessageId
 
 
 class Link(Protocol):
@@ -49,6 +50,12 @@ class Link(Protocol):
         queries this peer sends (it is the one clogging us)."""
         ...
 
+    @property
+    def hops_flow(self) -> int:
+        """Queries whose hop count on the wire is this or more must not go to the peer
+        (its Hops Flow vendor message; 255 until it sends one)."""
+        ...
+
     def send(self, data: bytes, message_type: int, hops: int, now: float) -> bool:
         """Queue one encoded message; never waits. False when it was not queued.
         Nothing is written before :meth:`flush`."""
@@ -76,6 +83,18 @@ class Link(Protocol):
 
     def received_bye(self, code: int, reason: str) -> None:
         """The peer said Bye: remember its code and end the link."""
+        ...
+
+    def received_messages_supported(self, understood: tuple[VendorMessageId, ...]) -> None:
+        """The peer's Messages Supported: the vendor messages it understands."""
+        ...
+
+    def received_features_supported(self, features: tuple[Feature, ...]) -> None:
+        """The peer's Features Supported."""
+        ...
+
+    def received_hops_flow(self, hops: int) -> None:
+        """The peer's Hops Flow: from now on, see :attr:`hops_flow`."""
         ...
 
     def close(self, reason: str, *, bye_code: int | None = None) -> None:

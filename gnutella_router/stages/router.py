@@ -21,7 +21,12 @@ LimeWire do):
 * Push: routed by servent GUID through the push table; duplicates dropped by message
   GUID.
 * Bye closes the connection it arrived on; QRP and vendor messages are hop-by-hop:
-  accepted quietly, never forwarded; unknown types are dropped.
+  accepted, never forwarded; unknown types are dropped. Of the vendor messages, a
+  peer's Messages Supported and Features Supported are kept on its link (dumps show
+  them) and its Hops Flow is obeyed: a query whose hop count is at least the peer's
+  value is not sent to it (dropped as ``peer-hops-flow``). Every other vendor message
+  is accepted quietly. :meth:`GnutellaRouter.introduce` sends our own Messages
+  Supported, built from the vendor messages handled here and nothing else.
 
 Every drop has a named reason; every counter is per message type. The hot path works on
 raw frames: a forwarded message is the payload bytes behind a freshly packed header, and
@@ -58,7 +63,19 @@ from protocol.framing import Frame
 from protocol.ggep import GGEPBlock, daily_uptime_extension, vendor_code_extension
 from protocol.header import HEADER_STRUCT
 from protocol.ipv4 import pack_ipv4
-from protocol.messages import Bye, Message, Ping, Pong, random_guid
+from protocol.messages import Bye, Message, Ping, Pong, VendorMessage, random_guid
+from protocol.vendor import (
+    FEATURES_SUPPORTED,
+    HOPS_FLOW,
+    MESSAGES_SUPPORTED,
+    NO_HOPS_FLOW,
+    VendorMessageId,
+    features_supported,
+    messages_supported,
+    parse_features_supported,
+    parse_hops_flow,
+    parse_messages_supported,
+)
 
 PING = MessageType.PING
 PONG = MessageType.PONG
@@ -66,7 +83,8 @@ BYE = MessageType.BYE
 PUSH = MessageType.PUSH
 QUERY = MessageType.QUERY
 QUERY_HIT = MessageType.QUERY_HIT
-HOP_BY_HOP = frozenset({MessageType.QRP, MessageType.VENDOR, MessageType.STANDARD_VENDOR})
+VENDOR = MessageType.VENDOR
+HOP_BY_HOP = frozenset({MessageType.QRP, MessageType.STANDARD_VENDOR})
 
 _pack_header = HEADER_STRUCT.pack
 _TYPE_BYTE = operator.itemgetter(16)
@@ -122,6 +140,7 @@ DROP_REASONS = (
     "bye-relayed",
     "ancient-format",
     "peer-refuses-format",
+    "peer-hops-flow",
 )
 """Every reason the router drops a message for (shed reasons come from the shedder)."""
 
@@ -255,6 +274,18 @@ class GnutellaRouter:
         self._handlers[QUERY_HIT] = self._on_query_hit
         for message_type in HOP_BY_HOP:
             self._handlers[message_type] = self._on_hop_by_hop
+        self._handlers[VENDOR] = self._on_vendor
+        self._vendor_handlers: dict[VendorMessageId, Callable[[Link, bytes], None]] = {
+            MESSAGES_SUPPORTED: lambda link, body: link.received_messages_supported(
+                parse_messages_supported(body)
+            ),
+            FEATURES_SUPPORTED: lambda link, body: link.received_features_supported(
+                parse_features_supported(body)
+            ),
+            HOPS_FLOW: lambda link, body: link.received_hops_flow(parse_hops_flow(body)),
+        }
+        """The vendor messages this router understands; our Messages Supported lists
+        exactly these."""
 
     # ------------------------------------------------------------------ admission
 
@@ -401,6 +432,8 @@ class GnutellaRouter:
                     kept = [d for d in out if d not in ancient]
                     self.dropped["peer-refuses-format", QUERY] += len(out) - len(kept)
                     out = kept
+                if connection.hops_flow != NO_HOPS_FLOW and queries:
+                    out = self._hops_flowed(out, connection.hops_flow)
                 if capabilities.max_ttl < highest_ttl:  # the peer's X-Max-TTL
                     out = self._ttl_clamped(out, capabilities.max_ttl)
                 if out is not datas:
@@ -414,6 +447,13 @@ class GnutellaRouter:
                     forwarded[QUERY] += queries
         for connection in connections:
             connection.flush()
+
+    def _hops_flowed(self, datas: list[bytes], limit: int) -> list[bytes]:
+        """``datas`` without the queries of ``limit`` hops or more: the peer's Hops
+        Flow asked for none of those."""
+        kept = [d for d in datas if d[16] != QUERY or d[18] < limit]
+        self.dropped["peer-hops-flow", QUERY] += len(datas) - len(kept)
+        return kept
 
     def _ttl_clamped(self, datas: list[bytes], limit: int) -> list[bytes]:
         """Copies of ``datas`` whose TTL is at most ``limit``: a peer that announced
@@ -666,10 +706,34 @@ class GnutellaRouter:
     def _on_hop_by_hop(self, connection: Link, frame: Frame, now: float) -> None:
         self.consumed[frame.payload_type] += 1
 
+    def _on_vendor(self, connection: Link, frame: Frame, now: float) -> None:
+        try:
+            message = parse_payload(VENDOR, frame.payload)
+            assert isinstance(message, VendorMessage)
+            handler = self._vendor_handlers.get(VendorMessageId.of(message))
+            if handler is not None:
+                handler(connection, message.body)
+        except MalformedPayloadError:
+            self.dropped["malformed", VENDOR] += 1
+            connection.note_malformed()
+            return
+        self.consumed[VENDOR] += 1
+
     def _on_unknown(self, connection: Link, frame: Frame, now: float) -> None:
         self.dropped["unknown-type", frame.payload_type] += 1
 
     # ------------------------------------------------------------------ originating
+
+    def introduce(self, connection: Link, now: float) -> None:
+        """Tell a new neighbour which vendor messages we understand (Messages Supported)
+        and which extra features we have (Features Supported: none), if it announced
+        ``Vendor-Message``. gtk-gnutella expects both right after the handshake."""
+        if not connection.capabilities.vendor_messages:
+            return
+        for message in (messages_supported(self._vendor_handlers), features_supported(())):
+            if connection.send(encode_message(message), VENDOR, 0, now):
+                self.generated[VENDOR] += 1
+        connection.flush()
 
     def originate_ping(self, connection: Link, ttl: int, now: float) -> bytes:
         """Send our own ping (to learn hosts); its pongs are consumed here."""

@@ -531,6 +531,7 @@ class GnutellaServer:
     async def _run_connection(self, connection: Connection) -> None:
         self.completed[connection.role] += 1
         connection.log.debug("connected", user_agent=connection.capabilities.user_agent)
+        self.router.introduce(connection, trio.current_time())
         try:
             await connection.run(self.router.deliver)
         except Exception:

@@ -29,8 +29,14 @@ from protocol.messages import (
     QrpPatch,
     QrpReset,
     Query,
-    VendorMessage,
     random_guid,
+)
+from protocol.vendor import (
+    HOPS_FLOW,
+    Feature,
+    VendorMessageId,
+    features_supported,
+    messages_supported,
 )
 from tests.support.gtk_vectors import GTKG_STEP1, GTKG_STEP2
 from tests.support.peers import Peer, message, running_daemons
@@ -39,19 +45,34 @@ from tests.support.waiting import wait_until
 GTKG_STEP3_DEFLATE = b"GNUTELLA/0.6 200 OK\r\nContent-Encoding: deflate\r\n\r\n"
 
 
+GTKG_VENDOR_MESSAGES = [
+    VendorMessageId(vendor, selector, version)
+    for vendor, selector, version in [
+        *((b"BEAR", 4, 1), (b"BEAR", 7, 1), (b"BEAR", 11, 1), (b"BEAR", 12, 1)),
+        *((b"GTKG", 7, 1), (b"GTKG", 7, 2), (b"GTKG", 9, 1), (b"GTKG", 10, 1)),
+        *((b"GTKG", 21, 1), (b"GTKG", 22, 1), (b"GTKG", 23, 1)),
+        *((b"LIME", 5, 1), (b"LIME", 11, 2), (b"LIME", 11, 3), (b"LIME", 12, 1)),
+        *((b"LIME", 12, 2), (b"LIME", 12, 3), (b"LIME", 13, 1), (b"LIME", 21, 1)),
+        *((b"LIME", 21, 2), (b"LIME", 22, 1), (b"LIME", 22, 2), (b"LIME", 23, 1)),
+        *((b"LIME", 23, 2), (b"LIME", 24, 1), (b"LIME", 24, 2)),
+    ]
+]
+"""The vendor messages a gtk-gnutella 1.2.3 built without GnuTLS lists (its vmsg.c)."""
+GTKG_FEATURES = [
+    Feature("HSEP", 1),
+    Feature("WHAT", 1),
+    Feature("QRP1", 1),
+    Feature("F2FT", 0xFFFF),
+    Feature("TCPI", 1),
+]
+
+
 def gtk_opening_messages() -> tuple[list[Message], bytes]:
     """What gtk-gnutella sends an ultrapeer right after the handshake, and its ping's GUID."""
     scp_ping = Message(random_guid(), 4, 0, Ping(GGEPBlock((GGEPExtension("SCP", b"\x01"),))))
     messages = [
-        Message(
-            bytes(16),
-            1,
-            0,
-            VendorMessage(b"\x00\x00\x00\x00", 0, 0, b"\x02\x00GTKG\x07\x00\x01\x00"),
-        ),
-        Message(
-            bytes(16), 1, 0, VendorMessage(b"\x00\x00\x00\x00", 10, 0, b"\x01\x00HSEP\x01\x00")
-        ),
+        messages_supported(GTKG_VENDOR_MESSAGES),
+        features_supported(GTKG_FEATURES),
         Message(random_guid(), 1, 0, QrpReset(16384, 2)),
         Message(random_guid(), 1, 0, QrpPatch(1, 1, 1, 4, b"x\x9c\x03\x00\x00\x00\x00\x01")),
         scp_ping,
@@ -139,6 +160,11 @@ async def test_gtk_gnutella_dialing_the_daemon(tmp_path: Path) -> None:
         await wait_until(lambda: daemon.router.consumed[MessageType.QRP] == 2)
         assert daemon.router.consumed[MessageType.VENDOR] == 2
         (connection,) = daemon.server.connections.snapshot()
+        assert connection.malformed_in == 0
+        assert connection.peer_vendor_messages is not None
+        assert HOPS_FLOW in connection.peer_vendor_messages
+        assert connection.peer_features is not None
+        assert Feature("HSEP", 1) in connection.peer_features
         assert connection.capabilities.user_agent is not None
         assert connection.capabilities.user_agent.startswith("gtk-gnutella/1.2.3")
         assert connection.statistics(trio.current_time()).deflate_in

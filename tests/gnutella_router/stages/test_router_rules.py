@@ -34,6 +34,17 @@ from protocol.messages import (
     QueryHitResult,
     random_guid,
 )
+from protocol.vendor import (
+    HOPS_FLOW,
+    NO_HOPS_FLOW,
+    Feature,
+    VendorMessageId,
+    features_supported,
+    hops_flow,
+    messages_supported,
+    parse_features_supported,
+    parse_messages_supported,
+)
 
 OWN_GUID = b"R" * 16
 
@@ -51,6 +62,9 @@ class FakeLink:
         self.bye_code_received: int | None = None
         self.flushes = 0
         self.done = 0
+        self.hops_flow = NO_HOPS_FLOW
+        self.vendor_messages: tuple[VendorMessageId, ...] | None = None
+        self.features: tuple[Feature, ...] | None = None
 
     @property
     def flow_controlled(self) -> bool:
@@ -77,6 +91,15 @@ class FakeLink:
 
     def note_malformed(self) -> None:
         self.malformed_in += 1
+
+    def received_messages_supported(self, understood: tuple[VendorMessageId, ...]) -> None:
+        self.vendor_messages = understood
+
+    def received_features_supported(self, features: tuple[Feature, ...]) -> None:
+        self.features = features
+
+    def received_hops_flow(self, hops: int) -> None:
+        self.hops_flow = hops
 
     def received_bye(self, code: int, reason: str) -> None:
         self.bye_code_received = code
@@ -396,3 +419,77 @@ async def test_neighbour_pongs_name_every_neighbour_whose_address_we_know(
     await net.send(asker, message(Ping(), ttl=2))
     hosts = {(p.ip, p.port) for f in asker.sent() if isinstance(p := f.message().payload, Pong)}
     assert hosts == {("192.0.2.1", 6346), ("192.0.2.20", 6346)}  # ours and the known one
+
+
+async def test_a_peers_hops_flow_keeps_the_queries_it_asked_not_to_get(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """gtk-gnutella sends Hops Flow 0 when its queue towards us clogs and 255 when it
+    clears: in between it gets no queries, but pings and replies still."""
+    net = Network()
+    a, b, c = net.links
+    await net.send(c, hops_flow(0))
+    assert c.hops_flow == 0
+    await net.send(a, message(Query(b"stopped"), ttl=3), message(Ping(), ttl=2))
+    assert types(c.sent()) == [MessageType.PING]
+    assert types(b.sent()) == [MessageType.QUERY, MessageType.PING]
+    assert net.dropped("peer-hops-flow", MessageType.QUERY) == 1
+
+    await net.send(c, hops_flow(2))  # only queries that reach it with fewer than 2 hops
+    near = message(Query(b"near"), ttl=3, hops=0)  # arrives at c with hops 1
+    far = message(Query(b"far"), ttl=3, hops=1)  # arrives at c with hops 2
+    await net.send(a, near, far)
+    assert [f.guid for f in c.sent()] == [near.guid]
+
+    await net.send(c, hops_flow(NO_HOPS_FLOW))
+    await net.send(a, message(Query(b"again"), ttl=3, hops=1))
+    assert types(c.sent()) == [MessageType.QUERY]
+    assert net.router.statistics().dropped["peer-hops-flow"] == {"query": 2}
+    assert net.router.consumed[MessageType.VENDOR] == 3
+
+
+async def test_a_peers_introductions_are_kept_on_its_link(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    net = Network()
+    a, _, _ = net.links
+    gtk_list = [HOPS_FLOW, VendorMessageId(b"GTKG", 9, 1)]
+    await net.send(a, messages_supported(gtk_list), features_supported([Feature("TLS!", 1)]))
+    assert a.vendor_messages == (HOPS_FLOW, VendorMessageId(b"GTKG", 9, 1))
+    assert a.features == (Feature("TLS!", 1),)
+
+
+async def test_unknown_and_malformed_vendor_messages(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    from protocol.messages import VendorMessage
+
+    net = Network()
+    a, b, _ = net.links
+    unknown = Message(bytes(16), 1, 0, VendorMessage(b"LIME", 23, 2, b"whatever"))
+    short = Message(bytes(16), 1, 0, VendorMessage(b"BEAR", 4, 1, b""))  # Hops Flow, no byte
+    await net.send(a, unknown, short)
+    assert net.router.consumed[MessageType.VENDOR] == 1
+    assert net.dropped("malformed", MessageType.VENDOR) == 1
+    assert a.malformed_in == 1
+    assert a.hops_flow == NO_HOPS_FLOW
+    assert b.sent() == []  # vendor messages travel one hop
+
+
+async def test_we_introduce_ourselves_to_peers_that_announced_vendor_messages(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    from protocol.messages import VendorMessage
+
+    net = Network()
+    net.links = [old := FakeLink(1), modern := FakeLink(2, vendor_messages=True)]
+    for link in net.links:
+        net.router.introduce(link, trio.current_time())
+    assert old.sent() == []
+    supported, features = (f.message().payload for f in modern.sent())
+    assert isinstance(supported, VendorMessage)
+    assert isinstance(features, VendorMessage)
+    # Exactly what the router handles: Hops Flow (the introductions go without saying).
+    assert parse_messages_supported(supported.body) == (HOPS_FLOW,)
+    assert parse_features_supported(features.body) == ()
+    assert net.router.generated[MessageType.VENDOR] == 2

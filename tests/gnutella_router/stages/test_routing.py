@@ -339,3 +339,34 @@ async def test_a_peers_last_messages_are_handled_before_its_close(tmp_path: Path
     leaving_line = next(entry for entry in closed if entry.get("bye_received"))
     assert leaving_line["bye_received"] == 200
     assert leaving_line["reason"].startswith("peer said Bye 200")
+
+
+@pytest.mark.e2e
+async def test_a_vendor_message_peer_is_introduced_to_and_its_hops_flow_obeyed(
+    tmp_path: Path,
+) -> None:
+    from gnutella_router.observe.dumps import dump_connections
+    from protocol.vendor import HOPS_FLOW, hops_flow, messages_supported, parse_messages_supported
+    from tests.support.peers import connection_of
+
+    async with running_daemons(tmp_path) as (daemon,):
+        sender = await Peer.connect(daemon.address)
+        gtk_like = await Peer.connect(daemon.address, extra_headers=[("Vendor-Message", "0.2")])
+        first = (await gtk_like.receive()).message()
+        assert isinstance(first.payload, VendorMessage)
+        assert (first.ttl, first.hops, first.guid) == (1, 0, bytes(16))
+        assert parse_messages_supported(first.payload.body) == (HOPS_FLOW,)
+
+        link = connection_of(daemon, gtk_like)
+        await gtk_like.send(messages_supported([HOPS_FLOW]), hops_flow(0))
+        await wait_until(lambda: link.hops_flow == 0)
+        (entry,) = [c for c in dump_connections(daemon) if c["id"] == link.id]
+        assert entry["vendor"] == {
+            "messages_supported": ["BEAR/4v1"],
+            "features_supported": None,
+            "hops_flow": 0,
+        }
+
+        await sender.send(message(Query(b"not for you"), ttl=3))
+        await wait_until(lambda: dropped(daemon, "peer-hops-flow", QUERY) == 1)
+        assert [f for f in await gtk_like.collect(0.3) if f.payload_type == QUERY] == []
