@@ -30,6 +30,7 @@ from gnutella_router.addresses import is_loopback_host
 from gnutella_router.config.loading import config_as_dict, config_as_toml, load_config
 from gnutella_router.config.rules import ConfigError, parse_host_port
 from gnutella_router.config.sections import (
+    AbuseConfig,
     AdminConfig,
     CatcherConfig,
     Config,
@@ -47,6 +48,7 @@ from gnutella_router.config.sections import (
 )
 
 __all__ = [
+    "AbuseConfig",
     "AdminConfig",
     "CatcherConfig",
     "Config",

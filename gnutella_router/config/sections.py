@@ -137,6 +137,11 @@ class NetworkConfig(Section, frozen=True):
     allow_private_addresses: bool = True
     handshake_timeout: Annotated[float, Meta(gt=0, le=600)] = 10.0
     connects_per_ip_per_minute: Annotated[int, Meta(ge=1, le=100_000)] = 60
+    trusted: Annotated[
+        tuple[str, ...], _says('a list of networks ("127.0.0.0/8", "::1", "10.0.0.0/16")')
+    ] = ("127.0.0.0/8", "::1/128")
+    """Addresses exempt from the connection-attempt limit and never banned by IP: a local
+    test network's nodes and load clients all share one."""
     deflate: bool = True
 
     def _check(self) -> None:
@@ -144,6 +149,19 @@ class NetworkConfig(Section, frozen=True):
             raise self._fail(
                 "hard_ttl_limit", f"must be at least network.max_ttl ({self.max_ttl}) and <= 255"
             )
+        for network in self.trusted:
+            try:
+                ipaddress.ip_network(network, strict=False)
+            except ValueError:
+                raise self._fail(
+                    "trusted",
+                    f'expected networks such as "127.0.0.0/8" or "::1"; {network!r} is not one',
+                ) from None
+
+    @property
+    def trusted_networks(self) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
+        """:attr:`trusted`, parsed."""
+        return tuple(ipaddress.ip_network(n, strict=False) for n in self.trusted)
 
 
 class SlowPeerConfig(Section, frozen=True):
@@ -280,6 +298,24 @@ class SheddingConfig(Section, frozen=True):
         self._require(self.red_min < self.red_max, "red_min", "must be below shedding.red_max")
 
 
+Threshold = Annotated[int, Meta(ge=0, le=1_000_000)]
+"""A kick threshold: the decayed count of an offence that ends a connection; 0 never."""
+
+
+class AbuseConfig(Section, frozen=True):
+    """Kicking and banning abusive peers (:mod:`gnutella_router.control.abuse`)."""
+
+    enabled: bool = True
+    half_life: Annotated[float, Meta(gt=0, le=3600)] = 10.0
+    duplicates: Threshold = 50
+    high_ttl: Threshold = 20
+    ttl_zero: Threshold = 200
+    malformed: Threshold = 20
+    unknown_types: Threshold = 200
+    unroutable: Threshold = 1000
+    ban_seconds: Annotated[float, Meta(ge=0, le=86_400)] = 60.0
+
+
 class AdminConfig(Section, frozen=True):
     """The admin interface (:mod:`gnutella_router.observe.admin`): JSON dumps, Prometheus
     metrics and control over HTTP. It listens on loopback unless told otherwise, and a
@@ -328,6 +364,7 @@ class Config(Section, frozen=True):
     trace: TraceConfig = msgspec.field(default_factory=TraceConfig)
     governor: GovernorConfig = msgspec.field(default_factory=GovernorConfig)
     shedding: SheddingConfig = msgspec.field(default_factory=SheddingConfig)
+    abuse: AbuseConfig = msgspec.field(default_factory=AbuseConfig)
     admin: AdminConfig = msgspec.field(default_factory=AdminConfig)
     profiler: ProfilerConfig = msgspec.field(default_factory=ProfilerConfig)
 

@@ -43,6 +43,7 @@ from typing import Protocol
 import structlog
 import trio
 
+from gnutella_router.control.abuse import AbuseMeter, Kick, Offence
 from gnutella_router.net.outqueue import OutgoingQueue, OutgoingQueueStatistics, Verdict
 from protocol.codec import encode_message
 from protocol.compression import DeflateCompressor, DeflateDecompressor
@@ -134,9 +135,14 @@ class Connection:
         max_payload: int,
         log: structlog.typing.FilteringBoundLogger,
         recorder: FrameTap | None = None,
+        abuse: AbuseMeter | None = None,
     ) -> None:
         self.id = next(_connection_ids)
         self.recorder = recorder
+        self.abuse = abuse
+        """Counts the peer's offences and decides when it is kicked; ``None``: never."""
+        self.kick: Kick | None = None
+        """Why the peer was kicked, if it was."""
         """Gets every read's frames when a trace is being recorded; ``None`` otherwise."""
         self.stream = stream
         self.peer = peer
@@ -194,8 +200,15 @@ class Connection:
         announced = self.capabilities.listen_address
         return announced or (self.peer if self.role == "outgoing" else None)
 
-    def note_malformed(self) -> None:
-        self.malformed_in += 1
+    def offended(self, offence: Offence, now: float) -> None:
+        if offence is Offence.MALFORMED:
+            self.malformed_in += 1
+        if self.abuse is None or self.closing:
+            return
+        kick = self.abuse.offend(offence, now, self.messages_in)
+        if kick is not None:
+            self.kick = kick
+            self.close(kick.reason, bye_code=kick.bye_code)
 
     def received_bye(self, code: int, reason: str) -> None:
         self.bye_code_received = code

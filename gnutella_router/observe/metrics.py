@@ -235,6 +235,16 @@ class DaemonCollector(Collector):
         )
         _by_label(dropped, stats.outgoing_dropped)
         yield dropped
+        kicked = CounterMetricFamily(
+            "gnutella_peers_kicked",
+            "Peers disconnected for abuse (and banned for a while), by offence.",
+            labels=["offence"],
+        )
+        _by_label(kicked, stats.kicked)
+        yield kicked
+        yield GaugeMetricFamily(
+            "gnutella_bans", "Temporary bans of kicked peers held in the ban list.", stats.bans
+        )
 
     def _stages(self, daemon: RouterView) -> Iterator[Metric]:
         families: dict[str, CounterMetricFamily | GaugeMetricFamily] = {

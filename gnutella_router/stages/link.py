@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from gnutella_router.control.abuse import Offence
 from protocol.capabilities import Capabilities
 from protocol.vendor import Feature, VendorMessageId
 
@@ -77,8 +78,9 @@ class Link(Protocol):
         dropped or shed): a link whose peer hung up closes once all are done."""
         ...
 
-    def note_malformed(self) -> None:
-        """Count a message from this peer that the router refused as malformed."""
+    def offended(self, offence: Offence, now: float) -> None:
+        """The router dropped a message of this peer for ``offence``: count it (the link
+        kicks a peer whose offences pile up, see :mod:`gnutella_router.control.abuse`)."""
         ...
 
     def received_bye(self, code: int, reason: str) -> None:

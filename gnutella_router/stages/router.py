@@ -46,6 +46,7 @@ import trio
 
 from gnutella_router import __version__
 from gnutella_router.config import RouterConfig, SheddingConfig
+from gnutella_router.control.abuse import Offence
 from gnutella_router.control.shedding import Shedder
 from gnutella_router.discovery.host_cache import classify_address
 from gnutella_router.net.route_table import RouteTable, RouteTableStatistics, SeenTable
@@ -380,15 +381,27 @@ class GnutellaRouter:
         for frame in frames:
             self.dropped[reason, frame.payload_type] += 1
 
-    def _ttl_ok(self, frame: Frame) -> bool:
+    def _ttl_ok(self, connection: Link, frame: Frame, now: float) -> bool:
         ttl = frame.ttl
         if ttl == 0:
             self.dropped["ttl-zero", frame.payload_type] += 1
+            connection.offended(Offence.TTL_ZERO, now)
             return False
         if ttl + frame.hops > self.hard_ttl_limit:
             self.dropped["hard-ttl-limit", frame.payload_type] += 1
+            connection.offended(Offence.HIGH_TTL, now)
             return False
         return True
+
+    def _duplicate(
+        self, table: RouteTable[int], connection: Link, frame: Frame, now: float
+    ) -> None:
+        """Count a duplicate; the same GUID again from the same peer, with no higher
+        TTL than the first time, is an offence (a relay via another path is not)."""
+        self.dropped["duplicate", frame.payload_type] += 1
+        first = table.entry(frame.guid, now)
+        if first is not None and first.value == connection.id and frame.ttl <= first.ttl:
+            connection.offended(Offence.DUPLICATE, now)
 
     def _broadcast(self, source: Link, data: bytes) -> None:
         """Queue one encoded message for every connection but its source.
@@ -503,16 +516,16 @@ class GnutellaRouter:
         ttl = frame.ttl
         hops = frame.hops
         if not ttl or ttl + hops > self.hard_ttl_limit:
-            self._ttl_ok(frame)  # counts the reason
+            self._ttl_ok(connection, frame, now)  # counts the reason
             return
         payload = frame.payload
         if payload and payload[0] != 0xC3:
             self.dropped["malformed", PING] += 1
-            connection.note_malformed()
+            connection.offended(Offence.MALFORMED, now)
             return
         guid = frame.guid
         if not self.ping_routes.record(guid, connection.id, now, ttl, hops):
-            self.dropped["duplicate", PING] += 1
+            self._duplicate(self.ping_routes, connection, frame, now)
             return
         if now - self._own_pong_at >= OWN_PONG_REFRESH:
             self._build_own_pongs(now)
@@ -600,7 +613,7 @@ class GnutellaRouter:
         """Checks and route recording for a query; the bytes to broadcast, if any."""
         ttl = frame.ttl
         if not ttl or ttl + frame.hops > self.hard_ttl_limit:
-            self._ttl_ok(frame)  # counts the reason
+            self._ttl_ok(connection, frame, now)  # counts the reason
             return None
         if connection.flow_controlled:
             self.dropped["source-flow-controlled", QUERY] += 1
@@ -608,13 +621,13 @@ class GnutellaRouter:
         payload = frame.payload
         if len(payload) < 3 or payload.find(b"\x00", 2) < 0:
             self.dropped["malformed", QUERY] += 1
-            connection.note_malformed()
+            connection.offended(Offence.MALFORMED, now)
             return None
         if payload[0] == 0 and payload[1] == 0 and self.config.drop_ancient_queries:
             self.dropped["ancient-format", QUERY] += 1  # flags 0: the pre-0.6 form
             return None
         if not self.query_routes.record(frame.guid, connection.id, now, ttl, frame.hops):
-            self.dropped["duplicate", QUERY] += 1
+            self._duplicate(self.query_routes, connection, frame, now)
             return None
         hops = frame.hops
         room = self.max_ttl - hops
@@ -625,13 +638,13 @@ class GnutellaRouter:
         return _pack_header(frame.guid, QUERY, ttl - 1, hops + 1, len(payload)) + payload
 
     def _on_pong(self, connection: Link, frame: Frame, now: float) -> None:
-        if not self._ttl_ok(frame):
+        if not self._ttl_ok(connection, frame, now):
             return
         try:
             pong = parse_payload(PONG, frame.payload)
         except MalformedPayloadError:
             self.dropped["malformed", PONG] += 1
-            connection.note_malformed()
+            connection.offended(Offence.MALFORMED, now)
             return
         assert isinstance(pong, Pong)
         if pong.port:
@@ -646,33 +659,35 @@ class GnutellaRouter:
         route = self.ping_routes.lookup(frame.guid, now)
         if route is None:
             self.dropped["no-route", PONG] += 1
+            connection.offended(Offence.UNROUTABLE, now)
             return
         self.ping_routes.note_hit(frame.guid)
         self._forward_reply(route, frame, now)
 
     def _on_query_hit(self, connection: Link, frame: Frame, now: float) -> None:
-        if not self._ttl_ok(frame):
+        if not self._ttl_ok(connection, frame, now):
             return
         payload = frame.payload
         if len(payload) < 11 + GUID_SIZE:
             self.dropped["malformed", QUERY_HIT] += 1
-            connection.note_malformed()
+            connection.offended(Offence.MALFORMED, now)
             return
         self.push_routes.refresh(payload[-GUID_SIZE:], connection.id, now)
         route = self.query_routes.lookup(frame.guid, now)
         if route is None:
             self.dropped["no-route", QUERY_HIT] += 1
+            connection.offended(Offence.UNROUTABLE, now)
             return
         self.query_routes.note_hit(frame.guid)
         self._forward_reply(route, frame, now)
 
     def _on_push(self, connection: Link, frame: Frame, now: float) -> None:
-        if not self._ttl_ok(frame):
+        if not self._ttl_ok(connection, frame, now):
             return
         payload = frame.payload
         if len(payload) < 26:
             self.dropped["malformed", PUSH] += 1
-            connection.note_malformed()
+            connection.offended(Offence.MALFORMED, now)
             return
         if not self.push_seen.add(frame.guid, now):
             self.dropped["duplicate", PUSH] += 1
@@ -684,6 +699,7 @@ class GnutellaRouter:
         route = self.push_routes.lookup(servent, now)
         if route is None:
             self.dropped["no-route", PUSH] += 1
+            connection.offended(Offence.UNROUTABLE, now)
             return
         self.push_routes.note_hit(servent)
         self._forward_reply(route, frame, now)
@@ -715,12 +731,13 @@ class GnutellaRouter:
                 handler(connection, message.body)
         except MalformedPayloadError:
             self.dropped["malformed", VENDOR] += 1
-            connection.note_malformed()
+            connection.offended(Offence.MALFORMED, now)
             return
         self.consumed[VENDOR] += 1
 
     def _on_unknown(self, connection: Link, frame: Frame, now: float) -> None:
         self.dropped["unknown-type", frame.payload_type] += 1
+        connection.offended(Offence.UNKNOWN_TYPE, now)
 
     # ------------------------------------------------------------------ originating
 

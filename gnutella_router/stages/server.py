@@ -1,13 +1,16 @@
 """The GnutellaServer stage: accepting, dialing, handshaking, and the live connections.
 
-Incoming sockets pass three gates before any Gnutella message is read: a per-IP rate
-limit on connection attempts (a refused attempt costs one short write), a handshake
-under a deadline (a peer silent mid-handshake is dropped), and the connection cap (a
-full node answers ``503`` with ``X-Try-Ultrapeers``, so the peer has somewhere else to
-go). Outgoing connections, dialed for the catcher, go through the same handshake as the
-initiator. A connection that completes its handshake is served by
+Incoming sockets pass four gates before any Gnutella message is read: a per-IP rate
+limit on connection attempts (a refused attempt costs one short write; addresses in
+``network.trusted``, loopback by default, are exempt), a handshake under a deadline (a
+peer silent mid-handshake is dropped), the ban list (a peer kicked for abuse lately is
+answered ``403``) and the connection cap (a full node answers ``503`` with
+``X-Try-Ultrapeers``, so the peer has somewhere else to go). Outgoing connections,
+dialed for the catcher, go through the same handshake as the initiator. A connection
+that completes its handshake is served by
 :class:`~gnutella_router.net.connection.Connection` until it ends, with its frames handed
-to the router; its end is logged in one summary line.
+to the router; its end is logged in one summary line, and a peer its connection kicked
+(:mod:`gnutella_router.control.abuse`) is counted and banned for a while.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import structlog
 import trio
 
 from gnutella_router.config import Config
+from gnutella_router.control.abuse import AbuseMeter, BanList, Offence, ban_keys, in_networks
 from gnutella_router.logs import RateLimitedWarnings
 from gnutella_router.net.connection import Connection, FrameTap, format_address
 from gnutella_router.net.handshaking import next_handshake_event
@@ -162,6 +166,10 @@ class ServerStatistics:
     outgoing_dropped: dict[str, int]
     """Messages the outgoing queues dropped since start, by reason, closed connections
     included: it only rises."""
+    kicked: dict[str, int]
+    """Peers disconnected for abuse, by offence."""
+    bans: int
+    """Bans in force or not yet found expired."""
 
 
 INCOMING_REFUSAL_REASONS = (
@@ -171,6 +179,7 @@ INCOMING_REFUSAL_REASONS = (
     "handshake-error",
     "handshake-io",
     "connected-to-self",
+    "temporarily-banned",
     "too-many-connections",
     "peer-declined",
 )
@@ -213,6 +222,20 @@ class GnutellaServer:
         self.connections = ConnectionTable()
         self.listen_addresses: list[tuple[str, int]] = []
         self.rate_limiter = RateLimiter(config.network.connects_per_ip_per_minute)
+        self.trusted_networks = config.network.trusted_networks
+        self.bans = BanList()
+        self.kicked: collections.Counter[str] = collections.Counter(
+            {offence.value: 0 for offence in Offence}
+        )
+        abuse = config.abuse
+        self._abuse_thresholds = {
+            Offence.DUPLICATE: abuse.duplicates,
+            Offence.HIGH_TTL: abuse.high_ttl,
+            Offence.TTL_ZERO: abuse.ttl_zero,
+            Offence.MALFORMED: abuse.malformed,
+            Offence.UNKNOWN_TYPE: abuse.unknown_types,
+            Offence.UNROUTABLE: abuse.unroutable,
+        }
         self._nursery: trio.Nursery | None = None
         self._listeners: list[trio.SocketListener] = []
         self._handshaking = 0
@@ -343,7 +366,8 @@ class GnutellaServer:
     async def _handle_incoming(self, stream: trio.SocketStream) -> None:
         peer = _sockname(stream.socket.getpeername())
         now = trio.current_time()
-        if not self.rate_limiter.allow(peer[0], now):
+        trusted = in_networks(peer[0], self.trusted_networks)
+        if not trusted and not self.rate_limiter.allow(peer[0], now):
             self.refused["rate-limited"] += 1
             self.refusal_warnings.warn(
                 "rate-limited",
@@ -403,7 +427,7 @@ class GnutellaServer:
         request = await next_handshake_event(stream, acceptor)
         assert isinstance(request, ConnectRequest)
         capabilities = request.capabilities
-        reason = self._refusal_reason(capabilities)
+        reason = self._refusal_reason(capabilities, peer)
         if reason is not None:
             code, text = reason
             self.refused[text.lower().replace(" ", "-")] += 1
@@ -424,9 +448,14 @@ class GnutellaServer:
                 self.refused["peer-declined"] += 1
                 return None
 
-    def _refusal_reason(self, capabilities: Capabilities) -> tuple[int, str] | None:
+    def _refusal_reason(
+        self, capabilities: Capabilities, peer: tuple[str, int]
+    ) -> tuple[int, str] | None:
         if capabilities.guid is not None and capabilities.guid == self.own_guid:
             return 409, "Connected to self"
+        keys = self._ban_keys(peer[0], capabilities)
+        if self.bans and self.bans.banned(keys, trio.current_time()):
+            return 403, "Temporarily banned"
         # Handshakes already accepted but not yet registered hold a slot too: several
         # peers handshaking at once must not all slip under the limit.
         if len(self.connections) + len(self._admitting) >= self.config.network.max_connections:
@@ -515,6 +544,11 @@ class GnutellaServer:
             max_payload=self.config.network.max_payload,
             log=self.log,
             recorder=self.recorder,
+            abuse=(
+                AbuseMeter(self._abuse_thresholds, self.config.abuse.half_life)
+                if self.config.abuse.enabled
+                else None
+            ),
         )
 
     async def _serve(
@@ -545,6 +579,31 @@ class GnutellaServer:
             self._closed.update(_traffic(connection))
             self._closed_dropped.update(connection.outgoing.statistics(now).dropped)
             connection.log_summary(now)
+            if connection.kick is not None:
+                self._banish(connection, now)
+
+    def _ban_keys(self, ip: str, capabilities: Capabilities) -> list[tuple[str, str]]:
+        trusted = in_networks(ip, self.trusted_networks)
+        return ban_keys(ip, capabilities.guid, capabilities.listen_address, trusted_ip=trusted)
+
+    def _banish(self, connection: Connection, now: float) -> None:
+        """Count a kicked peer and ban it for ``abuse.ban_seconds``."""
+        assert connection.kick is not None
+        offence = connection.kick.offence
+        self.kicked[offence.value] += 1
+        keys = self._ban_keys(connection.peer[0], connection.capabilities)
+        seconds = self.config.abuse.ban_seconds
+        if seconds > 0:
+            self.bans.ban(keys, now + seconds)
+        self.log.warning(
+            "peer kicked",
+            conn=connection.id,
+            peer=connection.peer_text,
+            offence=offence.value,
+            bye_code=connection.kick.bye_code,
+            banned_for=seconds,
+            banned_by=[kind for kind, _ in keys],
+        )
 
     async def say_goodbye(self, grace: float) -> None:
         """Bye 200 to every peer that takes Bye, then wait (at most ``grace``) for them."""
@@ -565,6 +624,8 @@ class GnutellaServer:
             refused=dict(self.refused),
             closed=self.closed,
             failed_connections=self.failed_connections,
+            kicked=dict(self.kicked),
+            bans=len(self.bans),
             **self._traffic_totals(),
         )
 

@@ -557,6 +557,7 @@ class TestDumps:
             "trace",
             "governor",
             "shedding",
+            "abuse",
             "admin",
             "profiler",
         ]

@@ -71,10 +71,12 @@ class Peer:
         extra_headers: Sequence[tuple[str, str]] = (),
         deflate: bool = False,
         receive_buffer: int | None = None,
+        guid: bytes | None = None,
     ) -> Peer:
         """Handshake with a daemon; ``receive_buffer`` shrinks SO_RCVBUF first, so a peer
-        that stops reading backs the daemon up after a few kilobytes."""
-        guid = random_guid()
+        that stops reading backs the daemon up after a few kilobytes. ``guid`` is the
+        servent GUID announced (random by default)."""
+        guid = guid or random_guid()
         if receive_buffer is None:
             stream = await trio.open_tcp_stream(*address)
         else:

@@ -8,6 +8,7 @@ Time is trio's MockClock with autojump, so route expiry is tested in virtual sec
 
 from __future__ import annotations
 
+import collections
 from collections.abc import Iterable
 
 import msgspec
@@ -15,6 +16,7 @@ import trio
 import trio.testing
 
 from gnutella_router.config import Config
+from gnutella_router.control.abuse import Offence
 from gnutella_router.net.outqueue import Verdict
 from gnutella_router.net.threshold_queue import ThresholdQueue
 from gnutella_router.stages.router import GnutellaRouter
@@ -22,6 +24,7 @@ from protocol.capabilities import Capabilities
 from protocol.codec import encode_message
 from protocol.constants import MessageType
 from protocol.framing import Frame, FrameDecoder
+from protocol.header import encode_header
 from protocol.messages import (
     Bye,
     Message,
@@ -63,6 +66,7 @@ class FakeLink:
         self.flushes = 0
         self.done = 0
         self.hops_flow = NO_HOPS_FLOW
+        self.offences: collections.Counter[Offence] = collections.Counter()
         self.vendor_messages: tuple[VendorMessageId, ...] | None = None
         self.features: tuple[Feature, ...] | None = None
 
@@ -89,8 +93,10 @@ class FakeLink:
     def frames_done(self, count: int) -> None:
         self.done += count
 
-    def note_malformed(self) -> None:
-        self.malformed_in += 1
+    def offended(self, offence: Offence, now: float) -> None:
+        self.offences[offence] += 1
+        if offence is Offence.MALFORMED:
+            self.malformed_in += 1
 
     def received_messages_supported(self, understood: tuple[VendorMessageId, ...]) -> None:
         self.vendor_messages = understood
@@ -493,3 +499,47 @@ async def test_we_introduce_ourselves_to_peers_that_announced_vendor_messages(
     assert parse_messages_supported(supported.body) == (HOPS_FLOW,)
     assert parse_features_supported(features.body) == ()
     assert net.router.generated[MessageType.VENDOR] == 2
+
+
+async def test_only_a_peers_own_repeats_are_duplicate_offences(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A query that comes back through another neighbour is the network's doing; the same
+    GUID again from the same peer, with no higher TTL, is the peer's."""
+    net = Network()
+    a, b, _ = net.links
+    query = message(Query(b"once"), ttl=3)
+    await net.send(a, query)
+    await net.send(b, query)  # relayed to us along another path
+    assert b.offences[Offence.DUPLICATE] == 0
+    await net.send(a, query, query)
+    assert a.offences[Offence.DUPLICATE] == 2
+    higher = Message(query.guid, 5, 0, query.payload)
+    await net.send(a, higher)  # a re-query with a higher TTL is allowed
+    assert a.offences[Offence.DUPLICATE] == 2
+    assert net.dropped("duplicate", MessageType.QUERY) == 4
+
+
+async def test_ttl_malformed_unknown_and_unroutable_offences_are_reported(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    from protocol.messages import OpaquePayload
+
+    net = Network()
+    a, _, _ = net.links
+    await net.send(
+        a,
+        message(Query(b"far"), ttl=14, hops=2),
+        message(Ping(), ttl=0),
+        message(hit()),  # no query asked for it
+        Message(random_guid(), 1, 0, OpaquePayload(0x99, b"?")),
+    )
+    garbled_ping = encode_header(random_guid(), MessageType.PING, 1, 0, 2) + b"xx"
+    await net.router.handle(FrameDecoder(source=a.id).receive_data(garbled_ping))
+    assert a.offences == {
+        Offence.HIGH_TTL: 1,
+        Offence.TTL_ZERO: 1,
+        Offence.UNROUTABLE: 1,
+        Offence.UNKNOWN_TYPE: 1,
+        Offence.MALFORMED: 1,
+    }
