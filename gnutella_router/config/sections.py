@@ -312,7 +312,9 @@ class AbuseConfig(Section, frozen=True):
     ttl_zero: Threshold = 200
     malformed: Threshold = 20
     unknown_types: Threshold = 200
-    unroutable: Threshold = 1000
+    unroutable: Threshold = 0
+    """Off by default: replayed traces and synthetic loads send replies nobody asked
+    for, legitimately and by the thousand."""
     ban_seconds: Annotated[float, Meta(ge=0, le=86_400)] = 60.0
 
 

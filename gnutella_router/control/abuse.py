@@ -15,10 +15,11 @@ Each connection has an :class:`AbuseMeter`: one decaying count per :class:`Offen
 well-behaved traffic costs nothing). A count that reaches its threshold kicks the peer
 with the Bye code gtk-gnutella uses for that offence. Decay makes the rule about rates,
 not totals: with a 10 s half-life a steady trickle of ``r`` offences a second settles at
-about ``14.4 r``, so a peer that sends one malformed message a second is tolerated for
-ever, and one that sends a burst of 20 is not. Unroutable replies also have to be at
-least half of what the peer sent lately (decayed the same way), because an overloaded
-router that forgets routes early makes honest peers' hits unroutable too.
+about ``14.9 r``, so a peer that sends one malformed message a second is tolerated for
+ever, and one that sends a burst of 20 is not. Unroutable replies are judged only when
+configured (a replayed trace sends them by the thousand, honestly), and then they also
+have to be at least half of what the peer sent lately (decayed the same way), because
+an overloaded router that forgets routes early makes honest peers' hits unroutable too.
 
 A kicked peer is banned for ``ban_seconds`` (:class:`BanList`): by its announced GUID
 and listening address always, and by its IP address unless that address is in a trusted

@@ -240,6 +240,18 @@ class RouteTable(Generic[V]):
                 self._misses += 1
         return value
 
+    def first(self, guid: bytes) -> tuple[V, int] | None:
+        """The value and TTL (capped at 15) ``guid`` was first recorded with, if held;
+        for telling a peer's own repeats from the network's duplicates. Not counted as
+        a lookup."""
+        value = self._current.get(guid)
+        if value is not None:
+            return value, self._current_detail.get(guid, 0) >> 4
+        value = self._previous.get(guid)
+        if value is not None:
+            return value, self._previous_detail.get(guid, 0) >> 4
+        return None
+
     # -- less frequent operations
 
     def refresh(self, guid: bytes, value: V, now: float) -> None:

@@ -399,8 +399,8 @@ class GnutellaRouter:
         """Count a duplicate; the same GUID again from the same peer, with no higher
         TTL than the first time, is an offence (a relay via another path is not)."""
         self.dropped["duplicate", frame.payload_type] += 1
-        first = table.entry(frame.guid, now)
-        if first is not None and first.value == connection.id and frame.ttl <= first.ttl:
+        first = table.first(frame.guid)
+        if first is not None and first[0] == connection.id and frame.ttl <= first[1]:
             connection.offended(Offence.DUPLICATE, now)
 
     def _broadcast(self, source: Link, data: bytes) -> None:
@@ -675,6 +675,14 @@ class GnutellaRouter:
         self.push_routes.refresh(payload[-GUID_SIZE:], connection.id, now)
         route = self.query_routes.lookup(frame.guid, now)
         if route is None:
+            # Only a hit we drop is parsed whole (routed ones are passed on untouched):
+            # garbage sent as hits is then the offence it is, not a lost route.
+            try:
+                parse_payload(QUERY_HIT, payload)
+            except MalformedPayloadError:
+                self.dropped["malformed", QUERY_HIT] += 1
+                connection.offended(Offence.MALFORMED, now)
+                return
             self.dropped["no-route", QUERY_HIT] += 1
             connection.offended(Offence.UNROUTABLE, now)
             return

@@ -412,3 +412,14 @@ def test_time_alone_keeps_entries_more_than_one_and_at_most_two_generations(
             assert found == at
         if now - at >= 20.0:
             assert found is None
+
+
+def test_first_gives_the_first_value_and_ttl_without_counting_a_lookup() -> None:
+    table: RouteTable[int] = RouteTable("query", 10.0, 100)
+    table.record(b"g" * 16, 3, 0.0, ttl=20, hops=1)
+    table.record(b"g" * 16, 4, 1.0, ttl=5)
+    assert table.first(b"g" * 16) == (3, 15)  # TTL capped at 15
+    table.record(b"h" * 16, 5, 11.0, ttl=4)  # rotates: g is now in the previous generation
+    assert table.first(b"g" * 16) == (3, 15)
+    assert table.first(b"x" * 16) is None
+    assert table.statistics(11.0).lookups == 0

@@ -261,3 +261,23 @@ async def test_kicks_can_be_turned_off(tmp_path: Path) -> None:
         await wait_until(lambda: daemon.router.dropped["duplicate", MessageType.QUERY] == 99)
         assert len(daemon.server.connections) == 1
         assert sum(daemon.server.kicked.values()) == 0
+
+
+@pytest.mark.e2e
+async def test_garbage_sent_as_query_hits_is_malformed_and_kicked(tmp_path: Path) -> None:
+    import random
+
+    rng = random.Random(7)
+    garbage = [
+        encode_header(random_guid(), MessageType.QUERY_HIT, 3, 0, 200) + rng.randbytes(200)
+        for _ in range(25)
+    ]
+    async with running_daemons(tmp_path) as (daemon,):
+        abuser = await Peer.connect(daemon.address)
+        await abuser.send(*garbage)
+        frames = await abuser.wait_closed(timeout=15)
+        (bye,) = [f.message().payload for f in frames if f.payload_type == MessageType.BYE]
+        assert isinstance(bye, Bye)
+        assert bye.code == 411
+        assert daemon.router.dropped["malformed", MessageType.QUERY_HIT] >= 20
+        await still_routes(daemon)
