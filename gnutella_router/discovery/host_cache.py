@@ -40,6 +40,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import glob
 import heapq
 import ipaddress
 import itertools
@@ -546,6 +547,21 @@ def _fsync_directory(directory: Path) -> None:
         pass
     finally:
         os.close(fd)
+
+
+def remove_leftovers(path: Path) -> int:
+    """Delete the temporary files a killed writer of ``path`` left behind; how many.
+
+    :func:`write_atomically` cleans up after itself unless the process dies mid-write
+    (``kill -9``, a power cut); only the owner of the state directory may call this,
+    when no write of its own is under way.
+    """
+    removed = 0
+    for leftover in path.parent.glob(f".{glob.escape(path.name)}.*.tmp"):
+        with contextlib.suppress(FileNotFoundError):
+            leftover.unlink()
+            removed += 1
+    return removed
 
 
 def write_atomically(path: Path, text: str) -> None:

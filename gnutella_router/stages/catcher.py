@@ -30,6 +30,7 @@ from gnutella_router.discovery.host_cache import (
     SEED,
     HostCache,
     HostCacheStatistics,
+    remove_leftovers,
     write_atomically,
 )
 from gnutella_router.logs import RateLimitedWarnings
@@ -158,8 +159,10 @@ class GnutellaCatcher:
     async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         now = trio.current_time()
         try:
+            leftovers = remove_leftovers(self.cache_path)
             loaded = self.hosts.load(self.cache_path, now)
         except OSError as exc:
+            leftovers = 0
             loaded = 0
             self.log.warning("host cache not read", path=str(self.cache_path), error=str(exc))
         for host, port in self.settings.seed_addresses:
@@ -170,6 +173,7 @@ class GnutellaCatcher:
             seeds=len(self.settings.seeds),
             cached_hosts=loaded,
             target=self.settings.min_connections,
+            **({"unfinished_saves_removed": leftovers} if leftovers else {}),
         )
         async with trio.open_nursery() as nursery:
             await nursery.start(self.stage.serve)

@@ -526,3 +526,14 @@ def test_whatever_is_saved_loads_back(hosts: list[tuple[str, int, int, float]]) 
 def test_rejects_nonsense_parameters(kwargs: dict[str, float]) -> None:
     with pytest.raises(ValueError, match="must"):
         HostCache(**kwargs)  # type: ignore[arg-type]
+
+
+def test_leftovers_of_killed_saves_are_removed_and_nothing_else(tmp_path: Path) -> None:
+    from gnutella_router.discovery.host_cache import remove_leftovers
+
+    path = tmp_path / "hosts.txt"
+    path.write_text("# kept\n")
+    (tmp_path / ".hosts.txt.abc123.tmp").write_text("half a sa")
+    (tmp_path / ".other.txt.abc123.tmp").write_text("not ours")
+    assert remove_leftovers(path) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".other.txt.abc123.tmp", "hosts.txt"]
