@@ -254,3 +254,25 @@ def test_closed_and_closing_neighbours_are_neither_pinged_nor_remembered(tmp_pat
     catcher._ping_neighbours(True, 6.0)
     assert [link for link, _, _ in pings.sent] == [1, 2, 1]
     assert set(catcher._pings_due) == {1}
+
+
+@pytest.mark.e2e
+async def test_a_node_seeded_with_one_peer_reaches_min_connections_from_what_it_learns(
+    tmp_path: Path,
+) -> None:
+    """Four routers hang off a hub; a newcomer that knows only the hub finds all four
+    through its discovery pings and the hub's answers, well within a minute."""
+    async with running_daemons(tmp_path / "net", 5) as (hub, *others), trio.open_nursery() as n:
+        for other in others:
+            await other.server.dial(*hub.address, timeout=5)
+        newcomer = await start(
+            n,
+            tmp_path / "newcomer",
+            {"catcher.seeds": [seed_of(hub)], "catcher.min_connections": 4},
+        )
+        started = trio.current_time()
+        await wait_until(lambda: outgoing(newcomer) >= 4, 60)
+        assert trio.current_time() - started < 60
+        peers = {c.listen_address for c in newcomer.server.connections.snapshot()}
+        assert len(peers & {hub.address, *(d.address for d in others)}) >= 4
+        await stop(newcomer)
