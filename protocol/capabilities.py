@@ -270,10 +270,12 @@ def router_headers(
 
     Chosen from what gtk-gnutella 1.2 demands of an ultrapeer: ``X-Ultrapeer`` (else
     "403 Normal nodes refused"), ``X-Degree`` of at least 16 and
-    ``X-Dynamic-Querying`` (else its leaves refuse us). ``X-Ultrapeer-Query-Routing``
-    is left out because we send no QRP tables, and ``X-Features: sflag`` because we do
-    not implement size-field flags. Nothing here pretends to be gtk-gnutella, whose
-    own name is checked against a token we cannot produce.
+    ``X-Dynamic-Querying`` (else its leaves refuse us). ``X-Query-Routing`` because
+    leaves' QRP tables are taken and queries routed to leaves by them.
+    ``X-Ultrapeer-Query-Routing`` is left out because we send no QRP tables to other
+    ultrapeers, and ``X-Features: sflag`` because we do not implement size-field
+    flags. Nothing here pretends to be gtk-gnutella, whose own name is checked against
+    a token we cannot produce.
     """
     if not isinstance(user_agent, str) or not user_agent.strip():
         raise LocalProtocolError("a User-Agent is required")

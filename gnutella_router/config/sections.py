@@ -131,6 +131,8 @@ class NetworkConfig(Section, frozen=True):
     """How many peers, and which of their messages are acceptable."""
 
     max_connections: Annotated[int, Meta(ge=1, le=10_000)] = 32
+    max_leaves: Annotated[int, Meta(ge=0, le=10_000)] = 64
+    """Slots for leaves (``X-Ultrapeer: False``), apart from ``max_connections``."""
     max_ttl: Annotated[int, Meta(ge=1, le=15)] = 7
     hard_ttl_limit: Annotated[int, Meta(ge=1, le=255)] = 15
     max_payload: Annotated[int, Meta(ge=1024, le=65536)] = 65536

@@ -50,6 +50,7 @@ from gnutella_router.observe.view import RouterView
 from gnutella_router.stages.router import LOCAL
 from gnutella_router.stages.server import ConnectionTable
 from protocol.constants import message_type_name
+from protocol.qrp import QrpReceiver
 
 __all__ = [
     "DEFAULT_ROUTE_LIMIT",
@@ -229,12 +230,27 @@ def dump_connections(daemon: RouterView, *, now: float | None = None) -> list[di
     """Every live connection (closing ones included, marked so), oldest first."""
     moment = _now(now)
     return [
-        _connection(c, moment)
+        _connection(c, moment, daemon.router.qrp_receiver(c.id))
         for c in sorted(daemon.server.connections.snapshot(), key=lambda c: c.id)
     ]
 
 
-def _connection(connection: Connection, now: float) -> dict[str, object]:
+def _qrp(receiver: QrpReceiver | None) -> dict[str, object] | None:
+    """A leaf's QRP table as dumps show it: size, fill, how many tables it sent."""
+    if receiver is None:
+        return None
+    table = receiver.table
+    return {
+        "tables_received": receiver.tables_received,
+        "slots": None if table is None else table.slots,
+        "filled": None if table is None else table.filled,
+        "fill_ratio": None if table is None else round(table.filled / table.slots, 4),
+    }
+
+
+def _connection(
+    connection: Connection, now: float, qrp: QrpReceiver | None = None
+) -> dict[str, object]:
     s = connection.statistics(now)
     caps = connection.capabilities
     queue = s.outgoing
@@ -270,6 +286,8 @@ def _connection(connection: Connection, now: float) -> dict[str, object]:
             "features_supported": None if s.features is None else list(s.features),
             "hops_flow": s.hops_flow,
         },
+        "leaf": caps.ultrapeer is False,
+        "qrp": _qrp(qrp),
         "outgoing": {
             "policy": queue.policy,
             "pending_messages": queue.pending_messages,

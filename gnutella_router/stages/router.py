@@ -20,6 +20,12 @@ LimeWire do):
   push table which connection leads to their servent GUID.
 * Push: routed by servent GUID through the push table; duplicates dropped by message
   GUID.
+* Leaves (peers that announced ``X-Ultrapeer: False``) are sent only the queries their
+  QRP table matches, every word of them (:mod:`protocol.qrp`); a leaf without a table
+  gets none, and no pings. A leaf's RESET and PATCH messages build its table, which is
+  installed only when complete; a bad sequence ends the leaf's connection with Bye 413
+  and drops its table. A leaf's pings are answered from the pong cache, never
+  broadcast.
 * Bye closes the connection it arrived on; QRP and vendor messages are hop-by-hop:
   accepted, never forwarded; unknown types are dropped. Of the vendor messages, a
   peer's Messages Supported and Features Supported are kept on its link (dumps show
@@ -64,7 +70,17 @@ from protocol.framing import Frame
 from protocol.ggep import GGEPBlock, daily_uptime_extension, vendor_code_extension
 from protocol.header import HEADER_STRUCT
 from protocol.ipv4 import pack_ipv4
-from protocol.messages import Bye, Message, Ping, Pong, VendorMessage, random_guid
+from protocol.messages import (
+    Bye,
+    Message,
+    Ping,
+    Pong,
+    QrpPatch,
+    QrpReset,
+    VendorMessage,
+    random_guid,
+)
+from protocol.qrp import QrpError, QrpReceiver, query_words
 from protocol.vendor import (
     FEATURES_SUPPORTED,
     HOPS_FLOW,
@@ -85,7 +101,8 @@ PUSH = MessageType.PUSH
 QUERY = MessageType.QUERY
 QUERY_HIT = MessageType.QUERY_HIT
 VENDOR = MessageType.VENDOR
-HOP_BY_HOP = frozenset({MessageType.QRP, MessageType.STANDARD_VENDOR})
+QRP = MessageType.QRP
+HOP_BY_HOP = frozenset({MessageType.STANDARD_VENDOR})
 
 _pack_header = HEADER_STRUCT.pack
 _TYPE_BYTE = operator.itemgetter(16)
@@ -142,6 +159,7 @@ DROP_REASONS = (
     "ancient-format",
     "peer-refuses-format",
     "peer-hops-flow",
+    "qrp-miss",
 )
 """Every reason the router drops a message for (shed reasons come from the shedder)."""
 
@@ -276,6 +294,11 @@ class GnutellaRouter:
         for message_type in HOP_BY_HOP:
             self._handlers[message_type] = self._on_hop_by_hop
         self._handlers[VENDOR] = self._on_vendor
+        self._handlers[QRP] = self._on_qrp
+        self._qrp: dict[int, QrpReceiver] = {}
+        """Each leaf's QRP tables, by link id; pruned to the links alive."""
+        self._words: dict[bytes, list[str]] = {}
+        """A batch's queries' QRP words, worked out once for all the leaves."""
         self._vendor_handlers: dict[VendorMessageId, Callable[[Link, bytes], None]] = {
             MESSAGES_SUPPORTED: lambda link, body: link.received_messages_supported(
                 parse_messages_supported(body)
@@ -445,6 +468,8 @@ class GnutellaRouter:
                     kept = [d for d in out if d not in ancient]
                     self.dropped["peer-refuses-format", QUERY] += len(out) - len(kept)
                     out = kept
+                if capabilities.ultrapeer is False:  # a leaf: what its QRP table matches
+                    out = self._for_leaf(connection.id, out)
                 if connection.hops_flow != NO_HOPS_FLOW and queries:
                     out = self._hops_flowed(out, connection.hops_flow)
                 if capabilities.max_ttl < highest_ttl:  # the peer's X-Max-TTL
@@ -458,8 +483,33 @@ class GnutellaRouter:
                 else:
                     forwarded[PING] += pings
                     forwarded[QUERY] += queries
+        if self._words:
+            self._words = {}
         for connection in connections:
             connection.flush()
+
+    def _for_leaf(self, link_id: int, datas: list[bytes]) -> list[bytes]:
+        """The queries of ``datas`` a leaf's QRP table matches; no pings, which leaves
+        do not take from their ultrapeer."""
+        receiver = self._qrp.get(link_id)
+        table = receiver.table if receiver is not None else None
+        kept = []
+        missed = 0
+        words = self._words
+        for data in datas:
+            if data[16] != QUERY:
+                continue
+            if table is not None:
+                its_words = words.get(data)
+                if its_words is None:
+                    its_words = words[data] = _qrp_words(data)
+                if table.matches(its_words):
+                    kept.append(data)
+                    continue
+            missed += 1
+        if missed:
+            self.dropped["qrp-miss", QUERY] += missed
+        return kept
 
     def _hops_flowed(self, datas: list[bytes], limit: int) -> list[bytes]:
         """``datas`` without the queries of ``limit`` hops or more: the peer's Hops
@@ -532,7 +582,7 @@ class GnutellaRouter:
         pong = self._own_pong_ggep if connection.capabilities.ggep else self._own_pong
         if connection.send(_pack_header(guid, PONG, hops + 1, 0, len(pong)) + pong, PONG, 0, now):
             self.generated[PONG] += 1
-        if connection.capabilities.pong_caching:
+        if connection.capabilities.pong_caching or connection.capabilities.ultrapeer is False:
             if ttl > 1 and now - self._cache_answered.get(connection.id, -1e9) >= 1.0:
                 self._note_cache_answer(connection.id, now)
                 self._answer_from_cache(connection, frame, now)
@@ -730,6 +780,38 @@ class GnutellaRouter:
     def _on_hop_by_hop(self, connection: Link, frame: Frame, now: float) -> None:
         self.consumed[frame.payload_type] += 1
 
+    def _on_qrp(self, connection: Link, frame: Frame, now: float) -> None:
+        """A leaf's table, message by message; other peers' QRP is accepted quietly."""
+        try:
+            message = parse_payload(QRP, frame.payload)
+        except MalformedPayloadError:
+            self.dropped["malformed", QRP] += 1
+            connection.offended(Offence.MALFORMED, now)
+            return
+        self.consumed[QRP] += 1
+        if connection.capabilities.ultrapeer is not False:
+            return
+        receiver = self._qrp.get(connection.id)
+        if receiver is None:
+            if len(self._qrp) >= len(self._connections()):
+                self._qrp = {i: r for i, r in self._qrp.items() if self._connection_by_id(i)}
+            receiver = self._qrp[connection.id] = QrpReceiver()
+        assert isinstance(message, QrpReset | QrpPatch)
+        try:
+            if receiver.receive(message):
+                table = receiver.table
+                assert table is not None
+                self.log.debug(
+                    "leaf qrp table", conn=connection.id, slots=table.slots, filled=table.filled
+                )
+        except QrpError as exc:
+            del self._qrp[connection.id]
+            connection.close(exc.reason, bye_code=int(exc.bye_code))
+
+    def qrp_receiver(self, link_id: int) -> QrpReceiver | None:
+        """A leaf's QRP receiver (its table, how many it sent), for dumps."""
+        return self._qrp.get(link_id)
+
     def _on_vendor(self, connection: Link, frame: Frame, now: float) -> None:
         try:
             message = parse_payload(VENDOR, frame.payload)
@@ -807,6 +889,20 @@ class GnutellaRouter:
         yield self.ping_routes
         yield self.query_routes
         yield self.push_routes
+
+
+def _qrp_words(data: bytes) -> list[str]:
+    """The QRP words of an encoded query: the words of its search text, or, for a query
+    by hash alone, its ``urn:sha1:`` URN whole."""
+    end = data.find(b"\x00", 25)
+    if end < 0:
+        return []
+    words = query_words(data[25:end].decode("utf-8", "replace"))
+    if not words:
+        at = data.find(b"urn:sha1:", end)
+        if at >= 0:
+            words = [data[at : at + 41].decode("ascii", "replace").lower()]
+    return words
 
 
 def _current_time() -> float:

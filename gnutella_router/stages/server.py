@@ -102,6 +102,10 @@ class ConnectionTable:
     def count(self, role: str) -> int:
         return sum(1 for c in self._snapshot if c.role == role and not c.closing)
 
+    def leaves(self) -> int:
+        """Live peers that announced ``X-Ultrapeer: False``."""
+        return sum(1 for c in self._snapshot if c.capabilities.ultrapeer is False)
+
     def addresses(self) -> set[tuple[str, int]]:
         """Every address a live peer is known by: where it came from and where it listens."""
         known: set[tuple[str, int]] = set()
@@ -181,6 +185,7 @@ INCOMING_REFUSAL_REASONS = (
     "connected-to-self",
     "temporarily-banned",
     "too-many-connections",
+    "too-many-leaves",
     "peer-declined",
 )
 """Why an incoming connection is turned away (the keys of ``refused``)."""
@@ -457,8 +462,15 @@ class GnutellaServer:
         if self.bans and self.bans.banned(keys, trio.current_time()):
             return 403, "Temporarily banned"
         # Handshakes already accepted but not yet registered hold a slot too: several
-        # peers handshaking at once must not all slip under the limit.
-        if len(self.connections) + len(self._admitting) >= self.config.network.max_connections:
+        # peers handshaking at once must not all slip under the limit. Leaves have their
+        # own slots, so a crowd of leaves never keeps ultrapeers out, or the reverse.
+        leaves = self.connections.leaves()
+        admitting = len(self._admitting)
+        if capabilities.ultrapeer is False:
+            if leaves + admitting >= self.config.network.max_leaves:
+                return 503, "Too many leaves"
+            return None
+        if len(self.connections) - leaves + admitting >= self.config.network.max_connections:
             return 503, "Too many connections"
         return None
 

@@ -543,3 +543,72 @@ async def test_ttl_malformed_unknown_and_unroutable_offences_are_reported(
         Offence.UNKNOWN_TYPE: 1,
         Offence.MALFORMED: 1,
     }
+
+
+async def send_table(net: Network, leaf: FakeLink, *words: str) -> None:
+    from protocol.qrp import QrpTable, table_messages
+
+    table = QrpTable.of_words(words)
+    await net.send(leaf, *(Message(random_guid(), 1, 0, m) for m in table_messages(table)))
+
+
+async def test_a_leaf_gets_only_the_queries_its_qrp_table_matches(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    net = Network()
+    a, b, _ = net.links
+    net.links[2] = leaf = FakeLink(3, ultrapeer=False)
+    await net.send(a, message(Query(b"abbey road"), ttl=3), message(Ping(), ttl=3))
+    assert leaf.sent() == [], "a leaf without a table gets no queries, and no pings"
+    await send_table(net, leaf, "abbey", "road", "beatles")
+    matching = message(Query(b"Abbey Road"), ttl=3)
+    await net.send(
+        a,
+        matching,
+        message(Query(b"abbey road nowhere"), ttl=3),  # one word it does not have
+        message(Query(b"yellow submarine"), ttl=3),
+        message(Ping(), ttl=3),
+    )
+    assert [f.guid for f in leaf.sent()] == [matching.guid]
+    assert len(b.sent()) == 6  # ultrapeers get everything
+    assert net.dropped("qrp-miss", MessageType.QUERY) == 3
+
+
+async def test_a_query_by_hash_alone_is_matched_by_its_urn(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    from protocol.messages import HugeExtension
+
+    urn = "urn:sha1:PLSTHIPQGSSZTS5FJUPAKUZWUGYQYPFB"
+    net = Network()
+    a, _, _ = net.links
+    net.links[2] = leaf = FakeLink(3, ultrapeer=False)
+    await send_table(net, leaf, urn.lower())
+    by_hash = message(Query(b"\\", extensions=(HugeExtension(urn.encode()),)), ttl=3)
+    await net.send(a, by_hash)
+    assert [f.guid for f in leaf.sent()] == [by_hash.guid]
+
+
+async def test_a_leafs_ping_is_answered_but_never_broadcast(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    net = Network()
+    _, b, _ = net.links
+    net.links[0] = leaf = FakeLink(1, ultrapeer=False)
+    await net.send(leaf, message(Ping(), ttl=3))
+    assert types(leaf.sent()) == [MessageType.PONG]
+    assert b.sent() == []
+
+
+async def test_a_leafs_bad_qrp_sequence_ends_it_with_bye_413(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    from protocol.messages import QrpReset
+
+    net = Network()
+    net.links[2] = leaf = FakeLink(3, ultrapeer=False)
+    await net.send(leaf, Message(random_guid(), 1, 0, QrpReset(1000, 7)))
+    assert leaf.closing
+    assert leaf.close_reason is not None
+    assert "power of two" in leaf.close_reason
+    assert net.router.qrp_receiver(3) is None

@@ -370,3 +370,55 @@ async def test_a_vendor_message_peer_is_introduced_to_and_its_hops_flow_obeyed(
         await sender.send(message(Query(b"not for you"), ttl=3))
         await wait_until(lambda: dropped(daemon, "peer-hops-flow", QUERY) == 1)
         assert [f for f in await gtk_like.collect(0.3) if f.payload_type == QUERY] == []
+
+
+LEAF_HEADERS = (
+    ("User-Agent", "test-leaf/1.0"),
+    ("X-Ultrapeer", "False"),
+    ("X-Query-Routing", "0.1"),
+    ("Bye-Packet", "0.1"),
+)
+
+
+@pytest.mark.e2e
+async def test_a_leaf_with_a_qrp_table_gets_the_queries_it_matches_and_no_others(
+    tmp_path: Path,
+) -> None:
+    from protocol.messages import Message
+    from protocol.qrp import QrpTable, table_messages
+
+    async with running_daemons(tmp_path) as (daemon,):
+        sender = await Peer.connect(daemon.address)
+        leaf = await Peer.connect(daemon.address, headers=LEAF_HEADERS)
+        table = QrpTable.of_words(["abbey", "road"])
+        await leaf.send(*(Message(random_guid(), 1, 0, m) for m in table_messages(table)))
+        await wait_until(lambda: daemon.router.consumed[MessageType.QRP] == 2)
+        wanted = message(Query(b"abbey road"), ttl=3)
+        await sender.send(message(Query(b"yellow submarine"), ttl=3), wanted)
+        got = await leaf.receive_matching(of_type(QUERY))
+        assert got.guid == wanted.guid
+        assert dropped(daemon, "qrp-miss", QUERY) == 1
+        from gnutella_router.observe.dumps import dump_connections
+
+        (shown,) = [c for c in dump_connections(daemon) if c["leaf"]]
+        assert shown["qrp"] == {
+            "tables_received": 1,
+            "slots": 65536,
+            "filled": table.filled,
+            "fill_ratio": round(table.filled / 65536, 4),
+        }
+
+
+@pytest.mark.e2e
+async def test_leaves_have_slots_of_their_own(tmp_path: Path) -> None:
+    from tests.support.peers import PeerRefused
+
+    overrides = {"network.max_connections": 1, "network.max_leaves": 1}
+    async with running_daemons(tmp_path, overrides=overrides) as (daemon,):
+        await Peer.connect(daemon.address)  # the one ultrapeer slot
+        await Peer.connect(daemon.address, headers=LEAF_HEADERS)  # the one leaf slot
+        await wait_until(lambda: len(daemon.server.connections) == 2)
+        with pytest.raises(PeerRefused) as refused:
+            await Peer.connect(daemon.address, headers=LEAF_HEADERS)
+        assert refused.value.rejection.status_code == 503
+        assert daemon.server.refused["too-many-leaves"] == 1

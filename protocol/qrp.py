@@ -1,0 +1,352 @@
+"""Query Routing Protocol tables: the keyword hash, the table, and receiving one.
+
+Theory of operation
+-------------------
+A leaf tells its ultrapeer which keywords it could answer, so the ultrapeer sends it
+only the queries that might match. It does so with a table of ``2**bits`` slots: every
+keyword it shares (lowercased; words of three characters or more) is hashed to a slot,
+and the slot is marked present. The ultrapeer hashes each word of a query the same way
+and forwards the query only if every word's slot is present (a false positive costs one
+useless query; a false negative would lose a hit, so the rule is conservative).
+
+The hash (:func:`qrp_hash`) is LimeWire's and gtk-gnutella's: the low byte of each
+UTF-16 code unit of the word is XORed into a 32-bit number, one byte position after the
+other (little-endian, wrapping every four), the number is multiplied by 0x4F1BBCDC
+modulo 2**32 and the top ``bits`` bits of the product are the slot.
+
+A table travels as a RESET (slot count, "infinity") followed by a sequence of PATCH
+messages whose concatenated data, zlib-compressed or raw, holds one signed entry per
+slot, 1, 2, 4 or 8 bits wide, the highest bits of a byte for the lowest slot. As in
+gtk-gnutella, the receiver keeps one bit per slot: a negative entry marks the slot
+present, a positive one clears it, zero leaves it; a 1-bit entry of 1 flips the slot. A
+65,536-slot table therefore costs 8 KiB whatever the entry width.
+
+:class:`QrpReceiver` applies a peer's messages to a working copy and installs it only
+when the sequence is complete, so a table is never half-applied: until then the last
+complete table stays in force. Anything wrong — a PATCH before any RESET, a slot count
+that is not a power of two or is over :data:`MAX_TABLE_SLOTS`, a sequence number out of
+order, an entry width or compressor that changes mid-sequence, more entries than slots
+(the decompressed size is capped, so a zlib bomb costs nothing), too few at the end, a
+corrupt zlib stream — raises :class:`QrpError` (Bye 413), after which the receiver holds
+no table at all. Nothing here does I/O.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Iterable, Iterator
+
+from .constants import ByeCode
+from .errors import RemoteProtocolError
+from .messages import QrpPatch, QrpReset
+
+MAX_TABLE_SLOTS = 1 << 21
+"""The largest table a peer may send: 2**21 slots (256 KiB as a bitset)."""
+MIN_TABLE_SLOTS = 8
+ENTRY_BITS = (1, 2, 4, 8)
+COMPRESSOR_NONE = 0
+COMPRESSOR_ZLIB = 1
+MIN_WORD_LENGTH = 3
+"""Shorter words are neither put in tables nor looked up (gtk-gnutella, LimeWire)."""
+_MULTIPLIER = 0x4F1BBCDC
+
+
+def qrp_hashcode(word: str) -> int:
+    """The 32-bit QRP hash of ``word`` (already lowercased), before truncation."""
+    units = word.encode("utf-16-le", "surrogatepass")[0::2]  # each code unit's low byte
+    folded = 0
+    for position, byte in enumerate(units):
+        folded ^= byte << ((position & 3) * 8)
+    return (folded * _MULTIPLIER) & 0xFFFFFFFF
+
+
+def qrp_hash(word: str, bits: int) -> int:
+    """The slot of ``word`` in a table of ``2**bits`` slots."""
+    return qrp_hashcode(word) >> (32 - bits)
+
+
+def query_words(text: str) -> list[str]:
+    """The words of a query or a file name as QRP sees them: lowercased runs of letters
+    and digits, three characters or longer, each once."""
+    words: dict[str, None] = {}
+    current: list[str] = []
+    for char in text.lower() + " ":
+        if char.isalnum():
+            current.append(char)
+            continue
+        if len(current) >= MIN_WORD_LENGTH:
+            words["".join(current)] = None
+        current.clear()
+    return list(words)
+
+
+class QrpError(RemoteProtocolError):
+    """A peer's QRP messages cannot be applied; its table is dropped."""
+
+    bye_code = ByeCode.INVALID_QRP_SEQUENCE
+
+
+class QrpTable:
+    """A routing table as a bitset: ``2**bits`` slots, one bit each."""
+
+    __slots__ = ("bits", "data", "slots")
+
+    def __init__(self, slots: int, data: bytearray | None = None) -> None:
+        if slots < MIN_TABLE_SLOTS or slots & (slots - 1):
+            raise ValueError(f"a table has a power of two of slots (8 or more), not {slots}")
+        self.slots = slots
+        self.bits = slots.bit_length() - 1
+        self.data = data if data is not None else bytearray(slots // 8)
+
+    @classmethod
+    def of_words(cls, words: Iterable[str], slots: int = 65536) -> QrpTable:
+        """The table of a servent sharing ``words`` (hashed as given: lowercase first)."""
+        table = cls(slots)
+        for word in words:
+            table.add(qrp_hash(word, table.bits))
+        return table
+
+    def add(self, slot: int) -> None:
+        self.data[slot >> 3] |= 0x80 >> (slot & 7)
+
+    def __contains__(self, slot: object) -> bool:
+        if not isinstance(slot, int):
+            return False
+        return bool(self.data[slot >> 3] & (0x80 >> (slot & 7)))
+
+    def present_slots(self) -> Iterator[int]:
+        for index, byte in enumerate(self.data):
+            if byte:
+                for bit in range(8):
+                    if byte & (0x80 >> bit):
+                        yield index * 8 + bit
+
+    def matches(self, words: Iterable[str]) -> bool:
+        """Whether every word may be shared here (no words: nothing to match, False)."""
+        seen = False
+        bits = self.bits
+        data = self.data
+        for word in words:
+            slot = qrp_hashcode(word) >> (32 - bits)
+            if not data[slot >> 3] & (0x80 >> (slot & 7)):
+                return False
+            seen = True
+        return seen
+
+    @property
+    def filled(self) -> int:
+        """Slots marked present."""
+        return sum(byte.bit_count() for byte in self.data)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, QrpTable) and (self.slots, self.data) == (other.slots, other.data)
+
+    def __repr__(self) -> str:
+        return f"<QrpTable {self.slots} slots, {self.filled} present>"
+
+
+def table_messages(
+    table: QrpTable,
+    *,
+    entry_bits: int = 4,
+    infinity: int = 7,
+    compressed: bool = True,
+    patch_bytes: int = 4096,
+) -> list[QrpReset | QrpPatch]:
+    """The RESET and PATCH messages that send ``table`` to a peer from scratch."""
+    if entry_bits not in ENTRY_BITS:
+        raise ValueError(f"entry_bits must be one of {ENTRY_BITS}")
+    entries = _entries(table, entry_bits, infinity)
+    data = zlib.compress(entries, 9) if compressed else entries
+    pieces = [data[i : i + patch_bytes] for i in range(0, len(data), patch_bytes)] or [b""]
+    if len(pieces) > 255:
+        raise ValueError("the table needs more than 255 patch messages; raise patch_bytes")
+    compressor = COMPRESSOR_ZLIB if compressed else COMPRESSOR_NONE
+    messages: list[QrpReset | QrpPatch] = [QrpReset(table.slots, infinity)]
+    messages.extend(
+        QrpPatch(n + 1, len(pieces), compressor, entry_bits, piece)
+        for n, piece in enumerate(pieces)
+    )
+    return messages
+
+
+def _entries(table: QrpTable, entry_bits: int, infinity: int) -> bytes:
+    """The patch from an empty table: "present" entries, everything else zero."""
+    if entry_bits == 1:
+        return bytes(table.data)  # a 1 flips an empty slot to present
+    per_byte = 8 // entry_bits
+    present = (-(infinity - 1) if infinity > 1 else -1) & ((1 << entry_bits) - 1)
+    out = bytearray(table.slots // per_byte)
+    for slot in table.present_slots():
+        shift = (per_byte - 1 - slot % per_byte) * entry_bits
+        out[slot // per_byte] |= present << shift
+    return bytes(out)
+
+
+class QrpReceiver:
+    """A peer's QRP messages in, its last complete table out (see the module's notes)."""
+
+    def __init__(self, max_slots: int = MAX_TABLE_SLOTS) -> None:
+        self.max_slots = max_slots
+        self.table: QrpTable | None = None
+        """The last complete table, or None (none yet, or dropped after an error)."""
+        self.tables_received = 0
+        self._working: QrpTable | None = None
+        self._reset: QrpReset | None = None
+        self._expected_seq = 1
+        self._seq_size = 0
+        self._entry_bits = 0
+        self._compressor = -1
+        self._position = 0
+        self._inflater: zlib._Decompress | None = None
+
+    def receive(self, message: QrpReset | QrpPatch) -> bool:
+        """Apply one message; True when it completed a table (now :attr:`table`).
+
+        Raises:
+            QrpError: the message cannot be applied; the receiver now holds no table.
+        """
+        try:
+            if isinstance(message, QrpReset):
+                self._on_reset(message)
+                return False
+            return self._on_patch(message)
+        except QrpError:
+            self.table = None
+            self._working = None
+            self._reset = None
+            raise
+
+    def _on_reset(self, reset: QrpReset) -> None:
+        slots = reset.table_length
+        if slots < MIN_TABLE_SLOTS or slots & (slots - 1):
+            raise _error(f"QRP table length {slots} is not a power of two (8 or more)")
+        if slots > self.max_slots:
+            raise _error(f"QRP table of {slots} slots is over the limit of {self.max_slots}")
+        if reset.infinity < 1:
+            raise _error(f"QRP infinity {reset.infinity} is below 1")
+        self._reset = reset
+        self._working = QrpTable(slots)
+        self._start_sequence()
+
+    def _start_sequence(self) -> None:
+        self._expected_seq = 1
+        self._seq_size = 0
+        self._entry_bits = 0
+        self._compressor = -1
+        self._position = 0
+        self._inflater = None
+
+    def _on_patch(self, patch: QrpPatch) -> bool:
+        if patch.seq_no == 1 and self._expected_seq == 1:
+            if self._working is None:
+                if self.table is None:
+                    raise _error("QRP PATCH without a RESET first")
+                # A new sequence patches the table in force, on a copy.
+                self._working = QrpTable(self.table.slots, bytearray(self.table.data))
+            self._begin(patch)
+        elif self._working is None or patch.seq_no != self._expected_seq:
+            raise _error(f"QRP PATCH #{patch.seq_no} out of sequence")
+        elif (patch.seq_size, patch.entry_bits, patch.compressor) != (
+            self._seq_size,
+            self._entry_bits,
+            self._compressor,
+        ):
+            raise _error("QRP PATCH changed its size, entry width or compressor mid-sequence")
+        data = self._inflate(patch.data) if self._inflater is not None else patch.data
+        self._apply(data)
+        if patch.seq_no < self._seq_size:
+            self._expected_seq += 1
+            return False
+        return self._finish()
+
+    def _begin(self, patch: QrpPatch) -> None:
+        if patch.seq_size < 1:
+            raise _error("QRP PATCH sequence of size 0")
+        if patch.entry_bits not in ENTRY_BITS:
+            raise _error(f"QRP entry width of {patch.entry_bits} bits is not 1, 2, 4 or 8")
+        if patch.compressor not in (COMPRESSOR_NONE, COMPRESSOR_ZLIB):
+            raise _error(f"QRP compressor {patch.compressor} is unknown")
+        self._seq_size = patch.seq_size
+        self._entry_bits = patch.entry_bits
+        self._compressor = patch.compressor
+        self._position = 0
+        self._inflater = zlib.decompressobj() if patch.compressor == COMPRESSOR_ZLIB else None
+
+    def _expected_bytes(self) -> int:
+        assert self._working is not None
+        return self._working.slots * self._entry_bits // 8
+
+    def _inflate(self, data: bytes) -> bytes:
+        assert self._inflater is not None
+        room = self._expected_bytes() - self._position
+        try:
+            out = self._inflater.decompress(data, room + 1)  # never more than one too many
+        except zlib.error as exc:
+            raise _error(f"QRP PATCH data is not a valid zlib stream: {exc}") from exc
+        if len(out) > room or self._inflater.unconsumed_tail:
+            raise _error("QRP PATCH overflows its table")
+        return out
+
+    def _apply(self, data: bytes) -> None:
+        working = self._working
+        assert working is not None
+        bits = self._entry_bits
+        per_byte = 8 // bits
+        start = self._position
+        if start + len(data) > self._expected_bytes():
+            raise _error("QRP PATCH overflows its table")
+        table = working.data
+        if bits == 1:
+            table[start : start + len(data)] = (
+                int.from_bytes(table[start : start + len(data)], "big")
+                ^ int.from_bytes(data, "big")
+            ).to_bytes(len(data), "big")
+        else:
+            mask = (1 << bits) - 1
+            sign = 1 << (bits - 1)
+            slot = start * per_byte
+            for byte in data:
+                if byte:
+                    for shift in range((per_byte - 1) * bits, -1, -bits):
+                        entry = (byte >> shift) & mask
+                        if entry:
+                            here = slot + (per_byte - 1) - shift // bits
+                            bit = 0x80 >> (here & 7)
+                            if entry & sign:
+                                table[here >> 3] |= bit
+                            else:
+                                table[here >> 3] &= ~bit & 0xFF
+                slot += per_byte
+        self._position = start + len(data)
+
+    def _finish(self) -> bool:
+        if self._inflater is not None and not self._inflater.eof:
+            raise _error("QRP PATCH sequence ended inside its zlib stream")
+        if self._position != self._expected_bytes():
+            raise _error(
+                f"QRP PATCH sequence ended after {self._position} of "
+                f"{self._expected_bytes()} bytes of entries"
+            )
+        self.table = self._working
+        self._working = None
+        self._start_sequence()
+        self.tables_received += 1
+        return True
+
+
+def _error(text: str) -> QrpError:
+    return QrpError(text, bye_code=ByeCode.INVALID_QRP_SEQUENCE)
+
+
+__all__ = [
+    "MAX_TABLE_SLOTS",
+    "MIN_WORD_LENGTH",
+    "QrpError",
+    "QrpReceiver",
+    "QrpTable",
+    "qrp_hash",
+    "qrp_hashcode",
+    "query_words",
+    "table_messages",
+]
