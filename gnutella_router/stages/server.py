@@ -369,7 +369,12 @@ class GnutellaServer:
                 connection.check(now)
 
     async def _handle_incoming(self, stream: trio.SocketStream) -> None:
-        peer = _sockname(stream.socket.getpeername())
+        try:
+            peer = _sockname(stream.socket.getpeername())
+        except OSError:  # reset between accept() and here: nobody left to answer
+            self.refused["accept-error"] += 1
+            await _close(stream)
+            return
         now = trio.current_time()
         trusted = in_networks(peer[0], self.trusted_networks)
         if not trusted and not self.rate_limiter.allow(peer[0], now):
@@ -491,6 +496,7 @@ class GnutellaServer:
                 stream = await trio.open_tcp_stream(host, port)
                 try:
                     complete = await self._initiate_handshake(stream, host)
+                    peer = _sockname(stream.socket.getpeername())  # ENOTCONN if reset
                 except BaseException:
                     await _close(stream)
                     raise
@@ -508,7 +514,6 @@ class GnutellaServer:
             raise DialError("connection lost during the handshake") from exc
         finally:
             self._handshaking -= 1
-        peer = _sockname(stream.socket.getpeername())
         connection = self._connection(stream, peer, "outgoing", complete)
         self.connections.add(connection)
         self._nursery.start_soon(self._run_connection, connection)

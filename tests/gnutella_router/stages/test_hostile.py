@@ -281,3 +281,28 @@ async def test_garbage_sent_as_query_hits_is_malformed_and_kicked(tmp_path: Path
         assert bye.code == 411
         assert daemon.router.dropped["malformed", MessageType.QUERY_HIT] >= 20
         await still_routes(daemon)
+
+
+@pytest.mark.e2e
+async def test_a_connection_reset_before_it_is_looked_at_costs_nothing(tmp_path: Path) -> None:
+    """A peer that resets between accept() and getpeername() (ENOTCONN) once stopped
+    the whole daemon; now it is one accept error."""
+    import errno
+    from types import SimpleNamespace
+    from typing import Any, cast
+
+    class ResetSocket:
+        def getpeername(self) -> tuple[str, int]:
+            raise OSError(errno.ENOTCONN, "Transport endpoint is not connected")
+
+    closed: list[bool] = []
+
+    async def aclose() -> None:
+        closed.append(True)
+
+    reset = SimpleNamespace(socket=ResetSocket(), aclose=aclose)
+    async with running_daemons(tmp_path) as (daemon,):
+        await daemon.server._handle_incoming(cast(Any, reset))
+        assert daemon.server.refused["accept-error"] == 1
+        assert closed == [True]
+        await still_routes(daemon)
