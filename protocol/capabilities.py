@@ -270,8 +270,9 @@ def router_headers(
 
     Chosen from what gtk-gnutella 1.2 demands of an ultrapeer: ``X-Ultrapeer`` (else
     "403 Normal nodes refused"), ``X-Degree`` of at least 16 and
-    ``X-Dynamic-Querying`` (else its leaves refuse us). ``X-Query-Routing`` because
-    leaves' QRP tables are taken and queries routed to leaves by them.
+    ``X-Dynamic-Querying`` (else its leaves refuse us; a leaf's query is widened step by
+    step). ``X-Query-Routing`` because leaves' QRP tables are taken and queries routed
+    to leaves by them.
     ``X-Ultrapeer-Query-Routing`` is left out because we send no QRP tables to other
     ultrapeers, and ``X-Features: sflag`` because we do not implement size-field
     flags. Nothing here pretends to be gtk-gnutella, whose own name is checked against

@@ -174,6 +174,24 @@ class DaemonCollector(Collector):
         )
         _by_label(trimmed, {"ping": 0, "query": 0, **stats.ttl_trimmed})
         yield trimmed
+        dynamic = dict(stats.dynamic_queries)
+        yield GaugeMetricFamily(
+            "gnutella_dynamic_queries_active",
+            "Leaf queries being widened by dynamic querying.",
+            dynamic.pop("active"),
+        )
+        yield CounterMetricFamily(
+            "gnutella_dynamic_query_copies",
+            "Copies of leaf queries sent to ultrapeers by dynamic querying.",
+            dynamic.pop("copies"),
+        )
+        ended = CounterMetricFamily(
+            "gnutella_dynamic_queries_ended",
+            "Leaf queries whose dynamic querying ended, by how.",
+            labels=["outcome"],
+        )
+        _by_label(ended, dynamic)
+        yield ended
 
     def _server(self, daemon: RouterView) -> Iterator[Metric]:
         stats = daemon.server.statistics()

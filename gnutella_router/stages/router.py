@@ -25,7 +25,9 @@ LimeWire do):
   gets none, and no pings. A leaf's RESET and PATCH messages build its table, which is
   installed only when complete; a bad sequence ends the leaf's connection with Bye 413
   and drops its table. A leaf's pings are answered from the pong cache, never
-  broadcast.
+  broadcast. A leaf's query goes at once to the other leaves it matches, and to the
+  ultrapeer neighbours by dynamic querying (:mod:`.dynamic_query`): a few at TTL 1,
+  then one more at a time with a growing TTL, until enough results came back.
 * Bye closes the connection it arrived on; QRP and vendor messages are hop-by-hop:
   accepted, never forwarded; unknown types are dropped. Of the vendor messages, a
   peer's Messages Supported and Features Supported are kept on its link (dumps show
@@ -57,6 +59,7 @@ from gnutella_router.control.shedding import Shedder
 from gnutella_router.discovery.host_cache import classify_address
 from gnutella_router.net.route_table import RouteTable, RouteTableStatistics, SeenTable
 from gnutella_router.runtime.stage import Stage
+from gnutella_router.stages.dynamic_query import TICK_SECONDS, DynamicQuery, Outcome
 from gnutella_router.stages.link import Link
 from protocol.codec import build_payload, encode_message, parse_payload
 from protocol.constants import (
@@ -121,6 +124,9 @@ VENDOR_CODE = "GRTR"
 VENDOR_VERSION = int(__version__.split(".")[0]) << 4 | int(__version__.split(".")[1])
 """Major version in the high nibble, minor in the low one, as "VC" readers expect."""
 
+MAX_DYNAMIC_QUERIES = 2000
+"""Leaf queries widened at once; beyond, a leaf's query is dropped and counted."""
+
 HostLearned = Callable[[str, int, str], None]
 
 
@@ -141,6 +147,9 @@ class RouterStatistics:
     unspecified, multicast or reserved ones anywhere."""
     ttl_trimmed: dict[str, int]
     """Broadcast copies sent with a lower TTL because the peer's X-Max-TTL asked for it."""
+    dynamic_queries: dict[str, int]
+    """Leaf queries being widened (``active``), the copies sent for them (``copies``) and
+    how the finished ones ended (``satisfied``, ``exhausted``, ``expired``, ``leaf-gone``)."""
 
 
 DROP_REASONS = (
@@ -160,6 +169,7 @@ DROP_REASONS = (
     "peer-refuses-format",
     "peer-hops-flow",
     "qrp-miss",
+    "dynamic-query-limit",
 )
 """Every reason the router drops a message for (shed reasons come from the shedder)."""
 
@@ -299,6 +309,11 @@ class GnutellaRouter:
         """Each leaf's QRP tables, by link id; pruned to the links alive."""
         self._words: dict[bytes, list[str]] = {}
         """A batch's queries' QRP words, worked out once for all the leaves."""
+        self._dynamic: dict[bytes, DynamicQuery] = {}
+        """Leaf queries being widened, by GUID; at most :data:`MAX_DYNAMIC_QUERIES`."""
+        self.dynamic_counts: collections.Counter[str] = collections.Counter(
+            {"copies": 0, **{outcome.value: 0 for outcome in Outcome}}
+        )
         self._vendor_handlers: dict[VendorMessageId, Callable[[Link, bytes], None]] = {
             MESSAGES_SUPPORTED: lambda link, body: link.received_messages_supported(
                 parse_messages_supported(body)
@@ -372,7 +387,10 @@ class GnutellaRouter:
                         await self._delayed_broadcast(batch, index, connection, data, now)
                         connection.frames_done(run)
                         return index + 1
-                    self._broadcast(connection, data)
+                    if connection.capabilities.ultrapeer is False:
+                        self._start_dynamic_query(connection, data, now)
+                    else:
+                        self._broadcast(connection, data)
             else:
                 handlers[message_type](connection, frame, now)
         self._flush_broadcasts(now)
@@ -394,7 +412,10 @@ class GnutellaRouter:
         self.stage.queue.requeue(batch[index + 1 :])
         self._flush_broadcasts(now)
         await self.stage.run_blocking(time.sleep, self.query_delay)
-        self._broadcast(source, data)
+        if source.capabilities.ultrapeer is False:
+            self._start_dynamic_query(source, data, trio.current_time())
+        else:
+            self._broadcast(source, data)
         self._flush_broadcasts(trio.current_time())
 
     def _count_shed(self, reason: str, frame: Frame) -> None:
@@ -510,6 +531,67 @@ class GnutellaRouter:
         if missed:
             self.dropped["qrp-miss", QUERY] += missed
         return kept
+
+    # ------------------------------------------------------------------ dynamic querying
+
+    def _start_dynamic_query(self, leaf: Link, data: bytes, now: float) -> None:
+        """A leaf's query: to the other leaves it matches now, to ultrapeers step by step."""
+        if len(self._dynamic) >= MAX_DYNAMIC_QUERIES:
+            self.dropped["dynamic-query-limit", QUERY] += 1
+            return
+        for link in self._connections():
+            if link.capabilities.ultrapeer is False and link is not leaf and not link.closing:
+                for copy in self._for_leaf(link.id, [data]):
+                    if link.send(copy, QUERY, copy[18], now):
+                        self.forwarded[QUERY] += 1
+        query = DynamicQuery(data[:GUID_SIZE], data, leaf.id, data[17], now)
+        self._dynamic[query.guid] = query
+        self._widen(query, now)
+
+    def _widen(self, query: DynamicQuery, now: float) -> None:
+        """Take the query's next step if it is due; forget it once it is over."""
+        ultrapeers = [
+            link.id
+            for link in self._connections()
+            if link.capabilities.ultrapeer is not False and not link.closing
+        ]
+        step = query.next_step(now, ultrapeers)
+        if step is None:
+            return
+        if isinstance(step, Outcome):
+            del self._dynamic[query.guid]
+            self.dynamic_counts[step.value] += 1
+            return
+        chosen, ttl = step
+        for link_id in chosen:
+            link = self._connection_by_id(link_id)
+            if link is None:
+                continue
+            copy = query.copy_with_ttl(min(ttl, link.capabilities.max_ttl))
+            if link.send(copy, QUERY, copy[18], now):
+                self.forwarded[QUERY] += 1
+                self.dynamic_counts["copies"] += 1
+            link.flush()
+
+    def widen_dynamic_queries(self, now: float) -> None:
+        """Every leaf query's next step, if due (called every :data:`TICK_SECONDS`)."""
+        for query in list(self._dynamic.values()):
+            leaf = self._connection_by_id(query.leaf)
+            if leaf is None or leaf.closing:
+                del self._dynamic[query.guid]
+                self.dynamic_counts[Outcome.LEAF_GONE.value] += 1
+                continue
+            self._widen(query, now)
+
+    async def run_dynamic_queries(
+        self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """The timer of dynamic querying; runs for the daemon's life."""
+        task_status.started()
+        while True:
+            await trio.sleep(TICK_SECONDS)
+            if self._dynamic:
+                self.widen_dynamic_queries(trio.current_time())
 
     def _hops_flowed(self, datas: list[bytes], limit: int) -> list[bytes]:
         """``datas`` without the queries of ``limit`` hops or more: the peer's Hops
@@ -724,6 +806,10 @@ class GnutellaRouter:
             return
         self.push_routes.refresh(payload[-GUID_SIZE:], connection.id, now)
         route = self.query_routes.lookup(frame.guid, now)
+        if route is not None and self._dynamic:
+            query = self._dynamic.get(frame.guid)
+            if query is not None and query.leaf == route:
+                query.note_hits(payload[0])  # the hit's result count
         if route is None:
             # Only a hit we drop is parsed whole (routed ones are passed on untouched):
             # garbage sent as hits is then the offence it is, not a lost route.
@@ -880,6 +966,7 @@ class GnutellaRouter:
             pong_cache_size=len(self.pong_cache),
             pongs_not_cached=dict(self.pongs_not_cached),
             ttl_trimmed={message_type_name(t): n for t, n in sorted(self.ttl_trimmed.items())},
+            dynamic_queries={"active": len(self._dynamic), **self.dynamic_counts},
         )
 
     def total_dropped(self) -> int:

@@ -612,3 +612,75 @@ async def test_a_leafs_bad_qrp_sequence_ends_it_with_bye_413(
     assert leaf.close_reason is not None
     assert "power of two" in leaf.close_reason
     assert net.router.qrp_receiver(3) is None
+
+
+def leaf_network(ultrapeers: int) -> tuple[Network, FakeLink, list[FakeLink]]:
+    net = Network(links=ultrapeers)
+    leaf = FakeLink(100, ultrapeer=False)
+    net.links.append(leaf)
+    return net, leaf, net.links[:ultrapeers]
+
+
+async def test_a_leafs_query_probes_three_ultrapeers_at_ttl_1_then_widens(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    from gnutella_router.stages.dynamic_query import STEP_SECONDS
+
+    net, leaf, ultrapeers = leaf_network(5)
+    net.links.append(other_leaf := FakeLink(101, ultrapeer=False))
+    await send_table(net, other_leaf, "abbey", "road")
+    query = message(Query(b"abbey road"), ttl=4)
+    await net.send(leaf, query)
+    assert [f.ttl for f in other_leaf.sent()] == [3]  # the other leaves at once, by QRP
+    probed = [[f.ttl for f in u.sent()] for u in ultrapeers]
+    assert probed == [[1], [1], [1], [], []]
+
+    for expected_ttl in (2, 3):  # one more ultrapeer each step, a hop further each time
+        await trio.sleep(STEP_SECONDS)
+        net.router.widen_dynamic_queries(trio.current_time())
+        fresh = [f.ttl for u in ultrapeers for f in u.sent()]
+        assert fresh == [expected_ttl]
+    await trio.sleep(STEP_SECONDS)
+    net.router.widen_dynamic_queries(trio.current_time())
+    assert net.router.statistics().dynamic_queries == {
+        "active": 0,
+        "copies": 5,
+        "satisfied": 0,
+        "exhausted": 1,
+        "expired": 0,
+        "leaf-gone": 0,
+    }
+
+
+async def test_enough_results_stop_the_widening(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    from gnutella_router.stages.dynamic_query import STEP_SECONDS
+
+    net, leaf, ultrapeers = leaf_network(5)
+    query = message(Query(b"popular"), ttl=4)
+    await net.send(leaf, query)
+    many = QueryHit(
+        6346,
+        "192.0.2.9",
+        100,
+        tuple(QueryHitResult(n, 10, b"popular.ogg") for n in range(150)),
+        b"S" * 16,
+    )
+    await net.send(ultrapeers[0], Message(query.guid, 3, 1, many))
+    assert types(leaf.sent()) == [MessageType.QUERY_HIT]
+    await trio.sleep(STEP_SECONDS)
+    net.router.widen_dynamic_queries(trio.current_time())
+    assert [len(u.sent()) for u in ultrapeers] == [1, 1, 1, 0, 0]
+    assert net.router.dynamic_counts["satisfied"] == 1
+
+
+async def test_a_leaf_that_leaves_ends_its_queries(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    net, leaf, _ = leaf_network(5)
+    await net.send(leaf, message(Query(b"gone soon"), ttl=4))
+    leaf.close("bye")
+    net.router.widen_dynamic_queries(trio.current_time())
+    assert net.router.dynamic_counts["leaf-gone"] == 1
+    assert net.router.statistics().dynamic_queries["active"] == 0

@@ -422,3 +422,21 @@ async def test_leaves_have_slots_of_their_own(tmp_path: Path) -> None:
             await Peer.connect(daemon.address, headers=LEAF_HEADERS)
         assert refused.value.rejection.status_code == 503
         assert daemon.server.refused["too-many-leaves"] == 1
+
+
+@pytest.mark.e2e
+async def test_a_leafs_query_reaches_ultrapeers_and_its_hits_come_back(tmp_path: Path) -> None:
+    async with running_daemons(tmp_path) as (daemon,):
+        ultrapeers = [await Peer.connect(daemon.address) for _ in range(2)]
+        leaf = await Peer.connect(daemon.address, headers=LEAF_HEADERS)
+        await wait_until(lambda: len(daemon.server.connections) == 3)
+        query = message(Query(b"leaf looking"), ttl=4)
+        await leaf.send(query)
+        for ultrapeer in ultrapeers:
+            probe = await ultrapeer.receive_matching(of_type(QUERY))
+            assert (probe.guid, probe.ttl, probe.hops) == (query.guid, 1, 1)
+        hit = QueryHit(6346, "192.0.2.9", 100, (QueryHitResult(1, 10, b"leaf looking"),), b"S" * 16)
+        await ultrapeers[0].send(message(hit, guid=query.guid, ttl=3, hops=1))
+        back = await leaf.receive_matching(of_type(QUERY_HIT))
+        assert back.guid == query.guid
+        assert daemon.router.statistics().dynamic_queries["copies"] == 2
