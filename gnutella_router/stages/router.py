@@ -279,6 +279,8 @@ class GnutellaRouter:
         (at most one such answer a second); pruned to the links alive."""
         self._fan_queries = 0
         self._fan_ancient: set[bytes] = set()
+        self._fan_last_hop: set[bytes] = set()
+        """The batch's queries at their last hop: for leaves only."""
         """The batch's broadcast queries in the pre-0.6 form, kept from peers that drop them."""
         self.received = [0] * 256
         self.forwarded = [0] * 256
@@ -460,6 +462,8 @@ class GnutellaRouter:
         self._fan_queries += 1  # only queries come through here; pings are inlined
         if data[23] == 0 and data[24] == 0:  # flags 0: the pre-0.6 form
             self._fan_ancient.add(data)
+        if data[17] == 0:  # for leaves only
+            self._fan_last_hop.add(data)
 
     def _flush_broadcasts(self, now: float) -> None:
         """Hand the batch's broadcasts to every connection, then wake the writers."""
@@ -469,10 +473,13 @@ class GnutellaRouter:
             sources = self._fan_sources
             queries = self._fan_queries
             ancient = self._fan_ancient
+            last_hop = self._fan_last_hop
             self._fan_datas = []
             self._fan_sources = []
             self._fan_queries = 0
             self._fan_ancient = set()
+            if last_hop:
+                self._fan_last_hop = set()
             senders = set(sources)
             total_bytes = sum(map(len, datas))
             pings = len(datas) - queries
@@ -491,6 +498,8 @@ class GnutellaRouter:
                     out = kept
                 if capabilities.ultrapeer is False:  # a leaf: what its QRP table matches
                     out = self._for_leaf(connection.id, out)
+                elif last_hop:
+                    out = [d for d in out if d not in last_hop]
                 if connection.hops_flow != NO_HOPS_FLOW and queries:
                     out = self._hops_flowed(out, connection.hops_flow)
                 if capabilities.max_ttl < highest_ttl:  # the peer's X-Max-TTL
@@ -525,7 +534,7 @@ class GnutellaRouter:
                 if its_words is None:
                     its_words = words[data] = _qrp_words(data)
                 if table.matches(its_words):
-                    kept.append(data)
+                    kept.append(data if data[17] else data[:17] + b"\x01" + data[18:])
                     continue
             missed += 1
         if missed:
@@ -766,7 +775,11 @@ class GnutellaRouter:
         if ttl > room:
             ttl = room
         if ttl <= 1:
-            return None
+            if not self._qrp:
+                return None
+            # Its last hop: it still goes to the leaves that match (as gtk-gnutella
+            # does), marked by TTL 0 here and sent with TTL 1, and to no ultrapeer.
+            return _pack_header(frame.guid, QUERY, 0, hops + 1, len(payload)) + payload
         return _pack_header(frame.guid, QUERY, ttl - 1, hops + 1, len(payload)) + payload
 
     def _on_pong(self, connection: Link, frame: Frame, now: float) -> None:

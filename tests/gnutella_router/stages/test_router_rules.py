@@ -684,3 +684,19 @@ async def test_a_leaf_that_leaves_ends_its_queries(
     net.router.widen_dynamic_queries(trio.current_time())
     assert net.router.dynamic_counts["leaf-gone"] == 1
     assert net.router.statistics().dynamic_queries["active"] == 0
+
+
+async def test_a_query_at_its_last_hop_still_reaches_the_leaves_that_match(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """As in gtk-gnutella: a query arriving with TTL 1 goes no further among ultrapeers,
+    but the leaves whose tables match still get it, with TTL 1."""
+    net = Network()
+    a, b, _ = net.links
+    net.links[2] = leaf = FakeLink(3, ultrapeer=False)
+    await send_table(net, leaf, "last", "hop")
+    query = message(Query(b"last hop"), ttl=1, hops=3)
+    await net.send(a, query)
+    (copy,) = leaf.sent()
+    assert (copy.guid, copy.ttl, copy.hops) == (query.guid, 1, 4)
+    assert b.sent() == []
