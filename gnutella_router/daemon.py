@@ -212,7 +212,7 @@ class Daemon:
                 if self.config.trace_path is not None:
                     await self._start_recording(nursery, self.config.trace_path)
                 await nursery.start(self.router.stage.serve)
-                await nursery.start(self.router.run_dynamic_queries)
+                await nursery.start(self.router.run_timers)
                 if self.governor is not None:
                     await nursery.start(self.governor.serve)
                 self._nursery = nursery

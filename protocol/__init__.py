@@ -10,6 +10,7 @@ Modules, from the bottom up: :mod:`~protocol.constants`, :mod:`~protocol.errors`
 ``struct`` fast path derived from it), :mod:`~protocol.codec` (payload parse/build),
 :mod:`~protocol.framing` (stream to frames), :mod:`~protocol.compression` (deflate
 links), :mod:`~protocol.vendor` (the introductory vendor messages and Hops Flow),
+:mod:`~protocol.qrp` (query routing tables: the hash, tables, receiving them),
 :mod:`~protocol.headers` and :mod:`~protocol.handshake` (the connection handshake).
 """
 

@@ -272,11 +272,11 @@ def router_headers(
     "403 Normal nodes refused"), ``X-Degree`` of at least 16 and
     ``X-Dynamic-Querying`` (else its leaves refuse us; a leaf's query is widened step by
     step). ``X-Query-Routing`` because leaves' QRP tables are taken and queries routed
-    to leaves by them.
-    ``X-Ultrapeer-Query-Routing`` is left out because we send no QRP tables to other
-    ultrapeers, and ``X-Features: sflag`` because we do not implement size-field
-    flags. Nothing here pretends to be gtk-gnutella, whose own name is checked against
-    a token we cannot produce.
+    to leaves by them. ``X-Ultrapeer-Query-Routing`` because ultrapeers that announce
+    it are sent our leaves' keywords as a table, and their own tables decide which
+    last-hop queries they get. ``X-Features: sflag`` is left out because we do not
+    implement size-field flags. Nothing here pretends to be gtk-gnutella, whose own
+    name is checked against a token we cannot produce.
     """
     if not isinstance(user_agent, str) or not user_agent.strip():
         raise LocalProtocolError("a User-Agent is required")
@@ -297,6 +297,7 @@ def router_headers(
         ("Pong-Caching", "0.1"),
         ("Vendor-Message", "0.2"),
         ("X-Query-Routing", "0.2"),
+        ("X-Ultrapeer-Query-Routing", "0.1"),
     ]
     if listen is not None:
         address = parse_host_port(format_host(*listen))

@@ -33,6 +33,7 @@ no table at all. Nothing here does I/O.
 
 from __future__ import annotations
 
+import re
 import zlib
 from collections.abc import Iterable, Iterator
 
@@ -53,10 +54,15 @@ _MULTIPLIER = 0x4F1BBCDC
 
 def qrp_hashcode(word: str) -> int:
     """The 32-bit QRP hash of ``word`` (already lowercased), before truncation."""
-    units = word.encode("utf-16-le", "surrogatepass")[0::2]  # each code unit's low byte
+    if word.isascii():
+        units = word.encode("ascii")
+    else:  # each UTF-16 code unit's low byte
+        units = word.encode("utf-16-le", "surrogatepass")[0::2]
+    rest = int.from_bytes(units, "little")
     folded = 0
-    for position, byte in enumerate(units):
-        folded ^= byte << ((position & 3) * 8)
+    while rest:  # 4-byte little-endian chunks, XORed together
+        folded ^= rest & 0xFFFFFFFF
+        rest >>= 32
     return (folded * _MULTIPLIER) & 0xFFFFFFFF
 
 
@@ -65,19 +71,14 @@ def qrp_hash(word: str, bits: int) -> int:
     return qrp_hashcode(word) >> (32 - bits)
 
 
+_WORD = re.compile(rf"[^\W_]{{{MIN_WORD_LENGTH},}}")
+"""A run of letters and digits (any script), long enough to count."""
+
+
 def query_words(text: str) -> list[str]:
     """The words of a query or a file name as QRP sees them: lowercased runs of letters
     and digits, three characters or longer, each once."""
-    words: dict[str, None] = {}
-    current: list[str] = []
-    for char in text.lower() + " ":
-        if char.isalnum():
-            current.append(char)
-            continue
-        if len(current) >= MIN_WORD_LENGTH:
-            words["".join(current)] = None
-        current.clear()
-    return list(words)
+    return list(dict.fromkeys(_WORD.findall(text.lower())))
 
 
 class QrpError(RemoteProtocolError):
@@ -123,15 +124,45 @@ class QrpTable:
 
     def matches(self, words: Iterable[str]) -> bool:
         """Whether every word may be shared here (no words: nothing to match, False)."""
+        return self.matches_hashcodes([qrp_hashcode(word) for word in words])
+
+    def matches_hashcodes(self, hashcodes: Iterable[int]) -> bool:
+        """:meth:`matches` for words already hashed (:func:`qrp_hashcode`): a router
+        hashes a query's words once, whatever the number of tables it asks."""
         seen = False
-        bits = self.bits
+        shift = 32 - self.bits
         data = self.data
-        for word in words:
-            slot = qrp_hashcode(word) >> (32 - bits)
+        for code in hashcodes:
+            slot = code >> shift
             if not data[slot >> 3] & (0x80 >> (slot & 7)):
                 return False
             seen = True
         return seen
+
+    def resized(self, slots: int) -> QrpTable:
+        """This table at another size, never losing a keyword: shrinking ORs neighbouring
+        slots together (a slot's hash prefix is shorter), growing marks every slot a
+        present one could stand for (more false positives, no false negatives)."""
+        out = QrpTable(slots)
+        if slots == self.slots:
+            out.data[:] = self.data
+        elif slots < self.slots:
+            shift = self.bits - out.bits
+            for slot in self.present_slots():
+                out.add(slot >> shift)
+        else:
+            spread = slots // self.slots
+            for slot in self.present_slots():
+                for extra in range(spread):
+                    out.add(slot * spread + extra)
+        return out
+
+    def merge(self, other: QrpTable) -> None:
+        """Add every keyword of ``other`` (which has the same size) to this table."""
+        if other.slots != self.slots:
+            raise ValueError("only tables of one size merge; resize first")
+        merged = int.from_bytes(self.data, "big") | int.from_bytes(other.data, "big")
+        self.data[:] = merged.to_bytes(len(self.data), "big")
 
     @property
     def filled(self) -> int:

@@ -83,7 +83,14 @@ from protocol.messages import (
     VendorMessage,
     random_guid,
 )
-from protocol.qrp import QrpError, QrpReceiver, query_words
+from protocol.qrp import (
+    QrpError,
+    QrpReceiver,
+    QrpTable,
+    qrp_hashcode,
+    query_words,
+    table_messages,
+)
 from protocol.vendor import (
     FEATURES_SUPPORTED,
     HOPS_FLOW,
@@ -124,6 +131,10 @@ VENDOR_CODE = "GRTR"
 VENDOR_VERSION = int(__version__.split(".")[0]) << 4 | int(__version__.split(".")[1])
 """Major version in the high nibble, minor in the low one, as "VC" readers expect."""
 
+LAST_HOP_TABLE_SLOTS = 65536
+"""The size of the table of our leaves' keywords sent to ultrapeers (gtk-gnutella's)."""
+LAST_HOP_TABLE_INTERVAL = 60.0
+"""Seconds between two tables sent to one ultrapeer, however often leaves change."""
 MAX_DYNAMIC_QUERIES = 2000
 """Leaf queries widened at once; beyond, a leaf's query is dropped and counted."""
 
@@ -309,8 +320,16 @@ class GnutellaRouter:
         self._handlers[QRP] = self._on_qrp
         self._qrp: dict[int, QrpReceiver] = {}
         """Each leaf's QRP tables, by link id; pruned to the links alive."""
-        self._words: dict[bytes, list[str]] = {}
-        """A batch's queries' QRP words, worked out once for all the leaves."""
+        self._last_hop_qrp: dict[int, QrpReceiver] = {}
+        """Ultrapeer neighbours' last-hop tables, by link id; pruned the same way."""
+        self._leaf_tables_version = 0
+        """Rises whenever a leaf's table comes or goes."""
+        self._merged = QrpTable(LAST_HOP_TABLE_SLOTS)
+        self._merged_version = 0
+        self._qrp_sent: dict[int, tuple[int, float]] = {}
+        """Per ultrapeer link: which version of our leaves' table it has, and when."""
+        self._words: dict[bytes, list[int]] = {}
+        """A batch's queries' QRP words, hashed once for all the tables asked."""
         self._dynamic: dict[bytes, DynamicQuery] = {}
         """Leaf queries being widened, by GUID; at most :data:`MAX_DYNAMIC_QUERIES`."""
         self.dynamic_counts: collections.Counter[str] = collections.Counter(
@@ -498,8 +517,11 @@ class GnutellaRouter:
                     out = kept
                 if capabilities.ultrapeer is False:  # a leaf: what its QRP table matches
                     out = self._for_leaf(connection.id, out)
-                elif last_hop:
-                    out = [d for d in out if d not in last_hop]
+                else:
+                    if last_hop:
+                        out = [d for d in out if d not in last_hop]
+                    if self._last_hop_qrp and queries:
+                        out = self._for_last_hop(connection.id, out)
                 if connection.hops_flow != NO_HOPS_FLOW and queries:
                     out = self._hops_flowed(out, connection.hops_flow)
                 if capabilities.max_ttl < highest_ttl:  # the peer's X-Max-TTL
@@ -533,7 +555,7 @@ class GnutellaRouter:
                 its_words = words.get(data)
                 if its_words is None:
                     its_words = words[data] = _qrp_words(data)
-                if table.matches(its_words):
+                if table.matches_hashcodes(its_words):
                     kept.append(data if data[17] else data[:17] + b"\x01" + data[18:])
                     continue
             missed += 1
@@ -577,6 +599,8 @@ class GnutellaRouter:
             if link is None:
                 continue
             copy = query.copy_with_ttl(min(ttl, link.capabilities.max_ttl))
+            if copy[17] == 1 and not self._for_last_hop(link_id, [copy]):
+                continue  # its last-hop table says its leaves have nothing for it
             if link.send(copy, QUERY, copy[18], now):
                 self.forwarded[QUERY] += 1
                 self.dynamic_counts["copies"] += 1
@@ -592,15 +616,41 @@ class GnutellaRouter:
                 continue
             self._widen(query, now)
 
-    async def run_dynamic_queries(
+    async def run_timers(
         self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
     ) -> None:
-        """The timer of dynamic querying; runs for the daemon's life."""
+        """What the router does by the clock, for the daemon's life: the next steps of
+        dynamic queries, and last-hop tables for ultrapeers that are due one."""
         task_status.started()
+        tables_at = trio.current_time()
         while True:
             await trio.sleep(TICK_SECONDS)
+            now = trio.current_time()
             if self._dynamic:
-                self.widen_dynamic_queries(trio.current_time())
+                self.widen_dynamic_queries(now)
+            if now - tables_at >= 1.0:
+                tables_at = now
+                self.send_last_hop_tables(now)
+
+    def _for_last_hop(self, link_id: int, datas: list[bytes]) -> list[bytes]:
+        """``datas`` less the queries at their last hop (TTL 1) that an ultrapeer's
+        last-hop table says none of its leaves could answer."""
+        receiver = self._last_hop_qrp.get(link_id)
+        table = receiver.table if receiver is not None else None
+        if table is None:
+            return datas
+        kept = []
+        words = self._words
+        for data in datas:
+            if data[16] == QUERY and data[17] == 1:
+                its_words = words.get(data)
+                if its_words is None:
+                    its_words = words[data] = _qrp_words(data)
+                if not table.matches_hashcodes(its_words):
+                    self.dropped["qrp-miss", QUERY] += 1
+                    continue
+            kept.append(data)
+        return kept
 
     def _hops_flowed(self, datas: list[bytes], limit: int) -> list[bytes]:
         """``datas`` without the queries of ``limit`` hops or more: the peer's Hops
@@ -880,7 +930,7 @@ class GnutellaRouter:
         self.consumed[frame.payload_type] += 1
 
     def _on_qrp(self, connection: Link, frame: Frame, now: float) -> None:
-        """A leaf's table, message by message; other peers' QRP is accepted quietly."""
+        """A leaf's table, or an ultrapeer's last-hop table, message by message."""
         try:
             message = parse_payload(QRP, frame.payload)
         except MalformedPayloadError:
@@ -888,28 +938,85 @@ class GnutellaRouter:
             connection.offended(Offence.MALFORMED, now)
             return
         self.consumed[QRP] += 1
-        if connection.capabilities.ultrapeer is not False:
-            return
-        receiver = self._qrp.get(connection.id)
+        leaf = connection.capabilities.ultrapeer is False
+        receivers = self._qrp if leaf else self._last_hop_qrp
+        receiver = receivers.get(connection.id)
         if receiver is None:
-            if len(self._qrp) >= len(self._connections()):
-                self._qrp = {i: r for i, r in self._qrp.items() if self._connection_by_id(i)}
-            receiver = self._qrp[connection.id] = QrpReceiver()
+            if len(receivers) >= len(self._connections()):
+                self._prune_qrp()
+                receivers = self._qrp if leaf else self._last_hop_qrp
+            receiver = receivers[connection.id] = QrpReceiver()
         assert isinstance(message, QrpReset | QrpPatch)
         try:
             if receiver.receive(message):
                 table = receiver.table
                 assert table is not None
+                if leaf:
+                    self._leaf_tables_version += 1
                 self.log.debug(
-                    "leaf qrp table", conn=connection.id, slots=table.slots, filled=table.filled
+                    "qrp table",
+                    conn=connection.id,
+                    leaf=leaf,
+                    slots=table.slots,
+                    filled=table.filled,
                 )
         except QrpError as exc:
-            del self._qrp[connection.id]
+            del receivers[connection.id]
+            if leaf:
+                self._leaf_tables_version += 1
             connection.close(exc.reason, bye_code=int(exc.bye_code))
 
+    def _prune_qrp(self) -> None:
+        """Forget the tables of links that are gone."""
+        alive = self._connection_by_id
+        kept = {i: r for i, r in self._qrp.items() if alive(i)}
+        if len(kept) < len(self._qrp):
+            self._leaf_tables_version += 1
+        self._qrp = kept
+        self._last_hop_qrp = {i: r for i, r in self._last_hop_qrp.items() if alive(i)}
+        self._qrp_sent = {i: sent for i, sent in self._qrp_sent.items() if alive(i)}
+
     def qrp_receiver(self, link_id: int) -> QrpReceiver | None:
-        """A leaf's QRP receiver (its table, how many it sent), for dumps."""
-        return self._qrp.get(link_id)
+        """A leaf's QRP receiver (its table, how many it sent), or an ultrapeer's
+        last-hop one, for dumps."""
+        return self._qrp.get(link_id) or self._last_hop_qrp.get(link_id)
+
+    def leaves_table(self) -> QrpTable:
+        """What our leaves share, as one table of :data:`LAST_HOP_TABLE_SLOTS` slots."""
+        if self._merged_version != self._leaf_tables_version:
+            merged = QrpTable(LAST_HOP_TABLE_SLOTS)
+            for receiver in self._qrp.values():
+                if receiver.table is not None:
+                    merged.merge(receiver.table.resized(LAST_HOP_TABLE_SLOTS))
+            self._merged = merged
+            self._merged_version = self._leaf_tables_version
+        return self._merged
+
+    def send_last_hop_tables(self, now: float) -> None:
+        """Our leaves' table to every ultrapeer that takes last-hop QRP tables: when it
+        connects, and again when the table changed, at most every
+        :data:`LAST_HOP_TABLE_INTERVAL` seconds."""
+        self._prune_qrp()
+        messages: list[bytes] | None = None
+        for link in self._connections():
+            capabilities = link.capabilities
+            if link.closing or capabilities.ultrapeer is False:
+                continue
+            if not capabilities.ultrapeer_query_routing:
+                continue
+            version, sent_at = self._qrp_sent.get(link.id, (-1, -1e9))
+            if version == self._leaf_tables_version or now - sent_at < LAST_HOP_TABLE_INTERVAL:
+                continue
+            if messages is None:
+                messages = [
+                    encode_message(Message(random_guid(), 1, 0, m))
+                    for m in table_messages(self.leaves_table())
+                ]
+            for data in messages:
+                if link.send(data, QRP, 0, now):
+                    self.generated[QRP] += 1
+            link.flush()
+            self._qrp_sent[link.id] = (self._leaf_tables_version, now)
 
     def _on_vendor(self, connection: Link, frame: Frame, now: float) -> None:
         try:
@@ -991,9 +1098,9 @@ class GnutellaRouter:
         yield self.push_routes
 
 
-def _qrp_words(data: bytes) -> list[str]:
-    """The QRP words of an encoded query: the words of its search text, or, for a query
-    by hash alone, its ``urn:sha1:`` URN whole."""
+def _qrp_words(data: bytes) -> list[int]:
+    """The QRP hash codes of an encoded query's words: the words of its search text,
+    or, for a query by hash alone, its ``urn:sha1:`` URN whole."""
     end = data.find(b"\x00", 25)
     if end < 0:
         return []
@@ -1002,7 +1109,7 @@ def _qrp_words(data: bytes) -> list[str]:
         at = data.find(b"urn:sha1:", end)
         if at >= 0:
             words = [data[at : at + 41].decode("ascii", "replace").lower()]
-    return words
+    return [qrp_hashcode(word) for word in words]
 
 
 def _current_time() -> float:

@@ -821,7 +821,7 @@ def test_router_headers_satisfy_gtk_gnutella() -> None:
     assert caps.pong_caching
     assert caps.vendor_messages
     assert caps.query_routing == "0.2"
-    assert caps.ultrapeer_query_routing is None
+    assert caps.ultrapeer_query_routing == "0.1"
     assert caps.max_ttl == 4
     assert caps.accepts_deflate
     assert not caps.content_deflate

@@ -201,3 +201,21 @@ def test_a_bad_sequence_is_refused_with_bye_413_and_drops_the_table(case: str) -
 def test_a_patch_before_any_reset_is_refused() -> None:
     with pytest.raises(QrpError, match="without a RESET"):
         QrpReceiver().receive(patch(data=bytes(64)))
+
+
+@pytest.mark.parametrize("slots", [1024, 65536, 1 << 18])
+def test_a_resized_table_keeps_every_keyword(slots: int) -> None:
+    words = [f"word{n}" for n in range(200)]
+    table = QrpTable.of_words(words, slots=65536)
+    resized = table.resized(slots)
+    assert resized.slots == slots
+    assert all(resized.matches([word]) for word in words)
+    assert resized.resized(65536).filled >= table.filled
+
+
+def test_merged_tables_hold_both_keyword_sets() -> None:
+    one = QrpTable.of_words(["abbey"], slots=1024)
+    one.merge(QrpTable.of_words(["road"], slots=1024))
+    assert one.matches(["abbey", "road"])
+    with pytest.raises(ValueError, match="one size"):
+        one.merge(QrpTable(2048))

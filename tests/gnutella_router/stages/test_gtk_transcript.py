@@ -26,11 +26,10 @@ from protocol.messages import (
     Bye,
     Message,
     Ping,
-    QrpPatch,
-    QrpReset,
     Query,
     random_guid,
 )
+from protocol.qrp import QrpTable, table_messages
 from protocol.vendor import (
     HOPS_FLOW,
     Feature,
@@ -73,8 +72,14 @@ def gtk_opening_messages() -> tuple[list[Message], bytes]:
     messages = [
         messages_supported(GTKG_VENDOR_MESSAGES),
         features_supported(GTKG_FEATURES),
-        Message(random_guid(), 1, 0, QrpReset(16384, 2)),
-        Message(random_guid(), 1, 0, QrpPatch(1, 1, 1, 4, b"x\x9c\x03\x00\x00\x00\x00\x01")),
+        # Its last-hop table: what its leaves share, 65,536 slots of 4 bits, one
+        # compressed PATCH.
+        *(
+            Message(random_guid(), 1, 0, qrp)
+            for qrp in table_messages(
+                QrpTable.of_words(["interop", "relay"]), entry_bits=4, infinity=2, patch_bytes=8192
+            )
+        ),
         scp_ping,
     ]
     return messages, scp_ping.guid

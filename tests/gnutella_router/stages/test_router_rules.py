@@ -8,19 +8,14 @@ Time is trio's MockClock with autojump, so route expiry is tested in virtual sec
 
 from __future__ import annotations
 
-import collections
 from collections.abc import Iterable
 
 import msgspec
 import trio
 import trio.testing
 
-from gnutella_router.config import Config
 from gnutella_router.control.abuse import Offence
-from gnutella_router.net.outqueue import Verdict
 from gnutella_router.net.threshold_queue import ThresholdQueue
-from gnutella_router.stages.router import GnutellaRouter
-from protocol.capabilities import Capabilities
 from protocol.codec import encode_message
 from protocol.constants import MessageType
 from protocol.framing import Frame, FrameDecoder
@@ -32,11 +27,14 @@ from protocol.messages import (
     Ping,
     Pong,
     Push,
+    QrpPatch,
+    QrpReset,
     Query,
     QueryHit,
     QueryHitResult,
     random_guid,
 )
+from protocol.qrp import QrpReceiver
 from protocol.vendor import (
     HOPS_FLOW,
     NO_HOPS_FLOW,
@@ -48,107 +46,7 @@ from protocol.vendor import (
     parse_features_supported,
     parse_messages_supported,
 )
-
-OWN_GUID = b"R" * 16
-
-
-class FakeLink:
-    """A :class:`Link` whose outgoing queue is a real one and whose socket is a list."""
-
-    def __init__(self, link_id: int, **capabilities: object) -> None:
-        self.id = link_id
-        self.capabilities = Capabilities(**capabilities)  # type: ignore[arg-type]
-        self.outgoing = ThresholdQueue()
-        self.closing = False
-        self.close_reason: str | None = None
-        self.malformed_in = 0
-        self.bye_code_received: int | None = None
-        self.flushes = 0
-        self.done = 0
-        self.hops_flow = NO_HOPS_FLOW
-        self.offences: collections.Counter[Offence] = collections.Counter()
-        self.vendor_messages: tuple[VendorMessageId, ...] | None = None
-        self.features: tuple[Feature, ...] | None = None
-
-    @property
-    def flow_controlled(self) -> bool:
-        return self.outgoing.flow_controlled
-
-    @property
-    def listen_address(self) -> tuple[str, int] | None:
-        return self.capabilities.listen_address
-
-    def send(self, data: bytes, message_type: int, hops: int, now: float) -> bool:
-        verdict = self.outgoing.offer(data, message_type, hops, now)
-        if verdict not in (Verdict.QUEUED, Verdict.DROPPED):
-            self.close("slow peer")
-        return verdict is Verdict.QUEUED
-
-    def send_batch(self, datas: list[bytes], total_bytes: int, now: float) -> list[bytes]:
-        return [data for data in datas if not self.send(data, data[16], data[18], now)]
-
-    def flush(self) -> None:
-        self.flushes += 1
-
-    def frames_done(self, count: int) -> None:
-        self.done += count
-
-    def offended(self, offence: Offence, now: float) -> None:
-        self.offences[offence] += 1
-        if offence is Offence.MALFORMED:
-            self.malformed_in += 1
-
-    def received_messages_supported(self, understood: tuple[VendorMessageId, ...]) -> None:
-        self.vendor_messages = understood
-
-    def received_features_supported(self, features: tuple[Feature, ...]) -> None:
-        self.features = features
-
-    def received_hops_flow(self, hops: int) -> None:
-        self.hops_flow = hops
-
-    def received_bye(self, code: int, reason: str) -> None:
-        self.bye_code_received = code
-        self.close(f"peer said Bye {code}: {reason}")
-
-    def close(self, reason: str, *, bye_code: int | None = None) -> None:
-        self.closing = True
-        self.close_reason = reason
-
-    def sent(self) -> list[Frame]:
-        """Everything queued for this link so far, decoded, oldest first."""
-        data = b"".join(self.outgoing.take(1 << 30))
-        return FrameDecoder().receive_data(data) if data else []
-
-
-class Network:
-    """A router and its fake links; ``send`` hands it frames as a reader would."""
-
-    def __init__(self, links: int = 3, **capabilities: object) -> None:
-        self.links = [FakeLink(i + 1, **capabilities) for i in range(links)]
-        config = Config()
-        self.router = GnutellaRouter(
-            config.router,
-            connections=lambda: tuple(self.links),
-            connection_by_id=self.link,
-            own_address=lambda: ("192.0.2.1", 6346),
-            own_guid=OWN_GUID,
-            max_ttl=config.network.max_ttl,
-            hard_ttl_limit=config.network.hard_ttl_limit,
-            now=trio.current_time(),
-        )
-
-    def link(self, link_id: int) -> FakeLink | None:
-        """The link with that id, as the server's registry answers (links may be swapped)."""
-        return next((link for link in self.links if link.id == link_id), None)
-
-    async def send(self, link: FakeLink, *messages: Message) -> None:
-        data = b"".join(encode_message(m) for m in messages)
-        frames = FrameDecoder(source=link.id).receive_data(data)
-        await self.router.handle(frames)
-
-    def dropped(self, reason: str, message_type: int) -> int:
-        return self.router.dropped[reason, message_type]
+from tests.support.links import FakeLink, Network
 
 
 def message(payload: Payload, ttl: int = 7, hops: int = 0, guid: bytes | None = None) -> Message:
@@ -700,3 +598,60 @@ async def test_a_query_at_its_last_hop_still_reaches_the_leaves_that_match(
     (copy,) = leaf.sent()
     assert (copy.guid, copy.ttl, copy.hops) == (query.guid, 1, 4)
     assert b.sent() == []
+
+
+def received_table(link: FakeLink) -> QrpReceiver:
+    receiver = QrpReceiver()
+    for frame in link.sent():
+        payload = frame.message().payload
+        assert isinstance(payload, QrpReset | QrpPatch)
+        receiver.receive(payload)
+    return receiver
+
+
+async def test_ultrapeers_get_our_leaves_keywords_as_a_last_hop_table(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    from gnutella_router.stages.router import LAST_HOP_TABLE_INTERVAL
+
+    net = Network()
+    net.links = [
+        peer := FakeLink(1, ultrapeer_query_routing="0.1"),
+        plain := FakeLink(2),  # did not announce it: gets no table
+        leaf := FakeLink(3, ultrapeer=False),
+    ]
+    await send_table(net, leaf, "abbey", "road")
+    net.router.send_last_hop_tables(trio.current_time())
+    table = received_table(peer).table
+    assert table is not None
+    assert table.matches(["abbey", "road"])
+    assert not table.matches(["submarine"])
+    assert plain.sent() == []
+
+    net.links.append(second := FakeLink(4, ultrapeer=False))
+    await send_table(net, second, "submarine")
+    net.router.send_last_hop_tables(trio.current_time())
+    assert peer.sent() == [], "not again within a minute"
+    await trio.sleep(LAST_HOP_TABLE_INTERVAL)
+    net.router.send_last_hop_tables(trio.current_time())
+    table = received_table(peer).table
+    assert table is not None
+    assert table.matches(["submarine"])
+    assert table.matches(["abbey"])
+
+
+async def test_an_ultrapeers_last_hop_table_filters_only_its_last_hop_queries(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    from protocol.qrp import QrpTable, table_messages
+
+    net = Network()
+    a, ultrapeer, _ = net.links
+    table = QrpTable.of_words(["wanted"])
+    await net.send(ultrapeer, *(Message(random_guid(), 1, 0, m) for m in table_messages(table)))
+    last_wanted = message(Query(b"wanted"), ttl=2)
+    last_other = message(Query(b"unwanted"), ttl=2)
+    far_other = message(Query(b"unwanted far"), ttl=4)
+    await net.send(a, last_wanted, last_other, far_other)
+    assert [f.guid for f in ultrapeer.sent()] == [last_wanted.guid, far_other.guid]
+    assert net.dropped("qrp-miss", MessageType.QUERY) == 1

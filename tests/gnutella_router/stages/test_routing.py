@@ -440,3 +440,27 @@ async def test_a_leafs_query_reaches_ultrapeers_and_its_hits_come_back(tmp_path:
         back = await leaf.receive_matching(of_type(QUERY_HIT))
         assert back.guid == query.guid
         assert daemon.router.statistics().dynamic_queries["copies"] == 2
+
+
+@pytest.mark.e2e
+async def test_an_ultrapeer_that_takes_last_hop_tables_gets_our_leaves_keywords(
+    tmp_path: Path,
+) -> None:
+    from protocol.messages import Message, QrpPatch, QrpReset
+    from protocol.qrp import QrpReceiver, QrpTable, table_messages
+
+    async with running_daemons(tmp_path) as (daemon,):
+        leaf = await Peer.connect(daemon.address, headers=LEAF_HEADERS)
+        table = QrpTable.of_words(["abbey", "road"])
+        await leaf.send(*(Message(random_guid(), 1, 0, m) for m in table_messages(table)))
+        await wait_until(lambda: daemon.router.consumed[MessageType.QRP] == 2)
+        ultrapeer = await Peer.connect(
+            daemon.address, extra_headers=[("X-Ultrapeer-Query-Routing", "0.1")]
+        )
+        receiver = QrpReceiver()
+        while receiver.table is None:
+            frame = await ultrapeer.receive_matching(of_type(MessageType.QRP), timeout=5)
+            payload = frame.message().payload
+            assert isinstance(payload, QrpReset | QrpPatch)
+            receiver.receive(payload)
+        assert receiver.table.matches(["abbey", "road"])
