@@ -10,6 +10,12 @@
 * :mod:`.catcher` (GnutellaCatcher) keeps enough outgoing connections, from seeds, the
   host cache and GWebCaches (:mod:`gnutella_router.discovery`).
 
+The router stage's parts, each a module of its own: :mod:`.admission` (its door),
+:mod:`.destinations` (what one destination of a broadcast may get), :mod:`.pongs`,
+:mod:`.query_routing` (QRP tables), :mod:`.dynamic_query` (leaf queries),
+:mod:`.vendor_messages` and :mod:`.router_statistics`. It sees connections only as a
+:class:`~.link.Link`.
+
 A message's path: socket -> ``net.connection`` reader (inflate, ``protocol.framing``)
 -> router queue -> ``stages.router`` handler (``net.route_table``) -> destination's
 ``net.outqueue`` -> its ``net.connection`` writer -> socket.

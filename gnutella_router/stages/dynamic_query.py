@@ -10,11 +10,12 @@ ultrapeer neighbours at a low TTL first, count the hits that come back for the l
 and only then widen: one more neighbour at a time, with a growing TTL, until enough
 hits have come back or every neighbour has had it.
 
-This module holds the plan, without I/O: :class:`DynamicQuery` is one leaf query's
+This module holds the plan: :class:`DynamicQuery` is one leaf query's
 state, and :meth:`DynamicQuery.next_step` says, at a given moment, which neighbours to
-send it to and at what TTL. The router sends the copies and counts the hits
-(:meth:`DynamicQuery.note_hits`, the result count of each hit routed back to the leaf);
-a timer task calls the router every :data:`TICK_SECONDS`.
+send it to and at what TTL; :class:`DynamicQuerying` keeps them all, at most
+:data:`MAX_DYNAMIC_QUERIES`, and queues the copies on the router's links. The router
+counts the hits routed back to each leaf (:meth:`DynamicQuerying.note_hit`) and calls
+:meth:`DynamicQuerying.widen` every :data:`TICK_SECONDS`.
 
 The plan, as numbers (LimeWire's and gtk-gnutella's, simplified):
 
@@ -29,8 +30,16 @@ The plan, as numbers (LimeWire's and gtk-gnutella's, simplified):
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import enum
+from collections.abc import Callable
+
+from gnutella_router.stages.link import Link
+from gnutella_router.stages.query_routing import QueryRouting
+from protocol.constants import GUID_SIZE, MessageType
+
+QUERY = MessageType.QUERY
 
 PROBE_PEERS = 3
 PROBE_TTL = 1
@@ -39,6 +48,8 @@ TICK_SECONDS = 0.4
 LIFETIME_SECONDS = 120.0
 WANTED_RESULTS = 150
 """Results (not hits: a hit may carry many) after which a query stops widening."""
+MAX_DYNAMIC_QUERIES = 2000
+"""Leaf queries widened at once; beyond, a leaf's query is dropped and counted."""
 
 
 class Outcome(enum.StrEnum):
@@ -102,3 +113,102 @@ class DynamicQuery:
     def copy_with_ttl(self, ttl: int) -> bytes:
         data = self.data
         return data[:17] + bytes((ttl,)) + data[18:]
+
+
+class DynamicQuerying:
+    """Every leaf query being widened: started, stepped by the clock, ended.
+
+    It sends through the router's links: the other leaves get a leaf's query at once,
+    when their QRP tables match it (:class:`.query_routing.QueryRouting`), and each
+    ultrapeer gets its copy within its ``X-Max-TTL``, unless the copy is at its last hop
+    and the ultrapeer's last-hop table says its leaves have nothing for it.
+    """
+
+    def __init__(
+        self,
+        links: Callable[[], tuple[Link, ...]],
+        link_by_id: Callable[[int], Link | None],
+        routing: QueryRouting,
+        forwarded: list[int],
+        limit: int = MAX_DYNAMIC_QUERIES,
+    ) -> None:
+        self._links = links
+        self._link_by_id = link_by_id
+        self._routing = routing
+        self._forwarded = forwarded
+        """The router's per-type forwarded counters, which these copies add to."""
+        self.limit = limit
+        self.queries: dict[bytes, DynamicQuery] = {}
+        self.counts: collections.Counter[str] = collections.Counter(
+            {"copies": 0, **{outcome.value: 0 for outcome in Outcome}}
+        )
+
+    def start(self, leaf: Link, data: bytes, now: float) -> bool:
+        """A leaf's query (``data`` as forwarded): to the other leaves it matches now,
+        then its first step; False when :attr:`limit` queries are already under way."""
+        for link in self._links():
+            if link.capabilities.ultrapeer is False and link is not leaf and not link.closing:
+                copies, _ = self._routing.for_leaf(link.id, [data])
+                for copy in copies:
+                    self._forwarded[QUERY] += link.send(copy, QUERY, copy[18], now)
+        if len(self.queries) >= self.limit:
+            return False
+        query = DynamicQuery(data[:GUID_SIZE], data, leaf.id, data[17], now)
+        self.queries[query.guid] = query
+        self._step(query, now, self._ultrapeers())
+        return True
+
+    def widen(self, now: float) -> None:
+        """Every query's next step, if due; the queries of leaves that left end."""
+        ultrapeers = self._ultrapeers()
+        for query in list(self.queries.values()):
+            leaf = self._link_by_id(query.leaf)
+            if leaf is None or leaf.closing:
+                self._end(query, Outcome.LEAF_GONE)
+            else:
+                self._step(query, now, ultrapeers)
+
+    def note_hit(self, guid: bytes, route: int, results: int) -> None:
+        """A hit for ``guid`` routed back towards link ``route`` with ``results``."""
+        query = self.queries.get(guid)
+        if query is not None and query.leaf == route:
+            query.note_hits(results)
+
+    def statistics(self) -> dict[str, int]:
+        return {"active": len(self.queries), **self.counts}
+
+    def _ultrapeers(self) -> list[int]:
+        return [
+            link.id
+            for link in self._links()
+            if link.capabilities.ultrapeer is not False and not link.closing
+        ]
+
+    def _step(self, query: DynamicQuery, now: float, ultrapeers: list[int]) -> None:
+        step = query.next_step(now, ultrapeers)
+        if step is None:
+            return
+        if isinstance(step, Outcome):
+            self._end(query, step)
+            return
+        chosen, ttl = step
+        for link_id in chosen:
+            if self._send(link_id, query.copy_with_ttl(ttl), now):
+                self.counts["copies"] += 1
+
+    def _send(self, link_id: int, copy: bytes, now: float) -> bool:
+        link = self._link_by_id(link_id)
+        if link is None:
+            return False
+        if copy[17] > link.capabilities.max_ttl:
+            copy = copy[:17] + bytes((link.capabilities.max_ttl,)) + copy[18:]
+        if copy[17] == 1 and not self._routing.for_last_hop(link_id, [copy])[0]:
+            return False  # its last-hop table says its leaves have nothing for it
+        sent = link.send(copy, QUERY, copy[18], now)
+        self._forwarded[QUERY] += sent
+        link.flush()
+        return sent
+
+    def _end(self, query: DynamicQuery, outcome: Outcome) -> None:
+        del self.queries[query.guid]
+        self.counts[outcome.value] += 1

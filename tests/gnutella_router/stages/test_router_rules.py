@@ -570,7 +570,7 @@ async def test_enough_results_stop_the_widening(
     await trio.sleep(STEP_SECONDS)
     net.router.widen_dynamic_queries(trio.current_time())
     assert [len(u.sent()) for u in ultrapeers] == [1, 1, 1, 0, 0]
-    assert net.router.dynamic_counts["satisfied"] == 1
+    assert net.router.dynamic.counts["satisfied"] == 1
 
 
 async def test_a_leaf_that_leaves_ends_its_queries(
@@ -580,7 +580,7 @@ async def test_a_leaf_that_leaves_ends_its_queries(
     await net.send(leaf, message(Query(b"gone soon"), ttl=4))
     leaf.close("bye")
     net.router.widen_dynamic_queries(trio.current_time())
-    assert net.router.dynamic_counts["leaf-gone"] == 1
+    assert net.router.dynamic.counts["leaf-gone"] == 1
     assert net.router.statistics().dynamic_queries["active"] == 0
 
 
@@ -612,7 +612,7 @@ def received_table(link: FakeLink) -> QrpReceiver:
 async def test_ultrapeers_get_our_leaves_keywords_as_a_last_hop_table(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
-    from gnutella_router.stages.router import LAST_HOP_TABLE_INTERVAL
+    from gnutella_router.stages.query_routing import LAST_HOP_TABLE_INTERVAL
 
     net = Network()
     net.links = [

@@ -1,0 +1,209 @@
+"""Query routing by QRP tables: which leaves, and which ultrapeers at the last hop, get a
+query; and the table of our leaves' keywords that we send to ultrapeers.
+
+Theory of operation
+-------------------
+Two kinds of peers send us QRP tables (:mod:`protocol.qrp`). A **leaf** sends the table
+of what it shares; it is then sent only the queries every word of which its table holds,
+and nothing before its table is complete. An **ultrapeer** that announced
+``X-Ultrapeer-Query-Routing`` sends the union of its own leaves' tables; a query whose
+copy reaches it with TTL 1 (its last hop: it would pass it only to its leaves) is sent
+only if that table holds its words. Copies with more TTL left go regardless.
+
+In return, every ultrapeer that announced ``X-Ultrapeer-Query-Routing`` is sent the union
+of our leaves' tables, resized to :data:`LAST_HOP_TABLE_SLOTS` slots: when it connects,
+then whenever a leaf's table came or went, at most every
+:data:`LAST_HOP_TABLE_INTERVAL` seconds.
+
+A query's words are hashed once per router batch (:meth:`QueryRouting.end_batch`
+forgets them), whatever the number of tables asked. Tables live as long as their links:
+they are looked up by link id and pruned when the link is gone. Nothing here reads a
+clock or a socket; the router hands in links, times and the messages to apply.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+import structlog
+
+from gnutella_router.stages.link import Link
+from protocol.codec import encode_message
+from protocol.constants import MessageType
+from protocol.messages import Message, QrpPatch, QrpReset, random_guid
+from protocol.qrp import (
+    QrpError,
+    QrpReceiver,
+    QrpTable,
+    qrp_hashcode,
+    query_words,
+    table_messages,
+)
+
+QUERY = MessageType.QUERY
+LAST_HOP_TABLE_SLOTS = 65536
+"""The size of the table of our leaves' keywords sent to ultrapeers (gtk-gnutella's)."""
+LAST_HOP_TABLE_INTERVAL = 60.0
+"""Seconds between two tables sent to one ultrapeer, however often leaves change."""
+
+
+class QueryRouting:
+    """Every peer's QRP table, and the decisions they make."""
+
+    def __init__(
+        self,
+        link_alive: Callable[[int], object | None],
+        log: structlog.typing.FilteringBoundLogger,
+    ) -> None:
+        self._alive = link_alive
+        self.log = log
+        self.leaves: dict[int, QrpReceiver] = {}
+        """Each leaf's tables, by link id."""
+        self.ultrapeers: dict[int, QrpReceiver] = {}
+        """Ultrapeer neighbours' last-hop tables, by link id."""
+        self._version = 0
+        """Rises whenever a leaf's table comes or goes."""
+        self._merged = QrpTable(LAST_HOP_TABLE_SLOTS)
+        self._merged_version = 0
+        self._sent: dict[int, tuple[int, float]] = {}
+        """Per ultrapeer link: which version of our leaves' table it has, and when."""
+        self._hashcodes: dict[bytes, list[int]] = {}
+        """The batch's queries' words, hashed."""
+
+    def receiver(self, link_id: int) -> QrpReceiver | None:
+        """A link's QRP receiver (its table, how many it sent), for dumps."""
+        return self.leaves.get(link_id) or self.ultrapeers.get(link_id)
+
+    # ------------------------------------------------------------------ intake
+
+    def receive(self, link: Link, message: QrpReset | QrpPatch, links: int) -> None:
+        """Apply one of a link's QRP messages; a bad sequence closes the link (Bye 413)
+        and drops its table. ``links`` is how many links are alive, for pruning."""
+        leaf = link.capabilities.ultrapeer is False
+        receivers = self.leaves if leaf else self.ultrapeers
+        receiver = receivers.get(link.id)
+        if receiver is None:
+            if len(receivers) >= links:
+                self.prune()
+                receivers = self.leaves if leaf else self.ultrapeers
+            receiver = receivers[link.id] = QrpReceiver()
+        try:
+            completed = receiver.receive(message)
+        except QrpError as exc:
+            del receivers[link.id]
+            self._version += leaf
+            link.close(exc.reason, bye_code=int(exc.bye_code))
+            return
+        if completed:
+            table = receiver.table
+            assert table is not None
+            self._version += leaf
+            self.log.debug(
+                "qrp table", conn=link.id, leaf=leaf, slots=table.slots, filled=table.filled
+            )
+
+    def prune(self) -> None:
+        """Forget the tables of links that are gone."""
+        alive = self._alive
+        kept = {i: r for i, r in self.leaves.items() if alive(i)}
+        if len(kept) < len(self.leaves):
+            self._version += 1
+        self.leaves = kept
+        self.ultrapeers = {i: r for i, r in self.ultrapeers.items() if alive(i)}
+        self._sent = {i: sent for i, sent in self._sent.items() if alive(i)}
+
+    # ------------------------------------------------------------------ routing
+
+    def _codes(self, data: bytes) -> list[int]:
+        codes = self._hashcodes.get(data)
+        if codes is None:
+            codes = self._hashcodes[data] = qrp_hashcodes(data)
+        return codes
+
+    def for_leaf(self, link_id: int, datas: Iterable[bytes]) -> tuple[list[bytes], int]:
+        """The queries of ``datas`` a leaf's table matches (a copy at its last hop, TTL
+        0 here, goes with TTL 1), and how many it did not; never pings, which leaves do
+        not take from their ultrapeer."""
+        receiver = self.leaves.get(link_id)
+        table = receiver.table if receiver is not None else None
+        kept = []
+        missed = 0
+        for data in datas:
+            if data[16] != QUERY:
+                continue
+            if table is not None and table.matches_hashcodes(self._codes(data)):
+                kept.append(data if data[17] else data[:17] + b"\x01" + data[18:])
+            else:
+                missed += 1
+        return kept, missed
+
+    def for_last_hop(self, link_id: int, datas: list[bytes]) -> tuple[list[bytes], int]:
+        """``datas`` less the queries at an ultrapeer's last hop (TTL 1) that its table
+        says none of its leaves could answer, and how many those were."""
+        receiver = self.ultrapeers.get(link_id)
+        table = receiver.table if receiver is not None else None
+        if table is None:
+            return datas, 0
+        kept = [
+            data
+            for data in datas
+            if data[16] != QUERY or data[17] != 1 or table.matches_hashcodes(self._codes(data))
+        ]
+        return kept, len(datas) - len(kept)
+
+    def end_batch(self) -> None:
+        if self._hashcodes:
+            self._hashcodes = {}
+
+    # ------------------------------------------------------------------ our table
+
+    def leaves_table(self) -> QrpTable:
+        """What our leaves share, as one table of :data:`LAST_HOP_TABLE_SLOTS` slots."""
+        if self._merged_version != self._version:
+            merged = QrpTable(LAST_HOP_TABLE_SLOTS)
+            for receiver in self.leaves.values():
+                if receiver.table is not None:
+                    merged.merge(receiver.table.resized(LAST_HOP_TABLE_SLOTS))
+            self._merged = merged
+            self._merged_version = self._version
+        return self._merged
+
+    def send_tables(self, links: Iterable[Link], now: float) -> int:
+        """Our leaves' table to every ultrapeer that takes last-hop tables and is due
+        one; how many messages were queued."""
+        self.prune()
+        messages: list[bytes] | None = None
+        queued = 0
+        for link in links:
+            capabilities = link.capabilities
+            if link.closing or capabilities.ultrapeer is False:
+                continue
+            if not capabilities.ultrapeer_query_routing:
+                continue
+            version, sent_at = self._sent.get(link.id, (-1, -1e9))
+            if version == self._version or now - sent_at < LAST_HOP_TABLE_INTERVAL:
+                continue
+            if messages is None:
+                messages = [
+                    encode_message(Message(random_guid(), 1, 0, m))
+                    for m in table_messages(self.leaves_table())
+                ]
+            for data in messages:
+                queued += link.send(data, MessageType.QRP, 0, now)
+            link.flush()
+            self._sent[link.id] = (self._version, now)
+        return queued
+
+
+def qrp_hashcodes(data: bytes) -> list[int]:
+    """The QRP hash codes of an encoded query's words: the words of its search text,
+    or, for a query by hash alone, its ``urn:sha1:`` URN whole."""
+    end = data.find(b"\x00", 25)
+    if end < 0:
+        return []
+    words = query_words(data[25:end].decode("utf-8", "replace"))
+    if not words:
+        at = data.find(b"urn:sha1:", end)
+        if at >= 0:
+            words = [data[at : at + 41].decode("ascii", "replace").lower()]
+    return [qrp_hashcode(word) for word in words]

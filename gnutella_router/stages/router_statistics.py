@@ -1,0 +1,55 @@
+"""What the router tells about itself: its statistics record and every drop reason.
+
+Kept apart from :mod:`.router` so that observers (dumps, metrics) can name what they show
+without importing the routing stage.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from gnutella_router.net.route_table import RouteTableStatistics
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RouterStatistics:
+    """What the router did, per message type (names), and why it dropped what it dropped."""
+
+    received: dict[str, int]
+    forwarded: dict[str, int]
+    generated: dict[str, int]
+    consumed: dict[str, int]
+    dropped: dict[str, dict[str, int]]
+    """reason -> message type -> count."""
+    tables: dict[str, RouteTableStatistics]
+    pong_cache_size: int
+    pongs_not_cached: dict[str, int]
+    """Pongs routed but not cached, by reason: private addresses on a public network,
+    unspecified, multicast or reserved ones anywhere."""
+    ttl_trimmed: dict[str, int]
+    """Broadcast copies sent with a lower TTL because the peer's X-Max-TTL asked for it."""
+    dynamic_queries: dict[str, int]
+    """Leaf queries being widened (``active``), the copies sent for them (``copies``) and
+    how the finished ones ended (``satisfied``, ``exhausted``, ``expired``, ``leaf-gone``)."""
+
+
+DROP_REASONS = (
+    "duplicate",
+    "ttl-zero",
+    "ttl-expired",
+    "hard-ttl-limit",
+    "no-route",
+    "route-closed",
+    "malformed",
+    "unknown-type",
+    "outgoing-queue",
+    "source-flow-controlled",
+    "connection-closing",
+    "bye-relayed",
+    "ancient-format",
+    "peer-refuses-format",
+    "peer-hops-flow",
+    "qrp-miss",
+    "dynamic-query-limit",
+)
+"""Every reason the router drops a message for (shed reasons come from the shedder)."""
