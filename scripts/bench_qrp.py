@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from benchdocs import machine, replace_section
 
-from gnutella_router.stages.router import _qrp_words
+from gnutella_router.stages.query_routing import qrp_hashcodes
 from protocol.codec import encode_message
 from protocol.messages import Message, Query, random_guid
 from protocol.qrp import QrpReceiver, QrpTable, table_messages
@@ -65,9 +65,9 @@ def main() -> int:
         )
         for _ in range(QUERIES)
     ]
-    word_lists = [_qrp_words(q) for q in queries]
+    word_lists = [qrp_hashcodes(q) for q in queries]
 
-    words_s = median_seconds(lambda: [_qrp_words(q) for q in queries], args.repeats)
+    words_s = median_seconds(lambda: [qrp_hashcodes(q) for q in queries], args.repeats)
     match_s = median_seconds(lambda: [table.matches_hashcodes(w) for w in word_lists], args.repeats)
     messages = table_messages(table, entry_bits=4, patch_bytes=65536)
 
