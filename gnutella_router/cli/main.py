@@ -147,8 +147,13 @@ def cmd_run(args: argparse.Namespace) -> int:
         # are what fail in practice; the error may sit several nurseries deep.
         failure = _first_leaf(group)
     if failure is not None:
-        # Through the configured logger, so that in JSON mode this line is JSON too.
-        get_logger("gnutella-router").error("cannot start", error=str(failure))
+        # Through the configured logger, so that in JSON mode this line is JSON too. A
+        # failure after the start is not a start-up problem, and says where it came from.
+        log = get_logger("gnutella-router")
+        if daemon.admin_address is None:  # not everything was up yet
+            log.error("cannot start", error=str(failure))
+        else:
+            log.error("stopped by an error", error=repr(failure), exc_info=failure)
         return 1
     return 0
 
