@@ -34,7 +34,7 @@ from gnutella_router.logs import LogFormat, LogLevel
 from protocol.constants import HEADER_SIZE
 
 SlowPeerPolicy = Literal["threshold", "flow-control"]
-SheddingPolicy = Literal["backpressure", "drop-tail", "red", "queries-first"]
+SheddingPolicy = Literal["backpressure", "drop-tail", "red", "queries-first", "response-time"]
 
 
 def _says(words: str, pattern: str | None = None) -> Meta:
@@ -295,9 +295,25 @@ class SheddingConfig(Section, frozen=True):
     queries_first_at: Fraction = 0.8
     rate_limit: Annotated[float, Meta(ge=0, le=1e9)] = 0.0
     rate_burst: Annotated[float, Meta(gt=0, le=1e9)] = 1000.0
+    response_time_target_ms: Annotated[float, Meta(gt=0, le=600_000)] = 100.0
+    """response-time: the 90th percentile of the router stage's response times to keep."""
+    response_time_initial_rate: Annotated[float, Meta(gt=0, le=1e9)] = 200.0
+    response_time_min_rate: Annotated[float, Meta(gt=0, le=1e9)] = 5.0
+    response_time_max_rate: Annotated[float, Meta(gt=0, le=1e9)] = 100_000.0
+    response_time_additive_increase: Annotated[float, Meta(ge=0, le=1e9)] = 20.0
+    response_time_decrease_factor: Annotated[float, Meta(gt=1, le=100)] = 1.2
+    response_time_samples: Annotated[int, Meta(ge=1, le=1_000_000)] = 100
+    response_time_interval: Seconds = 0.25
 
     def _check(self) -> None:
         self._require(self.red_min < self.red_max, "red_min", "must be below shedding.red_max")
+        self._require(
+            self.response_time_min_rate
+            <= self.response_time_initial_rate
+            <= self.response_time_max_rate,
+            "response_time_initial_rate",
+            "must lie between shedding.response_time_min_rate and response_time_max_rate",
+        )
 
 
 Threshold = Annotated[int, Meta(ge=0, le=1_000_000)]

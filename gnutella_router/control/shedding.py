@@ -13,6 +13,11 @@ each is a policy here, chosen in configuration:
 * ``queries-first``: once the queue passes ``queries_first_at`` of its threshold,
   queries (the source of the paper's overload) are dropped and everything else is
   admitted, with backpressure at the bound.
+* ``response-time``: SEDA's response-time controller
+  (:mod:`gnutella_router.control.response_time`): queries are admitted through a token
+  bucket whose rate follows the 90th percentile of the stage's response times (AIMD
+  towards ``response_time_target_ms``); refused ones are dropped at the door as
+  ``shed-admission``; everything else is admitted, with backpressure at the bound.
 
 Independently, ``rate_limit`` (messages/s, with ``rate_burst``) is a token bucket per
 connection, the paper's input rate controller: what a connection sends beyond it is
@@ -27,6 +32,7 @@ from collections.abc import Callable
 from typing import get_args
 
 from gnutella_router.config import SheddingConfig, SheddingPolicy
+from gnutella_router.control.response_time import ResponseTimeController
 from gnutella_router.runtime.stage import StageQueue
 from protocol.constants import MessageType
 from protocol.framing import Frame
@@ -59,7 +65,9 @@ class TokenBucket:
 class Shedder:
     """Decides, per read, which frames enter the router's queue."""
 
-    def __init__(self, config: SheddingConfig, *, count: Count, seed: int = 0) -> None:
+    def __init__(
+        self, config: SheddingConfig, *, count: Count, seed: int = 0, now: float = 0.0
+    ) -> None:
         if config.policy not in POLICIES:
             raise ValueError(f"unknown shedding policy {config.policy!r}: one of {POLICIES}")
         self.config = config
@@ -67,11 +75,27 @@ class Shedder:
         self.count = count
         self.random = random.Random(seed)
         self.buckets: dict[int, TokenBucket] = {}
+        self.controller = (
+            ResponseTimeController(
+                config.response_time_target_ms / 1000.0,
+                initial_rate=config.response_time_initial_rate,
+                min_rate=config.response_time_min_rate,
+                max_rate=config.response_time_max_rate,
+                additive_increase=config.response_time_additive_increase,
+                decrease_factor=config.response_time_decrease_factor,
+                samples_per_update=config.response_time_samples,
+                interval=config.response_time_interval,
+                now=now,
+            )
+            if self.policy == "response-time"
+            else None
+        )
+        """The response-time controller, under that policy; None otherwise."""
 
     @property
     def waits_at_bound(self) -> bool:
         """Whether a full queue means "stop reading" (else the rest of the read is shed)."""
-        return self.policy in ("backpressure", "queries-first")
+        return self.policy in ("backpressure", "queries-first", "response-time")
 
     def forget(self, connection_id: int) -> None:
         self.buckets.pop(connection_id, None)
@@ -92,11 +116,32 @@ class Shedder:
                 for frame in frames[granted:]:
                     self.count("shed-rate-limit", frame)
                 frames = frames[:granted]
+        if self.controller is not None:
+            return self._admission(frames, now)
         if self.policy == "red":
             return self._red(frames, queue)
         if self.policy == "queries-first":
             return self._queries_first(frames, queue)
         return frames
+
+    def _admission(self, frames: list[Frame], now: float) -> list[Frame]:
+        """Queries as far as the response-time controller's bucket lets them in."""
+        assert self.controller is not None
+        queries = sum(1 for frame in frames if frame.payload_type == MessageType.QUERY)
+        if not queries:
+            return frames
+        refused = queries - self.controller.admit(queries, now)
+        if not refused:
+            return frames
+        kept: list[Frame] = []
+        for frame in reversed(frames):  # the latest queries go: the earliest waited longest
+            if refused and frame.payload_type == MessageType.QUERY:
+                refused -= 1
+                self.count("shed-admission", frame)
+            else:
+                kept.append(frame)
+        kept.reverse()
+        return kept
 
     def shed_rest(self, frames: list[Frame]) -> None:
         """Frames that did not fit under the bound, for the policies that drop them."""

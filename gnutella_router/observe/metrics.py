@@ -45,6 +45,7 @@ from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_late
 from prometheus_client.registry import Collector
 
 from gnutella_router import __version__
+from gnutella_router.control.response_time import ControllerState
 from gnutella_router.observe.view import RouterView
 from gnutella_router.runtime.histogram import HistogramSnapshot
 from gnutella_router.runtime.stage import StageStatistics
@@ -174,6 +175,9 @@ class DaemonCollector(Collector):
         )
         _by_label(trimmed, {"ping": 0, "query": 0, **stats.ttl_trimmed})
         yield trimmed
+        shedder = daemon.router.shedder
+        if shedder is not None and shedder.controller is not None:
+            yield from _admission(shedder.controller.state())
         dynamic = dict(stats.dynamic_queries)
         yield GaugeMetricFamily(
             "gnutella_dynamic_queries_active",
@@ -380,3 +384,23 @@ def metrics_registry(daemon: RouterView) -> CollectorRegistry:
 def render_metrics(registry: CollectorRegistry) -> bytes:
     """The text exposition of ``registry``; call it on the trio thread."""
     return generate_latest(registry)
+
+
+def _admission(state: ControllerState) -> Iterator[Metric]:
+    """The response-time controller's state (only under that shedding policy)."""
+    yield GaugeMetricFamily(
+        "gnutella_admission_rate", "Queries per second the controller admits now.", state.rate
+    )
+    yield GaugeMetricFamily(
+        "gnutella_admission_target_seconds",
+        "The 90th-percentile response time the controller aims at.",
+        state.target_seconds,
+    )
+    yield GaugeMetricFamily(
+        "gnutella_admission_p90_seconds",
+        "The 90th percentile of the response times of its last update (NaN before one).",
+        float("nan") if state.p90_seconds is None else state.p90_seconds,
+    )
+    yield CounterMetricFamily(
+        "gnutella_admission_refused", "Queries the controller refused at the door.", state.refused
+    )

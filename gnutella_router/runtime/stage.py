@@ -72,6 +72,7 @@ class StageQueue(Generic[T]):
         "_marks",
         "_producers",
         "_tail",
+        "_taken_marks",
         "admitted",
         "name",
         "peak",
@@ -101,6 +102,9 @@ class StageQueue(Generic[T]):
         """Sequence number of the event at the front of the queue."""
         self._tail = 0
         """Sequence number the next admitted event gets."""
+        self._taken_marks: list[tuple[int, float]] = []
+        """The marks the last :meth:`take` passed, so :meth:`requeue` can put back the
+        admission times of what it hands back."""
 
     def __len__(self) -> int:
         return len(self._events)
@@ -161,8 +165,7 @@ class StageQueue(Generic[T]):
     def head_admitted_at(self) -> float | None:
         """When the event at the front of the queue was admitted (None: queue empty).
 
-        An event handed back by :meth:`requeue` after its admission mark was dropped
-        reads as admitted with the next run: its wait is then slightly understated.
+        Events handed back by :meth:`requeue` keep their admission time.
         """
         # take() drops every mark the head has passed, so the first one left is the
         # head's own run.
@@ -183,8 +186,9 @@ class StageQueue(Generic[T]):
             batch = [popleft() for _ in range(limit)]
         self._head += len(batch)
         marks = self._marks
+        passed = self._taken_marks = []
         while marks and marks[0][0] <= self._head:
-            marks.popleft()
+            passed.append(marks.popleft())
         self.taken += len(batch)
         if self._producers:
             self._producers.unpark_all()
@@ -203,6 +207,11 @@ class StageQueue(Generic[T]):
             return
         self._events.extendleft(reversed(events))
         self._head -= len(events)
+        marks = self._marks
+        for mark in reversed(self._taken_marks):  # the runs the handed-back events are of
+            if mark[0] > self._head:
+                marks.appendleft(mark)
+        self._taken_marks = []
         self.taken -= len(events)
         self.requeued += len(events)
         if self._consumers:
@@ -319,6 +328,9 @@ class Stage(Generic[T]):
         self._blocking = 0
         self.queue_wait = SecondsHistogram()
         self.service_time = SecondsHistogram()
+        self.response_observer: Callable[[float, float], None] | None = None
+        """Told each batch's response time (its oldest event, from admission to the end of
+        its handling) and the time; the response-time controller listens here."""
 
     @property
     def pool_size(self) -> int:
@@ -407,6 +419,8 @@ class Stage(Generic[T]):
                             self._busy -= 1
                             ended = trio.current_time()
                             self.service_time.observe(ended - started)
+                            if self.response_observer is not None and admitted_at is not None:
+                                self.response_observer(ended - admitted_at, ended)
                             if not self._busy:
                                 self._idle_since = ended
                         self.batches += 1

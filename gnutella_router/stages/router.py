@@ -139,7 +139,7 @@ class GnutellaRouter:
         self.shedder = (
             None
             if shedding is None or (shedding.policy == "backpressure" and not shedding.rate_limit)
-            else Shedder(shedding, count=self._count_shed)
+            else Shedder(shedding, count=self._count_shed, now=now)
         )
         """None when nothing can be shed: the admission path is then the plain one."""
         self.log = log or structlog.get_logger("router")
@@ -184,6 +184,8 @@ class GnutellaRouter:
             max_pool_size=config.max_threads,
             batch_size=config.batch_size,
         )
+        if self.shedder is not None and self.shedder.controller is not None:
+            self.stage.response_observer = self.shedder.controller.observe
         self._handlers: list[Callable[[Link, Frame, float], None]] = [self._on_unknown] * 256
         self._handlers[PING] = self._on_ping
         self._handlers[PONG] = self._on_pong

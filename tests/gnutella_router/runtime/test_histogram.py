@@ -40,6 +40,7 @@ async def test_the_queue_knows_when_its_head_was_admitted(
     assert queue.take(1) == [3]
     assert queue.head_admitted_at() == first + 1
     queue.requeue([3])
+    assert queue.head_admitted_at() == first  # handed back, it keeps its admission time
     assert queue.take(10) == [3, 4, 5]
     assert queue.head_admitted_at() is None
     assert len(queue._marks) == 0  # marks never outlive their events
