@@ -74,6 +74,7 @@ from protocol.header import HEADER_STRUCT
 from protocol.messages import (
     Bye,
     Message,
+    Payload,
     Ping,
     Pong,
     QrpPatch,
@@ -432,8 +433,7 @@ class GnutellaRouter:
             return
         payload = frame.payload
         if payload and payload[0] != 0xC3:
-            self.dropped["malformed", PING] += 1
-            connection.offended(Offence.MALFORMED, now)
+            self._malformed(connection, frame, now)
             return
         guid = frame.guid
         if not self.ping_routes.record(guid, connection.id, now, ttl, hops):
@@ -470,8 +470,7 @@ class GnutellaRouter:
             return None
         payload = frame.payload
         if len(payload) < 3 or payload.find(b"\x00", 2) < 0:
-            self.dropped["malformed", QUERY] += 1
-            connection.offended(Offence.MALFORMED, now)
+            self._malformed(connection, frame, now)
             return None
         if payload[0] == 0 and payload[1] == 0 and self.config.drop_ancient_queries:
             self.dropped["ancient-format", QUERY] += 1  # flags 0: the pre-0.6 form
@@ -494,13 +493,9 @@ class GnutellaRouter:
     def _on_pong(self, connection: Link, frame: Frame, now: float) -> None:
         if not self._ttl_ok(connection, frame, now):
             return
-        try:
-            pong = parse_payload(PONG, frame.payload)
-        except MalformedPayloadError:
-            self.dropped["malformed", PONG] += 1
-            connection.offended(Offence.MALFORMED, now)
+        pong = self._parsed(connection, frame, now)
+        if not isinstance(pong, Pong):
             return
-        assert isinstance(pong, Pong)
         if pong.port:
             _, problem = classify_address(pong.ip)
             if problem is None or (problem == "private" and self.allow_private):
@@ -523,8 +518,7 @@ class GnutellaRouter:
             return
         payload = frame.payload
         if len(payload) < 11 + GUID_SIZE:
-            self.dropped["malformed", QUERY_HIT] += 1
-            connection.offended(Offence.MALFORMED, now)
+            self._malformed(connection, frame, now)
             return
         self.push_routes.refresh(payload[-GUID_SIZE:], connection.id, now)
         route = self.query_routes.lookup(frame.guid, now)
@@ -536,8 +530,7 @@ class GnutellaRouter:
             try:
                 parse_payload(QUERY_HIT, payload)
             except MalformedPayloadError:
-                self.dropped["malformed", QUERY_HIT] += 1
-                connection.offended(Offence.MALFORMED, now)
+                self._malformed(connection, frame, now)
                 return
             self.dropped["no-route", QUERY_HIT] += 1
             connection.offended(Offence.UNROUTABLE, now)
@@ -550,8 +543,7 @@ class GnutellaRouter:
             return
         payload = frame.payload
         if len(payload) < 26:
-            self.dropped["malformed", PUSH] += 1
-            connection.offended(Offence.MALFORMED, now)
+            self._malformed(connection, frame, now)
             return
         if not self.push_seen.add(frame.guid, now):
             self.dropped["duplicate", PUSH] += 1
@@ -588,14 +580,10 @@ class GnutellaRouter:
 
     def _on_qrp(self, connection: Link, frame: Frame, now: float) -> None:
         """A leaf's table, or an ultrapeer's last-hop table, message by message."""
-        try:
-            message = parse_payload(QRP, frame.payload)
-        except MalformedPayloadError:
-            self.dropped["malformed", QRP] += 1
-            connection.offended(Offence.MALFORMED, now)
+        message = self._parsed(connection, frame, now)
+        if not isinstance(message, QrpReset | QrpPatch):
             return
         self.consumed[QRP] += 1
-        assert isinstance(message, QrpReset | QrpPatch)
         self.query_routing.receive(connection, message, len(self._connections()))
 
     def send_last_hop_tables(self, now: float) -> None:
@@ -608,15 +596,27 @@ class GnutellaRouter:
         return self.query_routing.receiver(link_id)
 
     def _on_vendor(self, connection: Link, frame: Frame, now: float) -> None:
+        message = self._parsed(connection, frame, now)
+        if not isinstance(message, VendorMessage):
+            return
         try:
-            message = parse_payload(VENDOR, frame.payload)
-            assert isinstance(message, VendorMessage)
             vendor_messages.handle(connection, message)
-        except MalformedPayloadError:
-            self.dropped["malformed", VENDOR] += 1
-            connection.offended(Offence.MALFORMED, now)
+        except MalformedPayloadError:  # a body we act on that does not parse
+            self._malformed(connection, frame, now)
             return
         self.consumed[VENDOR] += 1
+
+    def _parsed(self, connection: Link, frame: Frame, now: float) -> Payload | None:
+        """The frame's payload parsed whole, or None after counting it malformed."""
+        try:
+            return parse_payload(frame.payload_type, frame.payload)
+        except MalformedPayloadError:
+            self._malformed(connection, frame, now)
+            return None
+
+    def _malformed(self, connection: Link, frame: Frame, now: float) -> None:
+        self.dropped["malformed", frame.payload_type] += 1
+        connection.offended(Offence.MALFORMED, now)
 
     def _on_unknown(self, connection: Link, frame: Frame, now: float) -> None:
         self.dropped["unknown-type", frame.payload_type] += 1
