@@ -139,11 +139,11 @@ class Connection:
     ) -> None:
         self.id = next(_connection_ids)
         self.recorder = recorder
+        """Gets every read's frames when a trace is being recorded; ``None`` otherwise."""
         self.abuse = abuse
         """Counts the peer's offences and decides when it is kicked; ``None``: never."""
         self.kick: Kick | None = None
         """Why the peer was kicked, if it was."""
-        """Gets every read's frames when a trace is being recorded; ``None`` otherwise."""
         self.stream = stream
         self.peer = peer
         self.peer_text = format_address(*peer)
