@@ -9,6 +9,8 @@ since what we send must be accepted by gtk-gnutella 1.2 and parse back the same.
 
 from __future__ import annotations
 
+import datetime
+import email.utils
 import ipaddress
 import re
 from collections.abc import Sequence
@@ -265,8 +267,12 @@ def router_headers(
     degree: int = 32,
     guid: bytes | None = None,
     deflate: bool = True,
+    live_since: float | None = None,
 ) -> list[tuple[str, str]]:
     """The headers we announce as an ultrapeer, in steps 1 and 2.
+
+    ``live_since`` (seconds since the epoch) becomes ``X-Live-Since``, in the RFC 1123
+    form gtk-gnutella writes and reads to show a peer's uptime.
 
     Chosen from what gtk-gnutella 1.2 demands of an ultrapeer: ``X-Ultrapeer`` (else
     "403 Normal nodes refused"), ``X-Degree`` of at least 16 and
@@ -315,6 +321,9 @@ def router_headers(
         headers.append(("GUID", guid.hex()))
     if deflate:
         headers.append(("Accept-Encoding", "deflate"))
+    if live_since is not None:
+        moment = datetime.datetime.fromtimestamp(live_since, datetime.UTC)
+        headers.append(("X-Live-Since", email.utils.format_datetime(moment, usegmt=False)))
     HeaderBlock(headers)  # validates the text before anyone sends it
     return headers
 

@@ -19,6 +19,7 @@ import collections
 import contextlib
 import dataclasses
 import ipaddress
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -228,6 +229,8 @@ class GnutellaServer:
         self.listen_addresses: list[tuple[str, int]] = []
         self.rate_limiter = RateLimiter(config.network.connects_per_ip_per_minute)
         self.trusted_networks = config.network.trusted_networks
+        self.live_since = time.time()
+        """When this router started (wall clock), announced as ``X-Live-Since``."""
         self.bans = BanList()
         self.kicked: collections.Counter[str] = collections.Counter(
             {offence.value: 0 for offence in Offence}
@@ -293,6 +296,7 @@ class GnutellaServer:
             max_ttl=network.max_ttl,
             guid=self.own_guid,
             deflate=network.deflate,
+            live_since=self.live_since,
         )
 
     def _new_queue(self) -> OutgoingQueue:

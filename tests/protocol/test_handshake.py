@@ -1363,3 +1363,9 @@ def test_reasons_quote_peer_text_in_ascii() -> None:
     error = failure(Acceptor(), "GNUTELLA CONNECT/zéro\r\n\r\n".encode("latin-1"))
     assert error.reason.isascii()
     assert format_refusal(error.status_code, error.reason).endswith(b"\r\n\r\n")
+
+
+def test_live_since_is_written_as_gtk_gnutella_writes_it() -> None:
+    headers = dict(router_headers(user_agent="R/1", listen=None, remote_ip=None, live_since=0.0))
+    assert headers["X-Live-Since"] == "Thu, 01 Jan 1970 00:00:00 +0000"
+    assert "X-Live-Since" not in dict(router_headers(user_agent="R/1", listen=None, remote_ip=None))
