@@ -23,7 +23,7 @@ from gnutella_router.observe.admin_client import TOKEN_ENVIRONMENT, FetchError, 
 
 DEFAULT_ADMIN = "127.0.0.1:6347"
 """The admin interface of a daemon run with the defaults (node port 6346, plus one)."""
-VIEWS = ("routes", "connections", "stats", "queues", "all")
+VIEWS = ("routes", "connections", "qrp", "stats", "queues", "all")
 TABLES = ("ping", "query", "push")
 
 # --- fetching ---------------------------------------------------------------------------
@@ -36,6 +36,7 @@ def view_path(
     guid: str | None = None,
     limit: int | None = None,
     offset: int = 0,
+    keyword: str | None = None,
 ) -> str:
     """The admin interface path (and query) that serves ``view``."""
     params: dict[str, str] = {}
@@ -49,6 +50,10 @@ def view_path(
         if offset:
             params["offset"] = str(offset)
         path = "/routes"
+    elif view == "qrp":
+        if keyword:
+            params["keyword"] = keyword
+        path = "/qrp"
     else:
         path = {"connections": "/connections", "stats": "/stats", "queues": "/stages"}.get(
             view, "/dump"
@@ -372,9 +377,40 @@ def format_all(data: object) -> str:
     )
 
 
+def format_qrp(data: object) -> str:
+    """The ``/qrp`` answer: one row per peer, leaves and ultrapeers, with its table."""
+    answer = _mapping(data)
+    keyword = answer.get("keyword")
+    peers = [_mapping(p) for p in _list(answer.get("peers"))]
+    headers = ["ID", "PEER", "KIND", "TABLES", "SLOTS", "FILLED"]
+    if keyword is not None:
+        headers.append("GETS IT")
+    rows = []
+    for peer in peers:
+        row: list[object] = [
+            peer.get("id"),
+            peer.get("peer"),
+            "leaf" if peer.get("leaf") else "ultrapeer",
+            peer.get("tables_received"),
+            peer.get("slots"),
+            peer.get("filled"),
+        ]
+        if keyword is not None:
+            row.append("yes" if peer.get("would_receive") else "no")
+        rows.append(row)
+    words = ", ".join(str(w) for w in _list(answer.get("words")))
+    title = f"qrp: our leaves' table has {_cell(answer.get('leaves_table_filled'))} slots filled"
+    if keyword is not None:
+        title += f"; keyword {keyword!r} hashes as the words: {words or '(none of 3+ letters)'}"
+    if not rows:
+        return f"{title}\n  (no peers)"
+    return f"{title}\n{format_table(headers, rows)}"
+
+
 FORMATTERS = {
     "routes": format_routes,
     "connections": format_connections,
+    "qrp": format_qrp,
     "stats": format_stats,
     "queues": format_queues,
     "all": format_all,
@@ -402,6 +438,9 @@ def _limit_argument(text: str) -> int:
 def run_dump(args: argparse.Namespace, out: TextIO | None = None) -> int:
     """Fetch the view ``args`` names and print it; the exit status."""
     out = out or sys.stdout
+    if args.view != "qrp" and args.keyword is not None:
+        print("gnutella-router dump: --keyword applies to 'dump qrp'", file=sys.stderr)
+        return 2
     if args.view != "routes" and (args.guid or args.table):
         print("gnutella-router dump: --guid and --table apply to 'dump routes'", file=sys.stderr)
         return 2
@@ -412,7 +451,12 @@ def run_dump(args: argparse.Namespace, out: TextIO | None = None) -> int:
         return 2
     token = args.token if args.token is not None else os.environ.get(TOKEN_ENVIRONMENT, "")
     path = view_path(
-        args.view, table=args.table, guid=args.guid, limit=args.limit, offset=args.offset
+        args.view,
+        table=args.table,
+        guid=args.guid,
+        limit=args.limit,
+        offset=args.offset,
+        keyword=args.keyword,
     )
     try:
         data = fetch(args.admin, path, token=token, timeout=args.timeout)
@@ -437,8 +481,9 @@ def add_dump_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser
     dump.add_argument(
         "view",
         choices=VIEWS,
-        help="routes: route tables; connections: peers and their queues; stats: counters "
-        "by type and drop reason; queues: stage queues and pools; all: everything",
+        help="routes: route tables; connections: peers and their queues; qrp: leaves' and "
+        "ultrapeers' QRP tables; stats: counters by type and drop reason; queues: stage "
+        "queues and pools; all: everything",
     )
     dump.add_argument(
         "--admin",
@@ -449,6 +494,11 @@ def add_dump_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser
     )
     dump.add_argument("--json", action="store_true", help="print the raw JSON instead of tables")
     dump.add_argument("--table", choices=TABLES, help="routes: only this route table")
+    dump.add_argument(
+        "--keyword",
+        metavar="WORD",
+        help="qrp: say which peers a query with this word would be sent to",
+    )
     dump.add_argument(
         "--guid", type=_guid_argument, metavar="HEX", help="routes: only this GUID's entry"
     )

@@ -69,6 +69,7 @@ from gnutella_router.observe.dumps import (
     add_source_lines,
     count_tasks,
     dump_connections,
+    dump_qrp,
     dump_routes,
     dump_stages,
     dump_stats,
@@ -107,6 +108,7 @@ JSON_TYPE = "application/json"
 ENDPOINTS = {
     "/routes": "route tables; ?table=ping|query|push &guid=HEX &limit=N &offset=N",
     "/connections": "live connections: peer, capabilities, queues, counters",
+    "/qrp": "QRP tables of leaves and ultrapeers; ?keyword=WORD: who would get it",
     "/stages": "stage queues, worker pools and the thread governor",
     "/stats": "router counters by type and drop reason, server and catcher",
     "/dump": "everything above, with identity and configuration; ?limit=N",
@@ -186,6 +188,7 @@ class AdminServer:
             "/": self._index,
             "/routes": self._routes_page,
             "/connections": self._connections_page,
+            "/qrp": self._qrp_page,
             "/stages": self._stages_page,
             "/stats": self._stats_page,
             "/dump": self._dump_page,
@@ -375,6 +378,13 @@ class AdminServer:
     def _connections_page(self, params: dict[str, str]) -> Reply:
         _allow(params)
         return _json(200, dump_connections(self.daemon))
+
+    def _qrp_page(self, params: dict[str, str]) -> Reply:
+        _allow(params, "keyword")
+        keyword = params.get("keyword")
+        if keyword is not None and not 0 < len(keyword) <= 200:
+            raise BadRequest(400, "keyword: expected 1 to 200 characters")
+        return _json(200, dump_qrp(self.daemon, keyword=keyword))
 
     def _stages_page(self, params: dict[str, str]) -> Reply:
         _allow(params)

@@ -50,7 +50,7 @@ from gnutella_router.observe.view import RouterView
 from gnutella_router.stages.router import LOCAL
 from gnutella_router.stages.server import ConnectionTable
 from protocol.constants import message_type_name
-from protocol.qrp import QrpReceiver
+from protocol.qrp import QrpReceiver, qrp_hashcode, query_words
 
 __all__ = [
     "DEFAULT_ROUTE_LIMIT",
@@ -307,6 +307,39 @@ def _connection(
         },
         "closing": s.closing,
         "close_reason": s.close_reason,
+    }
+
+
+# --- query routing tables ---------------------------------------------------------------
+
+
+def dump_qrp(daemon: RouterView, *, keyword: str | None = None) -> dict[str, object]:
+    """Every QRP table the router holds: each leaf's, and each ultrapeer's last-hop
+    table, with its size and fill; given ``keyword``, also whether a query with that
+    word would be sent to each (leaves: always by their table; ultrapeers: at a
+    query's last hop only; a peer without a table: leaves get nothing, ultrapeers all)."""
+    words = query_words(keyword) if keyword else []
+    codes = [qrp_hashcode(word) for word in words]
+    peers: list[dict[str, object]] = []
+    for connection in sorted(daemon.server.connections.snapshot(), key=lambda c: c.id):
+        leaf = connection.capabilities.ultrapeer is False
+        receiver = daemon.router.qrp_receiver(connection.id)
+        table = None if receiver is None else receiver.table
+        entry: dict[str, object] = {
+            "id": connection.id,
+            "peer": connection.peer_text,
+            "leaf": leaf,
+            **(_qrp(receiver) or {"tables_received": 0, "slots": None, "filled": None}),
+        }
+        if keyword is not None:
+            matches = table.matches_hashcodes(codes) if table is not None else not leaf
+            entry["would_receive"] = bool(codes) and matches
+        peers.append(entry)
+    return {
+        "keyword": keyword,
+        "words": words,
+        "leaves_table_filled": daemon.router.query_routing.leaves_table().filled,
+        "peers": peers,
     }
 
 

@@ -464,3 +464,31 @@ async def test_an_ultrapeer_that_takes_last_hop_tables_gets_our_leaves_keywords(
             assert isinstance(payload, QrpReset | QrpPatch)
             receiver.receive(payload)
         assert receiver.table.matches(["abbey", "road"])
+
+
+@pytest.mark.e2e
+async def test_dump_qrp_says_which_peers_a_keyword_would_reach(tmp_path: Path) -> None:
+    from gnutella_router.cli.dump import format_qrp
+    from gnutella_router.observe.dumps import dump_qrp
+    from protocol.messages import Message
+    from protocol.qrp import QrpTable, table_messages
+
+    async with running_daemons(tmp_path) as (daemon,):
+        ultrapeer = await Peer.connect(daemon.address)
+        leaf = await Peer.connect(daemon.address, headers=LEAF_HEADERS)
+        table = QrpTable.of_words(["abbey", "road"])
+        await leaf.send(*(Message(random_guid(), 1, 0, m) for m in table_messages(table)))
+        await wait_until(lambda: daemon.router.consumed[MessageType.QRP] == 2)
+        del ultrapeer
+        found = dump_qrp(daemon, keyword="Abbey")
+        assert found["words"] == ["abbey"]
+        peers = found["peers"]
+        assert isinstance(peers, list)
+        assert [(p["leaf"], p["would_receive"]) for p in peers] == [(False, True), (True, True)]
+        missing = dump_qrp(daemon, keyword="submarine")["peers"]
+        assert isinstance(missing, list)
+        assert [p["would_receive"] for p in missing] == [True, False]
+        text = format_qrp(found)
+        assert "keyword 'Abbey' hashes as the words: abbey" in text
+        assert "leaf" in text
+        assert "yes" in text
