@@ -175,6 +175,20 @@ class DaemonCollector(Collector):
         )
         _by_label(trimmed, {"ping": 0, "query": 0, **stats.ttl_trimmed})
         yield trimmed
+        routing = daemon.router.query_routing
+        tables = GaugeMetricFamily(
+            "gnutella_qrp_tables",
+            "Complete QRP tables held: leaves' tables and ultrapeers' last-hop tables.",
+            labels=["kind"],
+        )
+        for kind, receivers in (("leaf", routing.leaves), ("ultrapeer", routing.ultrapeers)):
+            tables.add_metric([kind], sum(r.table is not None for r in receivers.values()))
+        yield tables
+        yield GaugeMetricFamily(
+            "gnutella_qrp_leaves_table_filled",
+            "Slots filled in the table of our leaves' keywords sent to ultrapeers.",
+            routing.leaves_table().filled,
+        )
         shedder = daemon.router.shedder
         if shedder is not None and shedder.controller is not None:
             yield from _admission(shedder.controller.state())

@@ -488,6 +488,11 @@ async def test_dump_qrp_says_which_peers_a_keyword_would_reach(tmp_path: Path) -
         missing = dump_qrp(daemon, keyword="submarine")["peers"]
         assert isinstance(missing, list)
         assert [p["would_receive"] for p in missing] == [True, False]
+        from gnutella_router.observe.metrics import metrics_registry, render_metrics
+
+        metrics = render_metrics(metrics_registry(daemon)).decode()
+        assert 'gnutella_qrp_tables{kind="leaf"} 1.0' in metrics
+        assert f"gnutella_qrp_leaves_table_filled {float(table.filled)}" in metrics
         text = format_qrp(found)
         assert "keyword 'Abbey' hashes as the words: abbey" in text
         assert "leaf" in text
