@@ -78,6 +78,10 @@ class ProfileSample:
     received: int
     dropped: int
     """Router totals so far."""
+    admission_rate: float | None = None
+    """The response-time controller's query rate (None unless that policy is on)."""
+    admission_p90: float | None = None
+    """Its last 90th percentile of response times, seconds."""
 
     def as_dict(self) -> dict[str, object]:
         data = dataclasses.asdict(self)
@@ -221,6 +225,7 @@ class Profiler:
             rates=rates,
             received=sum(received),
             dropped=router.total_dropped(),
+            **self._admission(),
         )
         self.samples.append(sample)
         self.taken += 1
@@ -228,6 +233,13 @@ class Profiler:
         self.peak_rss_bytes = max(self.peak_rss_bytes, rss)
         self.peak_outgoing_bytes = max(self.peak_outgoing_bytes, total_bytes)
         return sample
+
+    def _admission(self) -> dict[str, float | None]:
+        shedder = self.daemon.router.shedder
+        if shedder is None or shedder.controller is None:
+            return {}
+        state = shedder.controller.state()
+        return {"admission_rate": round(state.rate, 3), "admission_p90": state.p90_seconds}
 
     # ------------------------------------------------------------------ views
 
@@ -323,6 +335,8 @@ class Profiler:
                 *(f"rate_{name}" for name in types),
                 "received",
                 "dropped",
+                "admission_rate",
+                "admission_p90_seconds",
             ]
         )
         for s in samples:
@@ -340,6 +354,8 @@ class Profiler:
                     *(s.rates.get(name, 0.0) for name in types),
                     s.received,
                     s.dropped,
+                    "" if s.admission_rate is None else s.admission_rate,
+                    "" if s.admission_p90 is None else s.admission_p90,
                 ]
             )
         return out.getvalue()

@@ -143,3 +143,18 @@ def test_the_plot_command_refuses_what_is_not_a_profile(
     assert "not a profiler export" in capsys.readouterr().err
     assert main(["plot-profile", str(tmp_path / "missing.json")]) == 1
     assert "No such file or directory" in capsys.readouterr().err
+
+
+@pytest.mark.e2e
+async def test_the_response_time_controller_is_in_the_time_series(tmp_path: Path) -> None:
+    overrides = {**PROFILED, "shedding.policy": "response-time"}
+    async with running_daemons(tmp_path, overrides=overrides) as (daemon,):
+        profiler = daemon.profiler
+        assert profiler is not None
+        await trio.sleep(0.2)
+        samples = list(profiler.samples)
+        assert samples
+        assert all(s.admission_rate == 200.0 for s in samples)  # its initial rate, idle
+        header, first, *_ = profiler.to_csv().splitlines()
+        assert header.endswith("admission_rate,admission_p90_seconds")
+        assert first.endswith(",200.0,")
