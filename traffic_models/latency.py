@@ -201,13 +201,17 @@ class RouterCounts:
         out = [f"router counters ({self.admin}), during the run:"]
         for name in sorted(sent):
             got = self.received.get(name, 0)
+            # What a shedding policy refused at the door was read, but never routed.
+            shed = sum(
+                by_type.get(name, 0)
+                for reason, by_type in self.dropped.items()
+                if reason.startswith("shed-")
+            )
+            unread = sent[name] - got - shed
             out.append(
-                f"  {name}: sent {sent[name]:,}, the router read {got:,}"
-                + (
-                    f" ({sent[name] - got:,} not read when the client stopped)"
-                    if got < sent[name]
-                    else ""
-                )
+                f"  {name}: sent {sent[name]:,}, the router routed {got:,}"
+                + (f" and shed {shed:,} at its door" if shed else "")
+                + (f" ({unread:,} not read when the client stopped)" if unread > 0 else "")
             )
         if self.dropped:
             for reason, by_type in sorted(self.dropped.items()):
