@@ -12,6 +12,10 @@ servent that announced ``Vendor-Message`` sends two of them:
 * **Features Supported** (``\\0\\0\\0\\0/10v0``): a count, then 6-byte entries: a 4-letter
   feature name (``TLS!``, ``WHAT``, ``QRP1``...) and a version, 0 meaning "not".
 
+**Query Status** (``BEAR/11v1`` request, ``BEAR/12v1`` response: 2 bytes, the results
+a leaf kept for the query named by the message's GUID, 0xFFFF for "stop it") lets a
+leaf guide its ultrapeer's dynamic querying.
+
 **Hops Flow** (``BEAR/4v1``, one byte) asks the receiver not to send queries whose hop
 count, as they would go on the wire, is that value or more: 0 stops all queries (a
 gtk-gnutella whose queue towards us clogs sends it, and 255 when the clog clears).
@@ -73,6 +77,13 @@ class Feature:
 MESSAGES_SUPPORTED = VendorMessageId(b"\0\0\0\0", 0, 0)
 FEATURES_SUPPORTED = VendorMessageId(b"\0\0\0\0", 10, 0)
 HOPS_FLOW = VendorMessageId(b"BEAR", 4, 1)
+QUERY_STATUS_REQUEST = VendorMessageId(b"BEAR", 11, 1)
+"""An ultrapeer asks a leaf how many results it has kept for a query (the message's
+GUID); no body."""
+QUERY_STATUS_RESPONSE = VendorMessageId(b"BEAR", 12, 1)
+"""The leaf's answer (solicited or not): results kept, 2 bytes little-endian; 0xFFFF
+asks the ultrapeer to stop the query."""
+STOP_QUERY = 0xFFFF
 
 NO_HOPS_FLOW = 255
 """The hops-flow value of a peer that never asked for less: every query may go."""
@@ -84,6 +95,7 @@ FeaturesSupportedBody: Construct[Any, Any] = PrefixedArray(
     Int16ul, Struct("name" / Bytes(4), "version" / Int16ul)
 )
 HopsFlowBody: Construct[Any, Any] = Struct("hops" / Int8ul)
+QueryStatusBody: Construct[Any, Any] = Struct("kept" / Int16ul)
 
 
 def vendor_message(message_id: VendorMessageId, body: bytes) -> Message:
@@ -116,6 +128,29 @@ def features_supported(features: Iterable[Feature]) -> Message:
 def hops_flow(hops: int) -> Message:
     """A Hops Flow: the receiver should send us only queries of fewer hops."""
     return vendor_message(HOPS_FLOW, _build(HopsFlowBody, {"hops": hops}))
+
+
+def query_status_request(query_guid: bytes) -> Message:
+    """Ask a leaf how many results it has kept for the query ``query_guid``."""
+    payload = VendorMessage(
+        QUERY_STATUS_REQUEST.vendor, QUERY_STATUS_REQUEST.selector, QUERY_STATUS_REQUEST.version
+    )
+    return Message(query_guid, 1, 0, payload)
+
+
+def query_status_response(query_guid: bytes, kept: int) -> Message:
+    """A leaf's answer: ``kept`` results (:data:`STOP_QUERY`: stop it)."""
+    body = _build(QueryStatusBody, {"kept": kept})
+    response = QUERY_STATUS_RESPONSE
+    return Message(
+        query_guid, 1, 0, VendorMessage(response.vendor, response.selector, response.version, body)
+    )
+
+
+def parse_query_status(body: bytes) -> int:
+    """The results a leaf says it kept (:data:`STOP_QUERY`: stop the query)."""
+    kept: int = _parse(QueryStatusBody, body, QUERY_STATUS_RESPONSE).kept
+    return kept
 
 
 def parse_messages_supported(body: bytes) -> tuple[VendorMessageId, ...]:

@@ -222,6 +222,9 @@ class Connection:
         if self.peer_features is None:
             self.peer_features = features[:MAX_LISTED_BY_PEER]
 
+    def understands(self, message: VendorMessageId) -> bool:
+        return self.peer_vendor_messages is not None and message in self.peer_vendor_messages
+
     def received_hops_flow(self, hops: int) -> None:
         if hops != self.hops_flow:
             self.log.debug("hops flow", hops=hops, was=self.hops_flow)

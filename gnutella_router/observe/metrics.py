@@ -203,6 +203,11 @@ class DaemonCollector(Collector):
             "Copies of leaf queries sent to ultrapeers by dynamic querying.",
             dynamic.pop("copies"),
         )
+        yield CounterMetricFamily(
+            "gnutella_dynamic_query_status_requests",
+            "Query Status requests sent to leaves whose queries are being widened.",
+            dynamic.pop("status-requests"),
+        )
         ended = CounterMetricFamily(
             "gnutella_dynamic_queries_ended",
             "Leaf queries whose dynamic querying ended, by how.",

@@ -25,7 +25,10 @@ The plan, as numbers (LimeWire's and gtk-gnutella's, simplified):
   neighbour not yet queried, at TTL 2 for the first widening, 3 for the second and so
   on, never above the TTL the leaf's query still had;
 * it ends when enough results came back, every neighbour has been queried, the leaf is
-  gone, or :data:`LIFETIME_SECONDS` have passed.
+  gone, or :data:`LIFETIME_SECONDS` have passed;
+* a leaf that understands Query Status (``BEAR/11v1``) is asked at each step how many
+  results it kept, and its answer (``BEAR/12v1``, also taken unasked) replaces our own
+  count of the results routed to it; 0xFFFF stops the query.
 """
 
 from __future__ import annotations
@@ -37,9 +40,12 @@ from collections.abc import Callable
 
 from gnutella_router.stages.link import Link
 from gnutella_router.stages.query_routing import QueryRouting
+from protocol.codec import encode_message
 from protocol.constants import GUID_SIZE, MessageType
+from protocol.vendor import QUERY_STATUS_REQUEST, STOP_QUERY, query_status_request
 
 QUERY = MessageType.QUERY
+VENDOR = MessageType.VENDOR
 
 PROBE_PEERS = 3
 PROBE_TTL = 1
@@ -59,6 +65,8 @@ class Outcome(enum.StrEnum):
     """Every ultrapeer neighbour had it."""
     EXPIRED = "expired"
     LEAF_GONE = "leaf-gone"
+    CANCELLED = "cancelled"
+    """The leaf asked to stop it (a query status of 0xFFFF)."""
 
 
 Step = tuple[list[int], int]
@@ -83,8 +91,17 @@ class DynamicQuery:
     next_at: float = 0.0
     queried: set[int] = dataclasses.field(default_factory=set)
 
+    guided: bool = False
+    """The leaf has told us how many results it kept: its word replaces our count."""
+
     def note_hits(self, results: int) -> None:
-        self.results += results
+        if not self.guided:
+            self.results += results
+
+    def note_status(self, kept: int) -> None:
+        """The leaf's query status: the results it kept so far."""
+        self.guided = True
+        self.results = kept
 
     def next_step(
         self, now: float, ultrapeers: list[int]
@@ -140,7 +157,7 @@ class DynamicQuerying:
         self.limit = limit
         self.queries: dict[bytes, DynamicQuery] = {}
         self.counts: collections.Counter[str] = collections.Counter(
-            {"copies": 0, **{outcome.value: 0 for outcome in Outcome}}
+            {"copies": 0, "status-requests": 0, **{outcome.value: 0 for outcome in Outcome}}
         )
 
     def start(self, leaf: Link, data: bytes, now: float) -> bool:
@@ -174,6 +191,17 @@ class DynamicQuerying:
         if query is not None and query.leaf == route:
             query.note_hits(results)
 
+    def note_status(self, guid: bytes, link_id: int, kept: int) -> None:
+        """A leaf's query status (BEAR 12) for ``guid``: the results it kept, or
+        :data:`~protocol.vendor.STOP_QUERY` to stop the query at once."""
+        query = self.queries.get(guid)
+        if query is None or query.leaf != link_id:
+            return
+        if kept == STOP_QUERY:
+            self._end(query, Outcome.CANCELLED)
+        else:
+            query.note_status(kept)
+
     def statistics(self) -> dict[str, int]:
         return {"active": len(self.queries), **self.counts}
 
@@ -195,6 +223,12 @@ class DynamicQuerying:
         for link_id in chosen:
             if self._send(link_id, query.copy_with_ttl(ttl), now):
                 self.counts["copies"] += 1
+        leaf = self._link_by_id(query.leaf)
+        if leaf is not None and leaf.understands(QUERY_STATUS_REQUEST):
+            # Ask how many results it kept: its answer guides the next step.
+            if leaf.send(encode_message(query_status_request(query.guid)), VENDOR, 0, now):
+                self.counts["status-requests"] += 1
+            leaf.flush()
 
     def _send(self, link_id: int, copy: bytes, now: float) -> bool:
         link = self._link_by_id(link_id)

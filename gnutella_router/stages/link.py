@@ -95,6 +95,10 @@ class Link(Protocol):
         """The peer's Features Supported."""
         ...
 
+    def understands(self, message: VendorMessageId) -> bool:
+        """Whether the peer listed ``message`` in its Messages Supported."""
+        ...
+
     def received_hops_flow(self, hops: int) -> None:
         """The peer's Hops Flow: from now on, see :attr:`hops_flow`."""
         ...

@@ -600,7 +600,11 @@ class GnutellaRouter:
         if not isinstance(message, VendorMessage):
             return
         try:
-            vendor_messages.handle(connection, message)
+            kept = vendor_messages.query_status(message)
+            if kept is not None:  # a leaf's guidance for one of its queries
+                self.dynamic.note_status(frame.guid, connection.id, kept)
+            else:
+                vendor_messages.handle(connection, message)
         except MalformedPayloadError:  # a body we act on that does not parse
             self._malformed(connection, frame, now)
             return

@@ -29,8 +29,10 @@ class RouterStatistics:
     ttl_trimmed: dict[str, int]
     """Broadcast copies sent with a lower TTL because the peer's X-Max-TTL asked for it."""
     dynamic_queries: dict[str, int]
-    """Leaf queries being widened (``active``), the copies sent for them (``copies``) and
-    how the finished ones ended (``satisfied``, ``exhausted``, ``expired``, ``leaf-gone``)."""
+    """Leaf queries being widened (``active``), the copies sent for them (``copies``),
+    Query Status requests sent to their leaves (``status-requests``) and how the
+    finished ones ended (``satisfied``, ``exhausted``, ``expired``, ``leaf-gone``,
+    ``cancelled``)."""
 
 
 DROP_REASONS = (

@@ -131,3 +131,26 @@ def test_any_body_parses_or_is_refused_as_malformed(body: bytes) -> None:
     for parse in (parse_messages_supported, parse_features_supported, parse_hops_flow):
         with contextlib.suppress(MalformedPayloadError):
             parse(body)
+
+
+def test_query_status_has_gtk_gnutellas_layout() -> None:
+    from protocol.vendor import (
+        QUERY_STATUS_REQUEST,
+        STOP_QUERY,
+        parse_query_status,
+        query_status_request,
+        query_status_response,
+    )
+
+    guid = bytes(range(16))
+    request = query_status_request(guid)
+    assert request.guid == guid  # the query it asks about
+    assert isinstance(request.payload, VendorMessage)
+    assert VendorMessageId.of(request.payload) == QUERY_STATUS_REQUEST
+    assert request.payload.body == b""
+    response = query_status_response(guid, 300)
+    assert isinstance(response.payload, VendorMessage)
+    assert response.payload.body == b"\x2c\x01"  # 300, little-endian
+    assert parse_query_status(b"\xff\xff") == STOP_QUERY
+    with pytest.raises(MalformedPayloadError):
+        parse_query_status(b"\x01")

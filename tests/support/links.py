@@ -73,6 +73,9 @@ class FakeLink:
     def received_features_supported(self, features: tuple[Feature, ...]) -> None:
         self.features = features
 
+    def understands(self, message: VendorMessageId) -> bool:
+        return self.vendor_messages is not None and message in self.vendor_messages
+
     def received_hops_flow(self, hops: int) -> None:
         self.hops_flow = hops
 

@@ -38,6 +38,7 @@ from protocol.qrp import QrpReceiver
 from protocol.vendor import (
     HOPS_FLOW,
     NO_HOPS_FLOW,
+    QUERY_STATUS_RESPONSE,
     Feature,
     VendorMessageId,
     features_supported,
@@ -393,8 +394,9 @@ async def test_we_introduce_ourselves_to_peers_that_announced_vendor_messages(
     supported, features = (f.message().payload for f in modern.sent())
     assert isinstance(supported, VendorMessage)
     assert isinstance(features, VendorMessage)
-    # Exactly what the router handles: Hops Flow (the introductions go without saying).
-    assert parse_messages_supported(supported.body) == (HOPS_FLOW,)
+    # Exactly what the router acts on: Hops Flow and a leaf's Query Status (the
+    # introductions themselves go without saying).
+    assert parse_messages_supported(supported.body) == (HOPS_FLOW, QUERY_STATUS_RESPONSE)
     assert parse_features_supported(features.body) == ()
     assert net.router.generated[MessageType.VENDOR] == 2
 
@@ -543,10 +545,12 @@ async def test_a_leafs_query_probes_three_ultrapeers_at_ttl_1_then_widens(
     assert net.router.statistics().dynamic_queries == {
         "active": 0,
         "copies": 5,
+        "status-requests": 0,  # this leaf did not list Query Status
         "satisfied": 0,
         "exhausted": 1,
         "expired": 0,
         "leaf-gone": 0,
+        "cancelled": 0,
     }
 
 
@@ -655,3 +659,33 @@ async def test_an_ultrapeers_last_hop_table_filters_only_its_last_hop_queries(
     await net.send(a, last_wanted, last_other, far_other)
     assert [f.guid for f in ultrapeer.sent()] == [last_wanted.guid, far_other.guid]
     assert net.dropped("qrp-miss", MessageType.QUERY) == 1
+
+
+async def test_a_leaf_that_understands_query_status_is_asked_and_guides_its_query(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    from gnutella_router.stages.dynamic_query import STEP_SECONDS
+    from protocol.vendor import QUERY_STATUS_REQUEST, query_status_response
+
+    net, leaf, ultrapeers = leaf_network(5)
+    leaf.vendor_messages = (QUERY_STATUS_REQUEST, QUERY_STATUS_RESPONSE)
+    query = message(Query(b"guided"), ttl=4)
+    await net.send(leaf, query)
+    (request,) = [f for f in leaf.sent() if f.payload_type == MessageType.VENDOR]
+    assert request.guid == query.guid  # asked how many results it kept for this query
+    await net.send(leaf, query_status_response(query.guid, 200))  # plenty: stop widening
+    await trio.sleep(STEP_SECONDS)
+    net.router.widen_dynamic_queries(trio.current_time())
+    assert [len(u.sent()) for u in ultrapeers] == [1, 1, 1, 0, 0]
+    assert net.router.dynamic.counts["satisfied"] == 1
+
+
+async def test_a_leaf_can_stop_its_query(autojump_clock: trio.testing.MockClock) -> None:
+    from protocol.vendor import STOP_QUERY, query_status_response
+
+    net, leaf, _ = leaf_network(5)
+    query = message(Query(b"never mind"), ttl=4)
+    await net.send(leaf, query)
+    await net.send(leaf, query_status_response(query.guid, STOP_QUERY))  # unasked
+    assert net.router.dynamic.counts["cancelled"] == 1
+    assert net.router.statistics().dynamic_queries["active"] == 0

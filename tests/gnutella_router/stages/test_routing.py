@@ -346,7 +346,13 @@ async def test_a_vendor_message_peer_is_introduced_to_and_its_hops_flow_obeyed(
     tmp_path: Path,
 ) -> None:
     from gnutella_router.observe.dumps import dump_connections
-    from protocol.vendor import HOPS_FLOW, hops_flow, messages_supported, parse_messages_supported
+    from protocol.vendor import (
+        HOPS_FLOW,
+        QUERY_STATUS_RESPONSE,
+        hops_flow,
+        messages_supported,
+        parse_messages_supported,
+    )
     from tests.support.peers import connection_of
 
     async with running_daemons(tmp_path) as (daemon,):
@@ -355,7 +361,7 @@ async def test_a_vendor_message_peer_is_introduced_to_and_its_hops_flow_obeyed(
         first = (await gtk_like.receive()).message()
         assert isinstance(first.payload, VendorMessage)
         assert (first.ttl, first.hops, first.guid) == (1, 0, bytes(16))
-        assert parse_messages_supported(first.payload.body) == (HOPS_FLOW,)
+        assert parse_messages_supported(first.payload.body) == (HOPS_FLOW, QUERY_STATUS_RESPONSE)
 
         link = connection_of(daemon, gtk_like)
         await gtk_like.send(messages_supported([HOPS_FLOW]), hops_flow(0))
