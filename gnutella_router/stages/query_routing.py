@@ -91,13 +91,15 @@ class QueryRouting:
             completed = receiver.receive(message)
         except QrpError as exc:
             del receivers[link.id]
-            self._version += leaf
+            if leaf:
+                self._version += 1  # its table is gone from our leaves' union
             link.close(exc.reason, bye_code=int(exc.bye_code))
             return
         if completed:
             table = receiver.table
             assert table is not None
-            self._version += leaf
+            if leaf:
+                self._version += 1
             self.log.debug(
                 "qrp table", conn=link.id, leaf=leaf, slots=table.slots, filled=table.filled
             )
