@@ -90,7 +90,6 @@ class DynamicQuery:
     steps: int = 0
     next_at: float = 0.0
     queried: set[int] = dataclasses.field(default_factory=set)
-
     guided: bool = False
     """The leaf has told us how many results it kept: its word replaces our count."""
 
@@ -103,9 +102,7 @@ class DynamicQuery:
         self.guided = True
         self.results = kept
 
-    def next_step(
-        self, now: float, ultrapeers: list[int]
-    ) -> tuple[list[int], int] | Outcome | None:
+    def next_step(self, now: float, ultrapeers: list[int]) -> Step | Outcome | None:
         """What to do at ``now``, given the live ultrapeer neighbours' ids (in the order
         to prefer them): ``(neighbours, ttl)`` to send to, an :class:`Outcome` when the
         query is over, or None to wait."""
