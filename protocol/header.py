@@ -83,3 +83,12 @@ def encode_header(
         return _pack(guid, payload_type, ttl, hops, payload_length)
     except struct.error as exc:
         raise LocalProtocolError(f"header field out of range: {exc}") from exc
+
+
+TTL_OFFSET = 17
+"""Where the TTL byte sits in an encoded message: after the GUID and the type."""
+
+
+def with_ttl(message: bytes, ttl: int) -> bytes:
+    """An encoded message with its TTL byte replaced (a copy; the rest untouched)."""
+    return message[:TTL_OFFSET] + bytes((ttl,)) + message[TTL_OFFSET + 1 :]

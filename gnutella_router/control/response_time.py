@@ -28,6 +28,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from gnutella_router.control.token_bucket import TokenBucket
+
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class ControllerState:
@@ -77,8 +79,7 @@ class ResponseTimeController:
         self.burst_seconds = burst_seconds
         self._window: list[float] = []
         self._updated_at = now
-        self._tokens = self._burst()
-        self._stamp = now
+        self.bucket = TokenBucket(initial_rate, self._burst(), now)
         self.p90: float | None = None
         self.samples = 0
         self.updates = 0
@@ -90,10 +91,7 @@ class ResponseTimeController:
 
     def admit(self, wanted: int, now: float) -> int:
         """How many of ``wanted`` queries may enter now (the rest are to be shed)."""
-        self._tokens = min(self._burst(), self._tokens + (now - self._stamp) * self.rate)
-        self._stamp = now
-        granted = min(wanted, int(self._tokens))
-        self._tokens -= granted
+        granted = self.bucket.take(wanted, now)
         self.admitted += granted
         self.refused += wanted - granted
         return granted
@@ -117,6 +115,8 @@ class ResponseTimeController:
         elif p90 < 0.9 * self.target:
             error = (self.target - p90) / self.target
             self.rate = min(self.max_rate, self.rate + self.additive_increase * error)
+        self.bucket.rate = self.rate
+        self.bucket.burst = self._burst()
 
     def state(self) -> ControllerState:
         return ControllerState(

@@ -33,6 +33,7 @@ from typing import get_args
 
 from gnutella_router.config import SheddingConfig, SheddingPolicy
 from gnutella_router.control.response_time import ResponseTimeController
+from gnutella_router.control.token_bucket import TokenBucket
 from gnutella_router.runtime.stage import StageQueue
 from protocol.constants import MessageType
 from protocol.framing import Frame
@@ -40,26 +41,6 @@ from protocol.framing import Frame
 POLICIES: tuple[str, ...] = get_args(SheddingPolicy)
 
 Count = Callable[[str, Frame], None]
-
-
-class TokenBucket:
-    """``rate`` tokens a second, at most ``burst`` saved up."""
-
-    __slots__ = ("burst", "rate", "stamp", "tokens")
-
-    def __init__(self, rate: float, burst: float, now: float) -> None:
-        self.rate = rate
-        self.burst = burst
-        self.tokens = burst
-        self.stamp = now
-
-    def take(self, wanted: int, now: float) -> int:
-        """How many of ``wanted`` messages may pass now."""
-        self.tokens = min(self.burst, self.tokens + (now - self.stamp) * self.rate)
-        self.stamp = now
-        granted = min(wanted, int(self.tokens))
-        self.tokens -= granted
-        return granted
 
 
 class Shedder:

@@ -23,6 +23,7 @@ import collections
 from gnutella_router.stages.link import Link
 from gnutella_router.stages.query_routing import QueryRouting
 from protocol.constants import MessageType
+from protocol.header import with_ttl
 from protocol.vendor import NO_HOPS_FLOW
 
 QUERY = MessageType.QUERY
@@ -83,6 +84,6 @@ class DestinationFilter:
         for data in datas:
             if data[17] > limit:
                 self.ttl_trimmed[data[16]] += 1
-                data = data[:17] + bytes((limit,)) + data[18:]
+                data = with_ttl(data, limit)
             out.append(data)
         return out

@@ -42,6 +42,7 @@ from gnutella_router.stages.link import Link
 from gnutella_router.stages.query_routing import QueryRouting
 from protocol.codec import encode_message
 from protocol.constants import GUID_SIZE, MessageType
+from protocol.header import with_ttl
 from protocol.vendor import QUERY_STATUS_REQUEST, STOP_QUERY, query_status_request
 
 QUERY = MessageType.QUERY
@@ -123,10 +124,6 @@ class DynamicQuery:
         self.queried.update(chosen)
         self.next_at = now + STEP_SECONDS
         return chosen, max(1, min(ttl, self.max_ttl))
-
-    def copy_with_ttl(self, ttl: int) -> bytes:
-        data = self.data
-        return data[:17] + bytes((ttl,)) + data[18:]
 
 
 class DynamicQuerying:
@@ -218,7 +215,7 @@ class DynamicQuerying:
             return
         chosen, ttl = step
         for link_id in chosen:
-            if self._send(link_id, query.copy_with_ttl(ttl), now):
+            if self._send(link_id, with_ttl(query.data, ttl), now):
                 self.counts["copies"] += 1
         leaf = self._link_by_id(query.leaf)
         if leaf is not None and leaf.understands(QUERY_STATUS_REQUEST):
@@ -232,7 +229,7 @@ class DynamicQuerying:
         if link is None:
             return False
         if copy[17] > link.capabilities.max_ttl:
-            copy = copy[:17] + bytes((link.capabilities.max_ttl,)) + copy[18:]
+            copy = with_ttl(copy, link.capabilities.max_ttl)
         if copy[17] == 1 and not self._routing.for_last_hop(link_id, [copy])[0]:
             return False  # its last-hop table says its leaves have nothing for it
         sent = link.send(copy, QUERY, copy[18], now)

@@ -30,6 +30,7 @@ import structlog
 from gnutella_router.stages.link import Link
 from protocol.codec import encode_message
 from protocol.constants import MessageType
+from protocol.header import with_ttl
 from protocol.messages import Message, QrpPatch, QrpReset, random_guid
 from protocol.qrp import (
     QrpError,
@@ -134,7 +135,7 @@ class QueryRouting:
             if data[16] != QUERY:
                 continue
             if table is not None and table.matches_hashcodes(self._codes(data)):
-                kept.append(data if data[17] else data[:17] + b"\x01" + data[18:])
+                kept.append(data if data[17] else with_ttl(data, 1))
             else:
                 missed += 1
         return kept, missed

@@ -9,7 +9,8 @@ import pytest
 import trio
 
 from gnutella_router.config import SheddingConfig
-from gnutella_router.control.shedding import Shedder, TokenBucket
+from gnutella_router.control.shedding import Shedder
+from gnutella_router.control.token_bucket import TokenBucket
 from gnutella_router.runtime.stage import StageQueue
 from protocol.constants import MessageType
 from protocol.framing import Frame
