@@ -6,10 +6,15 @@ stage, with its bounded queue and worker pool) and
 :class:`~gnutella_router.stages.catcher.GnutellaCatcher` (bootstrap). Each is registered by
 name so that tools can list them and read their statistics.
 
-Shutdown, on SIGTERM or SIGINT or :meth:`Daemon.request_stop`: the listeners close, every
+Shutdown, on SIGTERM, SIGINT, SIGHUP or :meth:`Daemon.request_stop`: the listeners close, every
 peer that announced ``Bye-Packet`` gets ``Bye 200``, the connections get up to two
 seconds to flush, the host cache is saved, and everything else is cancelled; the
-process is out well within five seconds. A second signal cancels at once.
+process is out well within five seconds. A second SIGTERM or SIGINT cancels at once; a
+SIGHUP (the terminal or the parent that started the router is gone) never does.
+
+Once it listens, the daemon writes ``state_dir/ready.json`` with its pid and addresses
+(:mod:`gnutella_router.ready_file`), so that a program that started it on port 0 learns
+its ports; the file goes when the daemon stops.
 
 SIGUSR1 writes a full dump with the trio task tree to ``state_dir/dump-*.json`` and the
 daemon carries on; the same views are served live by the admin interface
@@ -34,6 +39,7 @@ from gnutella_router.net.connection import Connection, format_address
 from gnutella_router.observe.admin import serve_admin, write_dump_logged
 from gnutella_router.observe.profiler import Profiler
 from gnutella_router.observe.recorder import Recorder
+from gnutella_router.ready_file import remove_ready_file, write_ready_file
 from gnutella_router.runtime.stage import StageRegistry
 from gnutella_router.stages.catcher import GnutellaCatcher
 from gnutella_router.stages.router import GnutellaRouter
@@ -229,6 +235,7 @@ class Daemon:
                     slow_peer_policy=self.config.slow_peer.policy,
                     max_ttl=self.config.network.max_ttl,
                 )
+                self._announce_ready()
                 # Everything alive now (modules, stages, tables) lives as long as the
                 # process: moved out of the collector's sight, a full collection no
                 # longer walks it, which keeps its pauses short under load.
@@ -242,8 +249,22 @@ class Daemon:
                 await self._shutdown()
                 nursery.cancel_scope.cancel()
         finally:
+            remove_ready_file(self.config.state_path)
             lock.release()
             self.stopped.set()
+
+    def _announce_ready(self) -> None:
+        """Write the ready file (:mod:`gnutella_router.ready_file`) for whoever started us."""
+        try:
+            write_ready_file(
+                self.config.state_path,
+                guid=self.guid.hex(),
+                listening=[format_address(*a) for a in self.server.listen_addresses],
+                advertised=format_address(*self.server.advertised_address()),
+                admin=None if self.admin_address is None else format_address(*self.admin_address),
+            )
+        except OSError as exc:
+            self.log.error("ready file not written", error=str(exc))
 
     async def _shutdown(self) -> None:
         started = trio.current_time()
@@ -291,11 +312,16 @@ class Daemon:
         *,
         task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
     ) -> None:
-        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGUSR1) as signals:
+        watched = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1)
+        with trio.open_signal_receiver(*watched) as signals:
             task_status.started()
             async for signum in signals:
                 if signum == signal.SIGUSR1:
                     await write_dump_logged(self)  # full dump + task tree; keeps running
+                    continue
+                if signum == signal.SIGHUP and self._stop.is_set():
+                    # A hangup never hurries a stop: the kernel sends a parent-death
+                    # SIGHUP once per thread, so several come at once.
                     continue
                 if self._stop.is_set():
                     self.log.warning("second signal: stopping at once", signal=signum)

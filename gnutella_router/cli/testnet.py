@@ -11,7 +11,13 @@ import trio
 
 from gnutella_router.cli.interrupt import INTERRUPTED
 from gnutella_router.config import ConfigError, parse_host_port
-from gnutella_router.testnet.network import DEFAULT_RESULTS, NetworkSettings, run_network
+from gnutella_router.testnet.network import run_network
+from gnutella_router.testnet.settings import (
+    AUTO_PROCESSES_ABOVE,
+    DEFAULT_RESULTS,
+    ON_NODE_FAILURE,
+    NetworkSettings,
+)
 from gnutella_router.testnet.topology import TOPOLOGIES
 
 
@@ -20,17 +26,51 @@ def add_testnet_parser(commands: argparse._SubParsersAction[argparse.ArgumentPar
         "testnet",
         help="run a local test network of routers, drive traffic through it, collect results",
         description=(
-            "Start NODES routers on loopback in this process, link them in the chosen "
-            "topology (bootstrapped from a local GWebCache), wait until every link is up, "
+            "Start NODES routers on loopback, in this process or one OS process each, link "
+            "them in the chosen topology (bootstrapped from a local GWebCache), wait until "
+            "every link is up, "
             "drive synthetic traffic through them with the load client, print a live "
             "status line and a final summary, write the results folder, and stop every "
             "router with Bye. Ctrl-C stops early (exit 130, results still written); a "
             "second Ctrl-C stops at once. SIGUSR1 writes a dump of every node into its "
-            "node-* folder. Results of an earlier run in the results folder are replaced."
+            "node-* folder. Results of an earlier run in the results folder are replaced. "
+            "No router process outlives the run: children are stopped on every exit path "
+            "and, on Linux, get SIGHUP (a graceful stop) from the kernel if the testnet "
+            "itself is killed."
         ),
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    testnet.add_argument("--nodes", type=int, default=5, metavar="N", help="routers (default 5)")
+    testnet.add_argument(
+        "--nodes",
+        type=int,
+        default=5,
+        metavar="N",
+        help="routers (default 5; at most 500 in one process, 300 as processes)",
+    )
+    mode = testnet.add_mutually_exclusive_group()
+    mode.add_argument(
+        "--processes",
+        dest="mode",
+        action="store_const",
+        const="processes",
+        help="run every node as its own 'gnutella-router run' process, with its config, "
+        "log and state in its node-I folder (default above "
+        f"{AUTO_PROCESSES_ABOVE} nodes)",
+    )
+    mode.add_argument(
+        "--in-process",
+        dest="mode",
+        action="store_const",
+        const="in-process",
+        help=f"run every node in this process (default up to {AUTO_PROCESSES_ABOVE} nodes)",
+    )
+    testnet.set_defaults(mode="auto")
+    testnet.add_argument(
+        "--on-node-failure",
+        choices=ON_NODE_FAILURE,
+        default="stop",
+        help="when a node process dies (reported with its exit status and last log "
+        "lines): stop the run, or continue without it (default stop)",
+    )
     testnet.add_argument(
         "--topology",
         choices=TOPOLOGIES,
@@ -100,9 +140,10 @@ def add_testnet_parser(commands: argparse._SubParsersAction[argparse.ArgumentPar
     testnet.add_argument(
         "--form-timeout",
         type=float,
-        default=20.0,
+        default=None,
         metavar="S",
-        help="seconds to wait for every link to come up (default 20)",
+        help="seconds to wait for every link to come up (default 20, plus start-up "
+        "time in --processes mode)",
     )
     testnet.add_argument(
         "--log-format",
@@ -132,6 +173,8 @@ def cmd_testnet(args: argparse.Namespace) -> int:
             base_port=args.base_port,
             seed=args.seed_value,
             form_timeout=args.form_timeout,
+            mode=args.mode,
+            on_node_failure=args.on_node_failure,
         )
     except (ConfigError, ValueError) as exc:
         print(f"gnutella-router testnet: {exc}", file=sys.stderr)

@@ -219,6 +219,9 @@ class CatcherConfig(Section, frozen=True):
 
     seeds: Annotated[tuple[str, ...], _says('a list of "HOST:PORT" strings')] = ()
     gwebcache: Annotated[str, _says('an http:// URL (GWebCache v2), or "" for none')] = ""
+    gwebcache_interval: Annotated[float, Meta(ge=1, le=86_400)] = 60.0
+    """Least time between two requests to the GWebCache: public caches ban hosts that
+    ask too often; a private one (a test network's) can be asked every few seconds."""
     min_connections: Annotated[int, Meta(ge=0, le=10_000)] = 4
     host_cache_size: Annotated[int, Meta(ge=1, le=1_000_000)] = 10_000
     host_cache_file: PathText = "hosts.txt"

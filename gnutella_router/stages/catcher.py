@@ -275,7 +275,7 @@ class GnutellaCatcher:
 
     async def _ask_gwebcache(self) -> None:
         now = trio.current_time()
-        if now - self._last_gwebcache < 60.0:
+        if now - self._last_gwebcache < self.settings.gwebcache_interval:
             return
         self._last_gwebcache = now
         self.gwebcache_requests += 1

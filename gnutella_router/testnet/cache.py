@@ -3,7 +3,9 @@
 Each node's ``catcher.gwebcache`` points at ``/node/<i>``, which lists the nodes it is
 planned to dial, so the catchers build exactly the planned topology through the same
 bootstrap path a router uses on the real network. A request that arrives before the
-network listens is held (up to :data:`CACHE_HOLD_SECONDS`) rather than answered empty.
+network listens is held (up to :data:`CACHE_HOLD_SECONDS`) until every node its page
+lists listens, rather than answered empty or in part; after the hold it gets the nodes
+that listen by then, and asks again later (``catcher.gwebcache_interval``) for the rest.
 """
 
 from __future__ import annotations
@@ -35,17 +37,37 @@ class HostCacheService:
     def __init__(self, topology: Topology, *, hold: float = CACHE_HOLD_SECONDS) -> None:
         self.topology = topology
         self.hold = hold
-        self.addresses: list[tuple[str, int]] = []
+        self.addresses: list[tuple[str, int] | None] = [None] * topology.nodes
+        """Where each node listens, once it does (None before, or after it left)."""
         self.published_at = 0.0
         self.requests = 0
-        self._ready = trio.Event()
+        self._changed = trio.Event()
         self.port = 0
 
     def publish(self, addresses: Sequence[tuple[str, int]]) -> None:
-        """The nodes are listening at ``addresses`` (index order): start answering."""
-        self.addresses = list(addresses)
+        """The nodes are listening at ``addresses`` (index order): answer every page."""
+        for index, address in enumerate(addresses):
+            self.publish_node(index, address)
+
+    def publish_node(self, index: int, address: tuple[str, int] | None) -> None:
+        """Node ``index`` listens at ``address`` now (None: it is gone); the pages that
+        were waiting for it are answered once each has all its nodes."""
+        self.addresses[index] = address
         self.published_at = trio.current_time()
-        self._ready.set()
+        self._changed.set()
+        self._changed = trio.Event()
+
+    def _complete(self, path: str) -> bool:
+        """Whether every node the page lists is listening (the whole network, for a
+        page other than ``/node/<i>``)."""
+        wanted = self._wanted(path)
+        return all(self.addresses[n] is not None for n in wanted)
+
+    def _wanted(self, path: str) -> list[int]:
+        head, _, index = path.strip("/").partition("/")
+        if head == "node" and index.isdigit() and int(index) < self.topology.nodes:
+            return self.topology.out_neighbours(int(index))
+        return list(range(self.topology.nodes))
 
     def url(self, node: int | None = None) -> str:
         page = "gwc" if node is None else f"node/{node}"
@@ -58,20 +80,15 @@ class HostCacheService:
         hosts = self._hosts_for(parts.path)
         if "hostfile" in query and "get" not in query:
             return "".join(f"{format_address(*h)}\n" for h in hosts).encode()
-        age = max(0, int(trio.current_time() - self.published_at)) if self.addresses else 0
+        age = max(0, int(trio.current_time() - self.published_at)) if hosts else 0
         lines = ["I|pong|gnutella-router testnet"]
         lines.extend(f"H|{format_address(*h)}|{age}" for h in hosts)
-        if not self.addresses:
+        if not hosts:
             lines.append("I|WARNING|the test network is not listening yet")
         return ("\n".join(lines) + "\n").encode()
 
     def _hosts_for(self, path: str) -> list[tuple[str, int]]:
-        if not self.addresses:
-            return []
-        head, _, index = path.strip("/").partition("/")
-        if head == "node" and index.isdigit() and int(index) < len(self.addresses):
-            return [self.addresses[n] for n in self.topology.out_neighbours(int(index))]
-        return list(self.addresses)
+        return [a for n in self._wanted(path) if (a := self.addresses[n]) is not None]
 
     async def serve(self, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
         listeners = await trio.open_tcp_listeners(0, host=LOOPBACK)
@@ -93,8 +110,10 @@ class HostCacheService:
                     await stream.send_all(_http(400, b"only GET is served\n"))
                     return
                 self.requests += 1
+                path = urllib.parse.urlsplit(line[1]).path
                 with trio.move_on_after(self.hold):
-                    await self._ready.wait()
+                    while not self._complete(path):
+                        await self._changed.wait()
             await stream.send_all(_http(200, self.body(line[1])))
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
             pass

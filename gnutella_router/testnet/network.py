@@ -1,50 +1,59 @@
-"""A local test network: several routers on loopback in one process, loaded and watched.
+"""A local test network: routers on one machine, in this process or one process each.
 
-Planning is :mod:`.topology`, the bootstrap cache :mod:`.cache`, the spread load client
-:mod:`.spread_load`, and what is written and printed :mod:`.report`; this module runs
-the network.
+Planning is :mod:`.topology`, the bootstrap cache :mod:`.cache`, the nodes themselves
+:mod:`.nodes` (in this process) and :mod:`.children` (OS processes), the spread load
+client :mod:`.spread_load`, and what is written and printed :mod:`.report`; this module
+runs the network.
 
 Theory of operation
 -------------------
 :func:`run_network` runs every step in one trio run:
 
-1. **Plan.** :func:`plan_topology` turns ``ring``, ``star`` or ``random`` into a set of
-   directed links ``(dialer, listener)``; each unordered pair of nodes is linked at most
-   once and no node links to itself. ``random`` is seeded and always contains the ring,
-   so the network is connected whatever the draw.
-2. **Bootstrap.** A small GWebCache (:class:`HostCacheService`) starts on loopback. Each
+1. **Plan.** :func:`plan_topology` turns the chosen topology into a set of directed
+   links ``(dialer, listener)``; each unordered pair of nodes is linked at most once and
+   no node links to itself; the planned network is connected.
+2. **Start.** Each node is a router, either a :class:`~.nodes.LocalNode` in this trio
+   run (cheap to start; every node shares this process's core) or a
+   :class:`~.children.ChildNode`, ``gnutella-router run`` in an OS process of its own
+   (each node on a core the system picks, and a node that crashes takes only itself
+   down). ``mode="auto"`` uses processes above :data:`AUTO_PROCESSES_ABOVE` nodes. The
+   controller reads every node only through its admin pages, in either mode.
+3. **Bootstrap.** A small GWebCache (:class:`HostCacheService`) starts on loopback. Each
    node's ``catcher.gwebcache`` points at its own page, ``/node/<i>``, which lists
    exactly the nodes it should dial, and its ``catcher.min_connections`` is its
    out-degree (plus the ``--seed`` servents, which every node also gets as catcher
-   seeds). The cache holds its answers until every node listens, so the first dial
-   succeeds and the catchers, left to do their usual job, build the planned topology
-   and nothing more. Any other page lists every node, in the v2 format
-   (``H|ip:port|age``), for servents outside the test network.
-3. **Formation.** The run waits, bounded, until every planned link is up (the dialer
+   seeds). The cache learns each node's address as soon as it listens and holds a
+   page until the nodes it lists listen, so the catchers, left to do their usual job,
+   build the planned topology and nothing more. Any other page lists every node, in the
+   v2 format (``H|ip:port|age``), for servents outside the test network.
+4. **Formation.** The run waits, bounded, until every planned link is up (the dialer
    holds an outgoing connection to the listener's address); if one never comes up the
    error names it.
-4. **Traffic.** The project's load client drives the chosen model through the network:
+5. **Traffic.** The project's load client drives the chosen model through the network:
    its injector and one sink connect to node 0, and up to four more sinks to other
    nodes, the farthest first, so query copies are counted after several hops. Pings stop
    one hop from where they enter (routers announce ``Pong-Caching`` to each other and
    answer each other's pings from their pong caches, as gtk-gnutella does), so only the
    sinks on node 0 are owed copies of pings; the report's expected counts say so.
    Sinks are placed only within reach of a TTL 7 query.
-5. **Collect and stop.** Per-node statistics and state go to the results folder, a
+6. **Collect and stop.** Per-node statistics and state go to the results folder, a
    summary is printed, and every node is stopped the daemon's own way (``Bye 200`` to
-   its peers, host cache saved). Ctrl-C (or :meth:`LocalNetwork.request_stop`) ends the
-   traffic or the idle wait early; collection and shutdown still happen. A second
-   Ctrl-C stops at once.
+   its peers, host cache saved); a child that does not exit within the grace period is
+   killed. Ctrl-C (or :meth:`LocalNetwork.request_stop`) ends the traffic or the idle
+   wait early; collection and shutdown still happen. A second Ctrl-C stops at once, and
+   still stops every child process.
 
-A status line is printed about once a second: in place on a terminal, as plain lines
-otherwise.
+A node process that dies during the run is reported with its exit status and the end of
+its log; ``on_node_failure`` says whether the run stops (the default) or goes on
+without it. A status line is printed about once a second: in place on a terminal, as
+plain lines otherwise.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
-import math
 import shutil
 import signal
 import sys
@@ -56,22 +65,29 @@ import trio
 
 from gnutella_router import __version__
 from gnutella_router.config import Config, load_config
-from gnutella_router.daemon import Daemon
 from gnutella_router.net.connection import format_address
-from gnutella_router.observe.admin import write_dump_file
 from gnutella_router.testnet.cache import HostCacheService
+from gnutella_router.testnet.children import ChildNode, stop_children
+from gnutella_router.testnet.nodes import (
+    LocalNode,
+    NetworkNode,
+    NodeError,
+    NodeFailure,
+)
 from gnutella_router.testnet.report import (
     TABLE_ROWS,
-    _full_dump_function,
-    _node_table,
     _owed_pings_only_at_node0,
-    _own_dump,
     _write_json,
+    final_text,
+    node_summary,
+)
+from gnutella_router.testnet.settings import (
+    STARTING_AT_ONCE,
+    NetworkSettings,
 )
 from gnutella_router.testnet.spread_load import SpreadLoadRun
 from gnutella_router.testnet.topology import (
     MAX_REMOTE_SINKS,
-    TOPOLOGIES,
     plan_topology,
     sink_nodes,
 )
@@ -84,16 +100,8 @@ from traffic_models.generator import TrafficGenerator
 from traffic_models.latency import LoadReport
 from traffic_models.mix import mix_by_name_or_path
 
-__all__ = [
-    "DEFAULT_RESULTS",
-    "LocalNetwork",
-    "NetworkError",
-    "NetworkOutcome",
-    "NetworkSettings",
-    "run_network",
-]
+__all__ = ["LocalNetwork", "NetworkError", "NetworkOutcome", "run_network"]
 
-DEFAULT_RESULTS = Path(".gnutella-router") / "testnet"
 LOOPBACK = "127.0.0.1"
 STOP_TIMEOUT = 10.0
 SETTLE_SECONDS = 2.0
@@ -101,60 +109,15 @@ SETTLE_SECONDS = 2.0
 nodes, so that the collected state shows the network itself."""
 STATUS_INTERVAL = 1.0
 MIN_MAX_CONNECTIONS = 32
-
-
-# --------------------------------------------------------------------------- the network
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class NetworkSettings:
-    nodes: int = 5
-    topology: str = "random"
-    degree: int = 1
-    traffic: str = "paper"
-    """A mix name (``paper``, ``trace``, ...) or a mix file."""
-    rate: float = 200.0
-    arrivals: str | None = None
-    """An arrival process (``poisson:500``, ...) instead of a constant ``rate``."""
-    duration: float = 20.0
-    """Seconds of traffic; 0 forms the network and waits for Ctrl-C."""
-    seeds: tuple[str, ...] = ()
-    """Servents outside the test network that every node also dials."""
-    results: Path = DEFAULT_RESULTS
-    base_port: int | None = None
-    """Node i listens on ``base_port + i``; ``None`` lets the system pick."""
-    seed: int = 1
-    form_timeout: float = 20.0
-    late_threshold_ms: float = 1.0
-
-    def __post_init__(self) -> None:
-        if not 1 <= self.nodes <= 200:
-            raise ValueError("--nodes must be from 1 to 200")
-        if self.topology not in TOPOLOGIES:
-            raise ValueError(f"--topology must be one of {', '.join(TOPOLOGIES)}")
-        if self.degree < 0:
-            raise ValueError("--degree must be 0 or more")
-        if not (math.isfinite(self.duration) and self.duration >= 0):
-            raise ValueError("--duration must be 0 or more seconds")
-        if not (math.isfinite(self.rate) and self.rate > 0):
-            raise ValueError("--rate must be a positive number of messages/s")
-        if self.base_port is not None and not (
-            self.base_port >= 1 and self.base_port + self.nodes - 1 <= 65535
-        ):
-            raise ValueError(f"--base-port: ports {self.base_port}..+{self.nodes - 1} do not fit")
-        if self.form_timeout <= 0:
-            raise ValueError("the formation timeout must be positive")
-        # The mix and the arrival process are checked here, before any router starts,
-        # so a typo is refused in a second rather than after the network has formed.
-        try:
-            mix_by_name_or_path(self.traffic)
-        except (OSError, ValueError) as exc:
-            raise ValueError(f"--traffic {self.traffic}: {exc}") from None
-        if self.arrivals is not None:
-            try:
-                parse_arrivals(self.arrivals, seed=self.seed)
-            except ValueError as exc:
-                raise ValueError(f"--arrivals: {exc}") from None
+POLL_SECONDS = {"in-process": 0.05, "processes": 0.25}
+"""How often formation and settling read the nodes' connection tables."""
+CHILD_CATCHER = {
+    # The run's own cache may be asked often, and a node that was not listening yet
+    # when dialled is dialled again soon.
+    "catcher.gwebcache_interval": 2.0,
+    "catcher.backoff_initial": 1.0,
+    "catcher.backoff_max": 5.0,
+}
 
 
 class NetworkError(Exception):
@@ -183,16 +146,19 @@ class LocalNetwork:
         self.settings = settings
         self.out = out if out is not None else sys.stdout
         self.tty = _isatty(self.out)
+        self.mode = settings.node_mode
         self.topology = plan_topology(
             settings.topology, settings.nodes, degree=settings.degree, seed=settings.seed
         )
         self.cache = HostCacheService(self.topology)
-        self.daemons: list[Daemon] = []
+        self.nodes: list[NetworkNode] = []
+        self.failures: list[NodeFailure] = []
         self.phase = "starting"
         self.load_run: SpreadLoadRun | None = None
         self.report: LoadReport | None = None
         self.load_counters: dict[str, Any] | None = None
         self.interrupted = False
+        self.error: str | None = None
         self.formed_after: float | None = None
         self._started = 0.0
         self._stop = trio.Event()
@@ -206,9 +172,22 @@ class LocalNetwork:
     def request_stop(self) -> None:
         """End the traffic (or the idle wait) now; collection and shutdown still run."""
         self.interrupted = True
+        self._end_work()
+
+    def _end_work(self) -> None:
         self._stop.set()
         if self._work is not None:
             self._work.cancel()
+
+    def _node_failed(self, failure: NodeFailure) -> None:
+        """A node process died without being asked to: report it, and stop the run
+        unless it should go on without the node."""
+        self.failures.append(failure)
+        self.cache.publish_node(failure.node, None)
+        self._note(f"warning: {failure.describe()}")
+        if self.settings.on_node_failure == "stop" and self.error is None:
+            self.error = f"node-{failure.node} {failure.reason} (--on-node-failure stop)"
+            self._end_work()
 
     # ------------------------------------------------------------------ the run
 
@@ -216,38 +195,42 @@ class LocalNetwork:
         settings = self.settings
         self._started = trio.current_time()
         results = settings.results
-        error: str | None = None
-        collected: tuple[dict[str, Any], list[dict[str, Any]]] | None = None
+        collected: tuple[list[dict[str, Any]], list[dict[str, Any]]] | None = None
         stopped_in: float | None = None
-        async with trio.open_nursery() as nursery:
-            if handle_signals:
-                nursery.start_soon(self._watch_signals, nursery.cancel_scope)
-            await nursery.start(self.cache.serve)
-            try:
-                self._prepare_results()
-                await self._start_nodes(nursery)
-                nursery.start_soon(self._show_status)
-                with trio.CancelScope() as self._work:
-                    if self._stop.is_set():
-                        self._work.cancel()
-                    await self._form()
-                    await self._drive()
-            except NetworkError as exc:
-                error = str(exc)
-            finally:
-                self.phase = "stopping"
-                if self.daemons:
-                    # Not shielded: a second Ctrl-C cancels this too and stops at once.
-                    with trio.move_on_after(SETTLE_SECONDS):
-                        await _poll_until(self._settled, 0.02)
-                    collected = self._collect()
-                    stopped_in = await self._stop_nodes()
-                self._end_status()
-                nursery.cancel_scope.cancel()
-        summary = self._summary(collected, error, stopped_in)
+        try:
+            async with trio.open_nursery() as nursery:
+                if handle_signals:
+                    nursery.start_soon(self._watch_signals, nursery.cancel_scope)
+                await nursery.start(self.cache.serve)
+                try:
+                    self._prepare_results()
+                    nursery.start_soon(self._show_status)
+                    with trio.CancelScope() as self._work:
+                        if self._stop.is_set():
+                            self._work.cancel()
+                        await self._start_nodes(nursery)
+                        await self._form()
+                        await self._drive()
+                except NetworkError as exc:
+                    self.error = self.error or str(exc)
+                finally:
+                    self.phase = "stopping"
+                    if self.nodes:
+                        # Not shielded: a second Ctrl-C cancels this too and stops at once.
+                        with trio.move_on_after(SETTLE_SECONDS):
+                            await self._poll_until(self._settled)
+                        with trio.move_on_after(STOP_TIMEOUT):
+                            collected = await self._collect()
+                        stopped_in = await self._stop_nodes()
+                    self._end_status()
+                    nursery.cancel_scope.cancel()
+        finally:
+            # Whatever happened above (a second Ctrl-C included), no child outlives us.
+            await stop_children(self.nodes, grace=STOP_TIMEOUT)
+        summary = self._summary(collected, stopped_in)
         if settings.results.is_dir():
             self._write(summary, collected[1] if collected is not None else [])
-        outcome = NetworkOutcome(summary, self.report, error, self.interrupted, results)
+        outcome = NetworkOutcome(summary, self.report, self.error, self.interrupted, results)
         self._print_final(outcome)
         return outcome
 
@@ -266,11 +249,7 @@ class LocalNetwork:
                 self._note(f"results: removed an earlier run's results from {results}")
             results.mkdir(parents=True, exist_ok=True)
             for index in range(self.settings.nodes):
-                state = self.node_dir(index)
-                state.mkdir(exist_ok=True)
-                # A host cache saved by an earlier run would make the catchers dial
-                # yesterday's ports; each run starts from the planned topology.
-                (state / Config().catcher.host_cache_file).unlink(missing_ok=True)
+                self.node_dir(index).mkdir(exist_ok=True)
         except OSError as exc:
             raise NetworkError(f"cannot use results folder {self.settings.results}: {exc}") from exc
 
@@ -282,16 +261,15 @@ class LocalNetwork:
         port = 0 if settings.base_port is None else settings.base_port + index
         out_degree = len(self.topology.out_neighbours(index))
         wanted = out_degree + len(settings.seeds)
-        extra: dict[str, object] = {}
-        if hasattr(Config(), "admin"):
-            # Its default, the node's port + 1, is the next node's port.
-            extra["admin.listen"] = f"{LOOPBACK}:0"
+        extra: dict[str, object] = dict(CHILD_CATCHER) if self.mode == "processes" else {}
         return load_config(
             None,
             {
                 **extra,
                 "node.listen": f"{LOOPBACK}:{port}",
-                "node.state_dir": str(self.node_dir(index)),
+                # Its default, the node's port + 1, is the next node's port.
+                "admin.listen": f"{LOOPBACK}:0",
+                "node.state_dir": str(self.node_dir(index).resolve()),
                 "log.level": "warning",
                 "catcher.gwebcache": self.cache.url(index),
                 "catcher.seeds": list(settings.seeds),
@@ -308,43 +286,98 @@ class LocalNetwork:
             },
         )
 
+    def _new_node(self, index: int, limiter: trio.CapacityLimiter) -> NetworkNode:
+        if self.mode == "processes":
+            return ChildNode(
+                index,
+                self.node_dir(index),
+                on_failure=self._node_failed,
+                start_timeout=self.settings.formation_timeout,
+                limiter=limiter,
+            )
+        return LocalNode(index, self.node_dir(index))
+
     async def _start_nodes(self, nursery: trio.Nursery) -> None:
+        # A host cache saved by an earlier run would make the catchers dial
+        # yesterday's ports; each run starts from the planned topology.
         for index in range(self.settings.nodes):
-            config = self.node_config(index)
-            daemon = Daemon(config)
-            failure: BaseException | None = None
-            try:
-                await nursery.start(daemon.run)
-            except* OSError as group:
-                # Binding the listener is what fails in practice (a --base-port in use).
-                failure = _first_leaf(group)
-            if failure is not None:
-                raise NetworkError(f"cannot start node-{index} on {config.node.listen}: {failure}")
-            self.daemons.append(daemon)
-        self.cache.publish([d.address for d in self.daemons])
+            (self.node_dir(index) / Config().catcher.host_cache_file).unlink(missing_ok=True)
+        admin_threads = trio.CapacityLimiter(16)
+        self.nodes = [self._new_node(i, admin_threads) for i in range(self.settings.nodes)]
+        at_once = trio.Semaphore(STARTING_AT_ONCE if self.mode == "processes" else 1)
+        errors: list[str] = []
+
+        async def start(node: NetworkNode) -> None:
+            async with at_once:
+                try:
+                    await node.start(nursery, self.node_config(node.index))
+                except NodeError as exc:
+                    errors.append(str(exc))
+                    if node.failure is not None:
+                        self.failures.append(node.failure)
+                    return
+            assert node.address is not None
+            self.cache.publish_node(node.index, node.address)
+
+        async with trio.open_nursery() as starting:
+            for node in self.nodes:
+                starting.start_soon(start, node)
+        if errors and (self.settings.on_node_failure == "stop" or len(errors) == len(self.nodes)):
+            raise NetworkError(
+                errors[0]
+                if len(errors) == 1
+                else f"{len(errors)} nodes did not start; first: {errors[0]}"
+            )
+        for error in errors:
+            self._note(f"warning: {error} (going on without it)")
         self.phase = "forming"
 
     # ------------------------------------------------------------------ formation
 
+    def _alive(self, index: int) -> bool:
+        return self.nodes[index].running()
+
     def link_up(self, dialer: int, listener: int) -> bool:
-        target = self.daemons[listener].address
-        return any(
-            c.role == "outgoing" and not c.closing and c.peer == target
-            for c in self.daemons[dialer].server.connections.snapshot()
-        )
+        target = self.nodes[listener].peer_name
+        return bool(target) and self.nodes[dialer].view.has_peer(target, "outgoing")
 
     def missing_links(self) -> list[tuple[int, int]]:
-        return [(a, b) for a, b in self.topology.links if not self.link_up(a, b)]
+        """Planned links that are not up, between nodes that are running."""
+        return [
+            (a, b)
+            for a, b in self.topology.links
+            if self._alive(a) and self._alive(b) and not self.link_up(a, b)
+        ]
+
+    async def refresh(self, *, totals: bool = False) -> None:
+        """Read every running node's connections (and totals) again, all at once."""
+
+        async def read(node: NetworkNode) -> None:
+            # A node that cannot answer keeps its last view; its death is reported.
+            with contextlib.suppress(NodeError):
+                await node.refresh(totals=totals)
+
+        async with trio.open_nursery() as nursery:
+            for node in self.nodes:
+                if node.running():
+                    nursery.start_soon(read, node)
+
+    async def _poll_until(self, done: Callable[[], bool], *, totals: bool = False) -> None:
+        """Return once ``done()`` holds for freshly read views."""
+        while True:
+            await self.refresh(totals=totals)
+            if done():
+                return
+            await trio.sleep(POLL_SECONDS[self.mode])
 
     async def _form(self) -> None:
-        timeout = self.settings.form_timeout
+        timeout = self.settings.formation_timeout
         with trio.move_on_after(timeout):
-            await _poll_until(lambda: not self.missing_links(), 0.05)
+            await self._poll_until(lambda: not self.missing_links())
         missing = self.missing_links()
         if missing:
             names = ", ".join(
-                f"node-{a} -> node-{b} ({format_address(*self.daemons[b].address)})"
-                for a, b in missing
+                f"node-{a} -> node-{b} ({self.nodes[b].peer_name})" for a, b in missing
             )
             raise NetworkError(
                 f"the network did not form within {timeout:g} s: "
@@ -358,16 +391,15 @@ class LocalNetwork:
         """Give the outside servents a few seconds; a missing one is a warning only."""
         wanted = await _resolve_seeds(self.settings.seeds)
         with trio.move_on_after(5.0):
-            await _poll_until(lambda: not self._unconnected_seeds(wanted), 0.1)
+            await self._poll_until(lambda: not self._unconnected_seeds(wanted))
         for seed in self._unconnected_seeds(wanted):
             self._note(f"warning: not every node is connected to seed {seed}")
 
-    def _unconnected_seeds(self, wanted: dict[str, set[tuple[str, int]]]) -> list[str]:
+    def _unconnected_seeds(self, wanted: dict[str, set[str]]) -> list[str]:
         missing = []
         for seed, addresses in wanted.items():
-            for daemon in self.daemons:
-                known = daemon.server.connections.addresses()
-                if not known & addresses:
+            for node in self.nodes:
+                if node.running() and not any(node.view.has_peer(a) for a in addresses):
                     missing.append(seed)
                     break
         return missing
@@ -378,10 +410,10 @@ class LocalNetwork:
         settings = self.settings
         if settings.duration == 0:
             self.phase = "up"
-            for index, daemon in enumerate(self.daemons[:TABLE_ROWS]):
-                admin = _admin_address(daemon)
-                where = f" (admin {format_address(*admin)})" if admin else ""
-                self._note(f"node-{index} {format_address(*daemon.address)}{where}")
+            for node in self.nodes[:TABLE_ROWS]:
+                admin = node.admin_address
+                where = f" (admin {_format(admin)})" if admin else ""
+                self._note(f"node-{node.index} {node.peer_name}{where}")
             self._note("the network is up; Ctrl-C stops it")
             await self._stop.wait()
             return
@@ -396,9 +428,9 @@ class LocalNetwork:
         except ValueError as exc:
             raise NetworkError(str(exc)) from exc
         traffic = TrafficGenerator(mix=mix, arrivals=arrivals, seed=settings.seed)
-        node0 = self.daemons[0].address
-        remote = sink_nodes(self.topology)
-        targets = [(0, node0), (0, node0)] + [(n, self.daemons[n].address) for n in remote]
+        node0 = self._address(0)
+        remote = [n for n in sink_nodes(self.topology) if self._alive(n)]
+        targets = [(0, node0), (0, node0)] + [(n, self._address(n)) for n in remote]
         load_settings = LoadSettings(
             target=node0,
             peers=len(targets),
@@ -417,11 +449,18 @@ class LocalNetwork:
             self.load_counters = self.load_run.counters()
         self.report = _owed_pings_only_at_node0(report, local_sinks=1)
 
-    def _registered(self, node: int, address: tuple[str, int]) -> bool:
-        return any(
-            c.peer == address and not c.closing
-            for c in self.daemons[node].server.connections.snapshot()
-        )
+    def _address(self, index: int) -> tuple[str, int]:
+        address = self.nodes[index].address
+        if address is None or not self._alive(index):
+            raise NetworkError(f"node-{index} is not running")
+        return address
+
+    async def _registered(self, node: int, address: tuple[str, int]) -> bool:
+        try:
+            view = await self.nodes[node].refresh(totals=False)
+        except NodeError:
+            return False
+        return view.has_peer(_format(address))
 
     # ------------------------------------------------------------------ collection
 
@@ -429,59 +468,46 @@ class LocalNetwork:
         """No node holds more than its planned links (the load client's peers are gone)."""
         extra = len(self.settings.seeds)
         return all(
-            len(d.server.connections) <= self.topology.degree(i) + extra
-            for i, d in enumerate(self.daemons)
+            len(n.view.open_connections()) <= self.topology.degree(n.index) + extra
+            for n in self.nodes
+            if n.running()
         )
 
-    def _collect(self) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-        """Per-node summaries and full states, taken while the nodes still run."""
-        dump = _full_dump_function()
-        nodes = []
-        states = []
-        for index, daemon in enumerate(self.daemons):
-            nodes.append(self._node_summary(index, daemon))
-            try:
-                state = dump(daemon) if dump is not None else _own_dump(daemon)
-            except Exception as exc:  # a broken dump must not lose the rest
-                state = {"error": f"{exc.__class__.__name__}: {exc}"}
-            states.append(state)
-        return {"nodes": nodes}, states
+    async def _collect(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """Per-node summaries and full states, read while the nodes still run."""
+        summaries: list[dict[str, Any]] = [{} for _ in self.nodes]
+        states: list[dict[str, Any]] = [{} for _ in self.nodes]
 
-    def _node_summary(self, index: int, daemon: Daemon) -> dict[str, Any]:
-        server = daemon.server.statistics()
-        router = daemon.router.statistics()
-        return {
-            "node": index,
-            "address": format_address(*daemon.address),
-            "admin": format_address(*admin) if (admin := _admin_address(daemon)) else None,
-            "guid": daemon.guid.hex(),
-            "planned_out": self.topology.out_neighbours(index),
-            "connections": server.connections,
-            "incoming": server.incoming,
-            "outgoing": server.outgoing,
-            "received": router.received,
-            "forwarded": router.forwarded,
-            "generated": router.generated,
-            "dropped": router.dropped,
-            "received_total": sum(router.received.values()),
-            "forwarded_total": sum(router.forwarded.values()),
-            "dropped_total": daemon.router.total_dropped(),
-            "route_tables": {name: table.size for name, table in router.tables.items()},
-        }
+        async def read(node: NetworkNode) -> None:
+            planned = self.topology.out_neighbours(node.index)
+            try:
+                stats = await node.get("/stats")
+                connections = await node.get("/connections")
+                summaries[node.index] = node_summary(node, planned, stats, connections)
+            except (NodeError, KeyError, TypeError, ValueError) as exc:
+                summaries[node.index] = node_summary(node, planned, None, None, str(exc))
+            try:
+                states[node.index] = await node.get("/dump")
+            except NodeError as exc:  # a broken dump must not lose the rest
+                states[node.index] = {"error": str(exc)}
+
+        async with trio.open_nursery() as nursery:
+            for node in self.nodes:
+                nursery.start_soon(read, node)
+        return summaries, states
 
     async def _stop_nodes(self) -> float:
         started = trio.current_time()
-        for daemon in self.daemons:
-            daemon.request_stop()
-        with trio.move_on_after(STOP_TIMEOUT):
-            for daemon in self.daemons:
-                await daemon.stopped.wait()
+        for node in self.nodes:
+            node.request_stop()
+        async with trio.open_nursery() as nursery:
+            for node in self.nodes:
+                nursery.start_soon(node.wait_stopped, STOP_TIMEOUT)
         return trio.current_time() - started
 
     def _summary(
         self,
-        collected: tuple[dict[str, Any], list[dict[str, Any]]] | None,
-        error: str | None,
+        collected: tuple[list[dict[str, Any]], list[dict[str, Any]]] | None,
         stopped_in: float | None,
     ) -> dict[str, Any]:
         settings = self.settings
@@ -490,9 +516,15 @@ class LocalNetwork:
             load = json.loads(self.report.to_json())
         elif self.load_counters is not None:
             load = {"interrupted": True, **self.load_counters}
+        rows = collected[0] if collected else []
+        for row in rows:
+            node = self.nodes[row["node"]]
+            if isinstance(node, ChildNode):  # read now: the exits came after collection
+                row["exit_status"] = node.exit_status
         return {
             "settings": {
                 "nodes": settings.nodes,
+                "mode": self.mode,
                 "topology": settings.topology,
                 "degree": settings.degree,
                 "traffic": settings.traffic,
@@ -502,6 +534,7 @@ class LocalNetwork:
                 "seeds": list(settings.seeds),
                 "base_port": settings.base_port,
                 "seed": settings.seed,
+                "on_node_failure": settings.on_node_failure,
             },
             "topology": {
                 "kind": self.topology.kind,
@@ -509,11 +542,12 @@ class LocalNetwork:
                 "sinks_on": [0, *sink_nodes(self.topology)] if settings.duration else [],
             },
             "formed_after_seconds": _rounded(self.formed_after),
-            "nodes": collected[0]["nodes"] if collected else [],
+            "nodes": rows,
+            "failures": [dataclasses.asdict(f) for f in self.failures],
             "load": load,
             "interrupted": self.interrupted,
-            "error": error,
-            "stopped": all(d.stopped.is_set() for d in self.daemons),
+            "error": self.error,
+            "stopped": not any(n.running() for n in self.nodes),
             "stop_seconds": _rounded(stopped_in),
         }
 
@@ -534,16 +568,16 @@ class LocalNetwork:
     def status_line(self) -> str:
         now = trio.current_time()
         elapsed = now - self._started
-        up = sum(1 for d in self.daemons if not d.stopped.is_set())
-        links = len(self.topology.links) - len(self.missing_links()) if self.daemons else 0
-        connections = sum(len(d.server.connections) for d in self.daemons)
-        routed = sum(sum(d.router.received) for d in self.daemons)
-        dropped = sum(d.router.total_dropped() for d in self.daemons)
+        running = [n for n in self.nodes if n.running()]
+        links = len(self.topology.links) - len(self.missing_links()) if running else 0
+        connections = sum(len(n.view.open_connections()) for n in running)
+        routed = sum(n.view.received for n in self.nodes)
+        dropped = sum(n.view.dropped for n in self.nodes)
         span = now - self._last_at
         rate = (routed - self._last_routed) / span if self._last_at and span > 0 else 0.0
         self._last_routed, self._last_at = routed, now
         line = (
-            f"[{elapsed:6.1f} s] {self.phase:<8} nodes {up}/{self.settings.nodes}  "
+            f"[{elapsed:6.1f} s] {self.phase:<8} nodes {len(running)}/{self.settings.nodes}  "
             f"links {links}/{len(self.topology.links)}  conns {connections}  "
             f"routed {routed:,} ({rate:,.0f}/s)  dropped {dropped:,}"
         )
@@ -558,6 +592,8 @@ class LocalNetwork:
     async def _show_status(self) -> None:
         while True:
             await trio.sleep(STATUS_INTERVAL)
+            with trio.move_on_after(STATUS_INTERVAL):
+                await self.refresh(totals=True)
             line = self.status_line()
             if self.tty:
                 # Rewritten in place, so it must fit on one terminal line.
@@ -573,43 +609,8 @@ class LocalNetwork:
             self._status_shown = False
 
     def _print_final(self, outcome: NetworkOutcome) -> None:
-        summary = outcome.summary
-        out = self.out
-        print(file=out)
-        topology = self.topology
-        formed = summary["formed_after_seconds"]
-        print(
-            f"test network: {_count(topology.nodes, 'node')}, {topology.kind} topology, "
-            f"{_count(len(topology.links), 'link')}"
-            + (f", formed in {formed:.1f} s" if formed is not None else ""),
-            file=out,
-        )
-        if self.report is not None:
-            print(self.report.to_text(), file=out)
-            print(
-                "(sinks on nodes "
-                + ", ".join(str(n) for n in summary["topology"]["sinks_on"])
-                + ": latency is from the scheduled send to a sink, one or more hops)",
-                file=out,
-            )
-        elif isinstance(summary["load"], dict):
-            load = summary["load"]
-            print(
-                f"traffic interrupted: sent {load['sent']:,}, "
-                f"{load['copies']:,} copies reached the sinks",
-                file=out,
-            )
-        if summary["nodes"]:
-            print(file=out)
-            print(_node_table(summary["nodes"]), file=out)
-        if outcome.error is not None:
-            print(f"\nerror: {outcome.error}", file=out)
-        stop = summary["stop_seconds"]
-        if stop is not None:
-            state = "stopped" if summary["stopped"] else "NOT all stopped"
-            nodes = _count(len(self.daemons), "node")
-            print(f"\n{nodes} {state} (Bye sent) in {stop:.2f} s", file=out)
-        print(f"results: {outcome.results}", file=out, flush=True)
+        text = final_text(outcome.summary, self.report, outcome.results)
+        print("\n" + text, file=self.out, flush=True)
 
     async def _watch_signals(self, everything: trio.CancelScope) -> None:
         with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGUSR1) as signals:
@@ -627,13 +628,15 @@ class LocalNetwork:
         """SIGUSR1: every running node writes its full dump into its own folder, as a
         single router does on SIGUSR1; the network carries on."""
         written = 0
-        for index, daemon in enumerate(self.daemons):
+        for node in self.nodes:
+            if not node.running():
+                continue
             try:
-                await write_dump_file(daemon, self.node_dir(index))
+                await node.write_dump()
                 written += 1
-            except OSError as exc:
-                self._note(f"node-{index}: dump not written: {exc}")
-        self._note(f"SIGUSR1: wrote a dump for {written} node(s) into their node-* folders")
+            except NodeError as exc:
+                self._note(str(exc))
+        self._note(f"SIGUSR1: {written} node(s) write a dump into their node-* folders")
 
 
 async def run_network(
@@ -646,29 +649,8 @@ async def run_network(
 # --------------------------------------------------------------------------- helpers
 
 
-async def _poll_until(done: Callable[[], bool], interval: float) -> None:
-    """Return once ``done()`` holds; connection tables have no event to wait on."""
-    while True:
-        if done():
-            return
-        await trio.sleep(interval)
-
-
-def _admin_address(daemon: Daemon) -> tuple[str, int] | None:
-    """Where the node's admin interface listens, if it has one."""
-    address = getattr(daemon, "admin_address", None)
-    return (str(address[0]), int(address[1])) if address else None
-
-
-def _first_leaf(error: BaseException) -> BaseException:
-    """The first exception that is not a group, however deeply nested."""
-    while isinstance(error, BaseExceptionGroup) and error.exceptions:
-        error = error.exceptions[0]
-    return error
-
-
-def _count(number: int, noun: str) -> str:
-    return f"{number} {noun}" if number == 1 else f"{number} {noun}s"
+def _format(address: tuple[str, int]) -> str:
+    return format_address(*address)
 
 
 def _rounded(value: float | None) -> float | None:
@@ -682,18 +664,18 @@ def _isatty(stream: TextIO) -> bool:
         return False
 
 
-async def _resolve_seeds(seeds: Sequence[str]) -> dict[str, set[tuple[str, int]]]:
-    """Each seed and the literal addresses a connection to it may show."""
+async def _resolve_seeds(seeds: Sequence[str]) -> dict[str, set[str]]:
+    """Each seed and the ``HOST:PORT`` texts a node's connection to it may show."""
     from gnutella_router.config import parse_host_port
 
-    wanted: dict[str, set[tuple[str, int]]] = {}
+    wanted: dict[str, set[str]] = {}
     for seed in seeds:
         host, port = parse_host_port(seed, key="--seed", allow_port_zero=False)
-        addresses = {(host, port)}
+        addresses = {format_address(host, port)}
         try:
             with trio.fail_after(5):
                 infos = await trio.socket.getaddrinfo(host, port, type=trio.socket.SOCK_STREAM)
-            addresses.update((str(info[4][0]), port) for info in infos)
+            addresses.update(format_address(str(info[4][0]), port) for info in infos)
         except (OSError, trio.TooSlowError):
             pass
         wanted[seed] = addresses

@@ -3,18 +3,15 @@
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import json
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import trio
-
-from gnutella_router.config import config_as_dict
-from gnutella_router.daemon import Daemon
 from gnutella_router.net.connection import format_address
+from gnutella_router.testnet.children import ChildNode
+from gnutella_router.testnet.nodes import NetworkNode, NodeFailure, totals_from_stats
 from traffic_models.latency import LoadReport
 
 TABLE_ROWS = 32
@@ -31,28 +28,62 @@ def _owed_pings_only_at_node0(report: LoadReport, *, local_sinks: int) -> LoadRe
     return dataclasses.replace(report, expected=expected)
 
 
-def _full_dump_function() -> Callable[[Daemon], dict[str, Any]] | None:
-    """The admin interface's ``full_dump`` when the project has one."""
-    try:
-        module = importlib.import_module("gnutella_router.observe.dumps")
-    except ImportError:
-        return None
-    dump = getattr(module, "full_dump", None)
-    return dump if callable(dump) else None
-
-
-def _own_dump(daemon: Daemon) -> dict[str, Any]:
-    """A node's state from its statistics records, when there is no admin dump."""
-    now = trio.current_time()
-    return {
-        "address": format_address(*daemon.address),
-        "guid": daemon.guid.hex(),
-        "config": config_as_dict(daemon.config),
-        "stages": _plain(daemon.registry.statistics()),
-        "router": _plain(daemon.router.statistics()),
-        "catcher": _plain(daemon.catcher.statistics()),
-        "connections": [_plain(c.statistics(now)) for c in daemon.server.connections.snapshot()],
+def node_summary(
+    node: NetworkNode,
+    planned_out: list[int],
+    stats: Any,
+    connections: Any,
+    error: str | None = None,
+) -> dict[str, Any]:
+    """One row of ``summary.json``'s nodes, from the node's ``/stats`` and
+    ``/connections`` pages (None, with ``error``, when they could not be read)."""
+    row: dict[str, Any] = {
+        "node": node.index,
+        "kind": node.kind,
+        "address": node.peer_name,
+        "admin": None if node.admin_address is None else format_address(*node.admin_address),
+        "guid": node.guid,
+        "planned_out": planned_out,
     }
+    if isinstance(node, ChildNode):
+        row["pid"] = node.pid
+        row["exit_status"] = node.exit_status
+    if node.failure is not None:
+        row["failure"] = node.failure.describe()
+    if stats is None or connections is None:
+        return {**row, "error": error, **_EMPTY_COUNTS}
+    router = stats["router"]
+    server = stats["server"]
+    received, dropped = totals_from_stats(stats)
+    return {
+        **row,
+        "connections": len([c for c in connections if not c.get("closing")]),
+        "incoming": server["incoming"],
+        "outgoing": server["outgoing"],
+        "received": router["received"],
+        "forwarded": router["forwarded"],
+        "generated": router["generated"],
+        "dropped": router["dropped"],
+        "received_total": received,
+        "forwarded_total": sum(router["forwarded"].values()),
+        "dropped_total": dropped,
+        "route_tables": {name: table["size"] for name, table in router["tables"].items()},
+    }
+
+
+_EMPTY_COUNTS: dict[str, Any] = {
+    "connections": 0,
+    "incoming": 0,
+    "outgoing": 0,
+    "received": {},
+    "forwarded": {},
+    "generated": {},
+    "dropped": {},
+    "received_total": 0,
+    "forwarded_total": 0,
+    "dropped_total": 0,
+    "route_tables": {},
+}
 
 
 def _plain(value: object) -> Any:
@@ -99,3 +130,44 @@ def _node_table(nodes: Sequence[dict[str, Any]], limit: int = TABLE_ROWS) -> str
     if len(nodes) > limit:
         rows.append(f"... and {len(nodes) - limit} more nodes in summary.json")
     return "\n".join(rows)
+
+
+def final_text(summary: dict[str, Any], report: LoadReport | None, results: Path) -> str:
+    """What a run prints at its end: the network, the load report, the node table,
+    failures and errors, how the nodes stopped, and where the results are."""
+    settings, topology = summary["settings"], summary["topology"]
+    formed = summary["formed_after_seconds"]
+    lines = [
+        f"test network: {_count(settings['nodes'], 'node')} ({settings['mode']}), "
+        f"{topology['kind']} topology, {_count(len(topology['links']), 'link')}"
+        + (f", formed in {formed:.1f} s" if formed is not None else "")
+    ]
+    if report is not None:
+        lines.append(report.to_text())
+        sinks = ", ".join(str(n) for n in topology["sinks_on"])
+        lines.append(
+            f"(sinks on nodes {sinks}: latency is from the scheduled send to a sink, "
+            "one or more hops)"
+        )
+    elif isinstance(summary["load"], dict):
+        load = summary["load"]
+        lines.append(
+            f"traffic interrupted: sent {load['sent']:,}, "
+            f"{load['copies']:,} copies reached the sinks"
+        )
+    if summary["nodes"]:
+        lines += ["", _node_table(summary["nodes"])]
+    for failure in summary["failures"]:
+        lines += ["", f"node failure: {NodeFailure(**failure).describe()}"]
+    if summary["error"] is not None:
+        lines += ["", f"error: {summary['error']}"]
+    stop = summary["stop_seconds"]
+    if stop is not None:
+        state = "stopped" if summary["stopped"] else "NOT all stopped"
+        lines += ["", f"{_count(settings['nodes'], 'node')} {state} (Bye sent) in {stop:.2f} s"]
+    lines.append(f"results: {results}")
+    return "\n".join(lines)
+
+
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}" if number == 1 else f"{number} {noun}s"

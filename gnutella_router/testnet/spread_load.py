@@ -8,7 +8,7 @@ only through the router the injector talks to.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import trio
@@ -43,7 +43,7 @@ class SpreadLoadRun(LoadRun):
         settings: LoadSettings,
         traffic: Traffic,
         targets: Sequence[tuple[int, tuple[str, int]]],
-        registered: Callable[[int, tuple[str, int]], bool],
+        registered: Callable[[int, tuple[str, int]], Awaitable[bool]],
     ) -> None:
         super().__init__(settings, traffic)
         self.targets = list(targets)
@@ -68,13 +68,19 @@ class SpreadLoadRun(LoadRun):
         ]
         counter = itertools.count(1)
         with trio.move_on_after(PROBE_TIMEOUT):
-            while not (local <= self.probe_seen and all(self.registered(n, a) for n, a in remote)):
+            while not (local <= self.probe_seen and await self._all_registered(remote)):
                 # A fresh GUID per probe: a lost one must not make the rest duplicates.
                 guid = stamp_guid(0, self.run_id, next(counter))
                 await injector.send(encode_message(Message(guid, 2, 0, Ping())))
                 await trio.sleep(0.05)
             return
         raise LoadError(f"the sinks were not all reachable within {PROBE_TIMEOUT:g} s")
+
+    async def _all_registered(self, remote: Sequence[tuple[int, tuple[str, int]]]) -> bool:
+        for node, address in remote:
+            if not await self.registered(node, address):
+                return False
+        return True
 
     def counters(self) -> dict[str, Any]:
         """What the run has done so far (for the status line and an interrupted run)."""

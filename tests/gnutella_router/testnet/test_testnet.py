@@ -19,7 +19,8 @@ import trio
 from gnutella_router.cli.main import build_parser, main
 from gnutella_router.discovery.gwebcache import fetch_hosts
 from gnutella_router.testnet.cache import HostCacheService
-from gnutella_router.testnet.network import LocalNetwork, NetworkSettings, run_network
+from gnutella_router.testnet.network import LocalNetwork, run_network
+from gnutella_router.testnet.settings import NetworkSettings
 from gnutella_router.testnet.topology import Topology, plan_topology, sink_nodes
 
 # --- topologies ------------------------------------------------------------------------
@@ -348,3 +349,34 @@ def test_signals_on_a_running_testnet(tmp_path: Path) -> None:
     assert (results / "summary.json").is_file()
     dump = json.loads(next((results / "node-0").glob("dump-*.json")).read_text())
     assert "tasks" in dump
+
+
+@pytest.mark.e2e
+async def test_a_node_page_waits_only_for_the_nodes_it_lists() -> None:
+    # Node 1 dials node 2 in a ring of 3: its page is complete once node 2 listens,
+    # whoever else is still starting; after the hold it answers with what listens.
+    cache = HostCacheService(plan_topology("ring", 3), hold=0.5)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(cache.serve)
+        answers: dict[int, object] = {}
+
+        async def ask(node: int) -> None:
+            answers[node] = (await fetch_hosts(cache.url(node), timeout=5)).hosts
+
+        nursery.start_soon(ask, 1)
+        await trio.sleep(0.1)
+        cache.publish_node(0, ("127.0.0.1", 9000))
+        await trio.sleep(0.1)
+        assert answers == {}  # node 0 is not on node 1's page
+        cache.publish_node(2, ("127.0.0.1", 9002))
+        with trio.fail_after(5):
+            while 1 not in answers:
+                await trio.sleep(0.01)
+        assert answers[1] == (("127.0.0.1", 9002),)
+
+        cache.publish_node(0, None)  # node 0 left: node 2's page is empty until the hold ends
+        started = trio.current_time()
+        await ask(2)
+        assert trio.current_time() - started >= 0.45
+        assert answers[2] == ()
+        nursery.cancel_scope.cancel()

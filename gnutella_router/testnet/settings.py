@@ -1,0 +1,105 @@
+"""What a test network run is asked to do, checked before anything starts.
+
+:class:`NetworkSettings` holds the command line's choices and refuses nonsense (a typo
+in a mix, a port range that does not fit, too many nodes for the mode) in a second,
+before any router starts; it also decides what ``mode="auto"`` means for a network of
+that size.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from pathlib import Path
+
+from gnutella_router.testnet.topology import TOPOLOGIES
+from traffic_models.arrivals import parse_arrivals
+from traffic_models.mix import mix_by_name_or_path
+
+DEFAULT_RESULTS = Path(".gnutella-router") / "testnet"
+MODES = ("auto", "in-process", "processes")
+AUTO_PROCESSES_ABOVE = 8
+"""``mode="auto"``: up to this many nodes share this process (they start in a moment);
+more get a process each (each has a core to itself, as far as the machine has cores)."""
+MAX_NODES = {"in-process": 500, "processes": 300}
+ON_NODE_FAILURE = ("stop", "continue")
+STARTING_AT_ONCE = 4
+"""Child processes starting at the same time: Python's start-up is CPU work, and more at
+once only makes each slower to listen."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class NetworkSettings:
+    nodes: int = 5
+    topology: str = "random"
+    degree: int = 1
+    traffic: str = "paper"
+    """A mix name (``paper``, ``trace``, ...) or a mix file."""
+    rate: float = 200.0
+    arrivals: str | None = None
+    """An arrival process (``poisson:500``, ...) instead of a constant ``rate``."""
+    duration: float = 20.0
+    """Seconds of traffic; 0 forms the network and waits for Ctrl-C."""
+    seeds: tuple[str, ...] = ()
+    """Servents outside the test network that every node also dials."""
+    results: Path = DEFAULT_RESULTS
+    base_port: int | None = None
+    """Node i listens on ``base_port + i``; ``None`` lets the system pick."""
+    seed: int = 1
+    form_timeout: float | None = None
+    """Seconds for every link to come up; None: 20 s, plus start-up time for processes."""
+    late_threshold_ms: float = 1.0
+    mode: str = "auto"
+    """``in-process``, ``processes``, or ``auto`` (processes above a handful of nodes)."""
+    on_node_failure: str = "stop"
+    """What a node process dying does to the run: ``stop`` it, or ``continue`` without it."""
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise ValueError(f"--mode must be one of {', '.join(MODES)}")
+        if self.on_node_failure not in ON_NODE_FAILURE:
+            raise ValueError(f"--on-node-failure must be one of {', '.join(ON_NODE_FAILURE)}")
+        most = MAX_NODES[self.node_mode]
+        if not 1 <= self.nodes <= most:
+            raise ValueError(f"--nodes must be from 1 to {most} in {self.node_mode} mode")
+        if self.topology not in TOPOLOGIES:
+            raise ValueError(f"--topology must be one of {', '.join(TOPOLOGIES)}")
+        if self.degree < 0:
+            raise ValueError("--degree must be 0 or more")
+        if not (math.isfinite(self.duration) and self.duration >= 0):
+            raise ValueError("--duration must be 0 or more seconds")
+        if not (math.isfinite(self.rate) and self.rate > 0):
+            raise ValueError("--rate must be a positive number of messages/s")
+        if self.base_port is not None and not (
+            self.base_port >= 1 and self.base_port + self.nodes - 1 <= 65535
+        ):
+            raise ValueError(f"--base-port: ports {self.base_port}..+{self.nodes - 1} do not fit")
+        if self.form_timeout is not None and self.form_timeout <= 0:
+            raise ValueError("the formation timeout must be positive")
+        # The mix and the arrival process are checked here, before any router starts,
+        # so a typo is refused in a second rather than after the network has formed.
+        try:
+            mix_by_name_or_path(self.traffic)
+        except (OSError, ValueError) as exc:
+            raise ValueError(f"--traffic {self.traffic}: {exc}") from None
+        if self.arrivals is not None:
+            try:
+                parse_arrivals(self.arrivals, seed=self.seed)
+            except ValueError as exc:
+                raise ValueError(f"--arrivals: {exc}") from None
+
+    @property
+    def node_mode(self) -> str:
+        """``in-process`` or ``processes``: what ``auto`` means for this many nodes."""
+        if self.mode != "auto":
+            return self.mode
+        return "processes" if self.nodes > AUTO_PROCESSES_ABOVE else "in-process"
+
+    @property
+    def formation_timeout(self) -> float:
+        if self.form_timeout is not None:
+            return self.form_timeout
+        if self.node_mode == "processes":
+            # Nodes start STARTING_AT_ONCE at a time, each in about a second of CPU.
+            return 20.0 + 1.5 * self.nodes / STARTING_AT_ONCE
+        return 20.0
