@@ -65,6 +65,19 @@ def add_testnet_parser(commands: argparse._SubParsersAction[argparse.ArgumentPar
     )
     testnet.set_defaults(mode="auto")
     testnet.add_argument(
+        "--netns",
+        action="store_true",
+        help="Linux, as root: every node in a network namespace of its own with its own "
+        "address on a private bridge (a /16 of 10.64.0.0/10); namespaces, veths and "
+        "bridge are named grtXXXX* and removed when the run ends (implies --processes)",
+    )
+    testnet.add_argument(
+        "--cleanup",
+        action="store_true",
+        help="remove what killed --netns runs left (namespaces named grtXXXX-n*, the "
+        "processes in them, their bridges and veths), then exit",
+    )
+    testnet.add_argument(
         "--on-node-failure",
         choices=ON_NODE_FAILURE,
         default="stop",
@@ -156,7 +169,16 @@ def add_testnet_parser(commands: argparse._SubParsersAction[argparse.ArgumentPar
 
 def cmd_testnet(args: argparse.Namespace) -> int:
     from gnutella_router.logs import configure_logging
+    from gnutella_router.testnet import namespaces
 
+    if args.cleanup:
+        return _cleanup()
+    if args.netns:
+        try:
+            namespaces.check_available()
+        except namespaces.NamespaceError as exc:
+            print(f"gnutella-router testnet: {exc}", file=sys.stderr)
+            return 2
     try:
         for seed in args.seed:
             parse_host_port(seed, key="--seed", allow_port_zero=False)
@@ -174,6 +196,7 @@ def cmd_testnet(args: argparse.Namespace) -> int:
             seed=args.seed_value,
             form_timeout=args.form_timeout,
             mode=args.mode,
+            netns=args.netns,
             on_node_failure=args.on_node_failure,
         )
     except (ConfigError, ValueError) as exc:
@@ -189,3 +212,21 @@ def cmd_testnet(args: argparse.Namespace) -> int:
     if outcome.interrupted:
         return INTERRUPTED
     return 0 if outcome.ok else 1
+
+
+def _cleanup() -> int:
+    """``--cleanup``: remove a killed run's namespaces and links; 0 when none is left."""
+    from gnutella_router.testnet import namespaces
+
+    try:
+        removed, problems = namespaces.remove_leftovers()
+    except namespaces.NamespaceError as exc:
+        print(f"gnutella-router testnet --cleanup: {exc}", file=sys.stderr)
+        return 2
+    for thing in removed:
+        print(f"removed {thing}")
+    for problem in problems:
+        print(f"gnutella-router testnet --cleanup: {problem}", file=sys.stderr)
+    if not removed and not problems:
+        print("nothing to clean up: no test network namespaces or links are left")
+    return 1 if problems else 0

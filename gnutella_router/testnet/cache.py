@@ -26,7 +26,8 @@ LOOPBACK = "127.0.0.1"
 
 
 class HostCacheService:
-    """A tiny GWebCache v2 on loopback that knows the test network's nodes.
+    """A tiny GWebCache v2 (on loopback unless told otherwise) that knows the test
+    network's nodes.
 
     ``GET /node/<i>?...`` answers node i with the nodes it should dial; any other page
     lists every node. The answer is v2 (``I|pong|...`` then ``H|ip:port|age``), or bare
@@ -34,9 +35,13 @@ class HostCacheService:
     Requests wait (at most ``hold`` seconds) until :meth:`publish` has been called.
     """
 
-    def __init__(self, topology: Topology, *, hold: float = CACHE_HOLD_SECONDS) -> None:
+    def __init__(
+        self, topology: Topology, *, hold: float = CACHE_HOLD_SECONDS, host: str = LOOPBACK
+    ) -> None:
         self.topology = topology
         self.hold = hold
+        self.host = host
+        """Where it listens: loopback, or the bridge of a network in namespaces."""
         self.addresses: list[tuple[str, int] | None] = [None] * topology.nodes
         """Where each node listens, once it does (None before, or after it left)."""
         self.published_at = 0.0
@@ -71,7 +76,7 @@ class HostCacheService:
 
     def url(self, node: int | None = None) -> str:
         page = "gwc" if node is None else f"node/{node}"
-        return f"http://{LOOPBACK}:{self.port}/{page}"
+        return f"http://{format_address(self.host, self.port)}/{page}"
 
     def body(self, target: str) -> bytes:
         """The answer to one request target (``/node/3?get=1&net=gnutella``)."""
@@ -91,7 +96,7 @@ class HostCacheService:
         return [a for n in self._wanted(path) if (a := self.addresses[n]) is not None]
 
     async def serve(self, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
-        listeners = await trio.open_tcp_listeners(0, host=LOOPBACK)
+        listeners = await trio.open_tcp_listeners(0, host=self.host)
         self.port = int(listeners[0].socket.getsockname()[1])
         task_status.started(self.port)
         await trio.serve_listeners(self._answer, listeners)

@@ -54,6 +54,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import secrets
 import shutil
 import signal
 import sys
@@ -68,6 +69,7 @@ from gnutella_router.config import Config, load_config
 from gnutella_router.net.connection import format_address
 from gnutella_router.testnet.cache import HostCacheService
 from gnutella_router.testnet.children import ChildNode, stop_children
+from gnutella_router.testnet.namespaces import NamespaceError, NamespaceNetwork
 from gnutella_router.testnet.nodes import (
     LocalNode,
     NetworkNode,
@@ -109,6 +111,8 @@ SETTLE_SECONDS = 2.0
 nodes, so that the collected state shows the network itself."""
 STATUS_INTERVAL = 1.0
 MIN_MAX_CONNECTIONS = 32
+NAMESPACE_PORT = 6346
+"""In namespaces every node listens on the usual Gnutella port (its admin on the next)."""
 POLL_SECONDS = {"in-process": 0.05, "processes": 0.25}
 """How often formation and settling read the nodes' connection tables."""
 CHILD_CATCHER = {
@@ -151,6 +155,9 @@ class LocalNetwork:
             settings.topology, settings.nodes, degree=settings.degree, seed=settings.seed
         )
         self.cache = HostCacheService(self.topology)
+        self.namespaces = NamespaceNetwork(settings.nodes) if settings.netns else None
+        self.admin_token = secrets.token_hex(16) if settings.netns else ""
+        """Admin interfaces beyond loopback (in namespaces) take requests with it only."""
         self.nodes: list[NetworkNode] = []
         self.failures: list[NodeFailure] = []
         self.phase = "starting"
@@ -198,41 +205,66 @@ class LocalNetwork:
         collected: tuple[list[dict[str, Any]], list[dict[str, Any]]] | None = None
         stopped_in: float | None = None
         try:
-            async with trio.open_nursery() as nursery:
-                if handle_signals:
-                    nursery.start_soon(self._watch_signals, nursery.cancel_scope)
-                await nursery.start(self.cache.serve)
+            if self.namespaces is not None:
+                self.phase = "netns"
                 try:
-                    self._prepare_results()
-                    nursery.start_soon(self._show_status)
-                    with trio.CancelScope() as self._work:
-                        if self._stop.is_set():
-                            self._work.cancel()
-                        await self._start_nodes(nursery)
-                        await self._form()
-                        await self._drive()
-                except NetworkError as exc:
-                    self.error = self.error or str(exc)
-                finally:
-                    self.phase = "stopping"
-                    if self.nodes:
-                        # Not shielded: a second Ctrl-C cancels this too and stops at once.
-                        with trio.move_on_after(SETTLE_SECONDS):
-                            await self._poll_until(self._settled)
-                        with trio.move_on_after(STOP_TIMEOUT):
-                            collected = await self._collect()
-                        stopped_in = await self._stop_nodes()
-                    self._end_status()
-                    nursery.cancel_scope.cancel()
+                    await trio.to_thread.run_sync(self.namespaces.create)
+                except NamespaceError as exc:
+                    self.error = f"network namespaces: {exc}"
+                self.cache.host = self.namespaces.gateway if self.error is None else LOOPBACK
+            if self.error is None:
+                collected, stopped_in = await self._run_nodes(handle_signals)
         finally:
-            # Whatever happened above (a second Ctrl-C included), no child outlives us.
+            # Whatever happened above (a second Ctrl-C included), no child outlives us,
+            # and no namespace either.
             await stop_children(self.nodes, grace=STOP_TIMEOUT)
+            if self.namespaces is not None:
+                with trio.CancelScope(shield=True):
+                    problems = await trio.to_thread.run_sync(self.namespaces.remove)
+                for problem in problems:
+                    self._note(f"warning: {problem}; `gnutella-router testnet --cleanup` retries")
         summary = self._summary(collected, stopped_in)
         if settings.results.is_dir():
             self._write(summary, collected[1] if collected is not None else [])
         outcome = NetworkOutcome(summary, self.report, self.error, self.interrupted, results)
         self._print_final(outcome)
         return outcome
+
+    async def _run_nodes(
+        self, handle_signals: bool
+    ) -> tuple[tuple[list[dict[str, Any]], list[dict[str, Any]]] | None, float | None]:
+        """Start, form, drive, collect and stop: the run proper, once the network's
+        addresses exist; what was collected and how long stopping took."""
+        collected: tuple[list[dict[str, Any]], list[dict[str, Any]]] | None = None
+        stopped_in: float | None = None
+        async with trio.open_nursery() as nursery:
+            if handle_signals:
+                nursery.start_soon(self._watch_signals, nursery.cancel_scope)
+            await nursery.start(self.cache.serve)
+            try:
+                self.phase = "starting"
+                self._prepare_results()
+                nursery.start_soon(self._show_status)
+                with trio.CancelScope() as self._work:
+                    if self._stop.is_set():
+                        self._work.cancel()
+                    await self._start_nodes(nursery)
+                    await self._form()
+                    await self._drive()
+            except NetworkError as exc:
+                self.error = self.error or str(exc)
+            finally:
+                self.phase = "stopping"
+                if self.nodes:
+                    # Not shielded: a second Ctrl-C cancels this too and stops at once.
+                    with trio.move_on_after(SETTLE_SECONDS):
+                        await self._poll_until(self._settled)
+                    with trio.move_on_after(STOP_TIMEOUT):
+                        collected = await self._collect()
+                    stopped_in = await self._stop_nodes()
+                self._end_status()
+                nursery.cancel_scope.cancel()
+        return collected, stopped_in
 
     def _prepare_results(self) -> None:
         """A results folder holding this run only: what an earlier run left in it (its
@@ -258,17 +290,27 @@ class LocalNetwork:
 
     def node_config(self, index: int) -> Config:
         settings = self.settings
-        port = 0 if settings.base_port is None else settings.base_port + index
         out_degree = len(self.topology.out_neighbours(index))
         wanted = out_degree + len(settings.seeds)
         extra: dict[str, object] = dict(CHILD_CATCHER) if self.mode == "processes" else {}
+        if self.namespaces is not None:
+            # A host of its own: the usual ports, and an admin interface the controller
+            # reaches across the bridge, with the run's token.
+            host = self.namespaces.address(index)
+            extra |= {
+                "node.listen": f"{host}:{NAMESPACE_PORT}",
+                "admin.listen": f"{host}:{NAMESPACE_PORT + 1}",
+                "admin.allow_remote": True,
+                "admin.token": self.admin_token,
+            }
+        else:
+            port = 0 if settings.base_port is None else settings.base_port + index
+            # The admin default, the node's port + 1, is the next node's port.
+            extra |= {"node.listen": f"{LOOPBACK}:{port}", "admin.listen": f"{LOOPBACK}:0"}
         return load_config(
             None,
             {
                 **extra,
-                "node.listen": f"{LOOPBACK}:{port}",
-                # Its default, the node's port + 1, is the next node's port.
-                "admin.listen": f"{LOOPBACK}:0",
                 "node.state_dir": str(self.node_dir(index).resolve()),
                 "log.level": "warning",
                 "catcher.gwebcache": self.cache.url(index),
@@ -278,8 +320,8 @@ class LocalNetwork:
                     MIN_MAX_CONNECTIONS,
                     self.topology.degree(index) + len(settings.seeds) + MAX_REMOTE_SINKS + 8,
                 ),
-                # Every peer of a test network comes from 127.0.0.1: the per-address
-                # limit on connection attempts must allow the whole network and more.
+                # On loopback every peer of a test network comes from 127.0.0.1: the
+                # per-address limit on connection attempts must allow the whole network.
                 "network.connects_per_ip_per_minute": max(
                     Config().network.connects_per_ip_per_minute, 4 * settings.nodes + 64
                 ),
@@ -292,6 +334,8 @@ class LocalNetwork:
                 index,
                 self.node_dir(index),
                 on_failure=self._node_failed,
+                prefix=() if self.namespaces is None else self.namespaces.exec_prefix(index),
+                token=self.admin_token,
                 start_timeout=self.settings.formation_timeout,
                 limiter=limiter,
             )
@@ -338,15 +382,18 @@ class LocalNetwork:
         return self.nodes[index].running()
 
     def link_up(self, dialer: int, listener: int) -> bool:
+        if not (self._alive(dialer) and self._alive(listener)):
+            return False
         target = self.nodes[listener].peer_name
         return bool(target) and self.nodes[dialer].view.has_peer(target, "outgoing")
 
     def missing_links(self) -> list[tuple[int, int]]:
         """Planned links that are not up, between nodes that are running."""
+        alive = self._alive
         return [
             (a, b)
             for a, b in self.topology.links
-            if self._alive(a) and self._alive(b) and not self.link_up(a, b)
+            if alive(a) and alive(b) and not self.link_up(a, b)
         ]
 
     async def refresh(self, *, totals: bool = False) -> None:
@@ -569,7 +616,7 @@ class LocalNetwork:
         now = trio.current_time()
         elapsed = now - self._started
         running = [n for n in self.nodes if n.running()]
-        links = len(self.topology.links) - len(self.missing_links()) if running else 0
+        links = sum(1 for a, b in self.topology.links if self.link_up(a, b)) if self.nodes else 0
         connections = sum(len(n.view.open_connections()) for n in running)
         routed = sum(n.view.received for n in self.nodes)
         dropped = sum(n.view.dropped for n in self.nodes)

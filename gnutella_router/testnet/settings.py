@@ -51,6 +51,9 @@ class NetworkSettings:
     late_threshold_ms: float = 1.0
     mode: str = "auto"
     """``in-process``, ``processes``, or ``auto`` (processes above a handful of nodes)."""
+    netns: bool = False
+    """Every node in a network namespace of its own, with its own address (Linux, root;
+    implies processes)."""
     on_node_failure: str = "stop"
     """What a node process dying does to the run: ``stop`` it, or ``continue`` without it."""
 
@@ -74,6 +77,12 @@ class NetworkSettings:
             self.base_port >= 1 and self.base_port + self.nodes - 1 <= 65535
         ):
             raise ValueError(f"--base-port: ports {self.base_port}..+{self.nodes - 1} do not fit")
+        if self.netns and self.mode == "in-process":
+            raise ValueError("--netns runs every node as a process: drop --in-process")
+        if self.netns and self.base_port is not None:
+            raise ValueError(
+                "--netns gives every node its own address and port 6346: drop --base-port"
+            )
         if self.form_timeout is not None and self.form_timeout <= 0:
             raise ValueError("the formation timeout must be positive")
         # The mix and the arrival process are checked here, before any router starts,
@@ -91,6 +100,8 @@ class NetworkSettings:
     @property
     def node_mode(self) -> str:
         """``in-process`` or ``processes``: what ``auto`` means for this many nodes."""
+        if self.netns:
+            return "processes"
         if self.mode != "auto":
             return self.mode
         return "processes" if self.nodes > AUTO_PROCESSES_ABOVE else "in-process"
