@@ -6,5 +6,5 @@
 # A single router daemon is `.venv/bin/gnutella-router run`.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-"$root/scripts/venv.sh"
+"$root/scripts/venv.sh" plots
 exec "${GNUTELLA_VENV:-$root/.venv}/bin/gnutella-router" testnet "$@"

@@ -89,6 +89,7 @@ class Responder:
         "_pong",
         "_speed",
         "address",
+        "answer_pings",
         "hits_sent",
         "max_results",
         "p_hit",
@@ -105,6 +106,7 @@ class Responder:
         seed: int = 0,
         servent_guid: bytes | None = None,
         max_results: int = 3,
+        answer_pings: bool = True,
     ) -> None:
         ip, port = address
         try:
@@ -123,6 +125,9 @@ class Responder:
         elif len(servent_guid) != GUID_SIZE:
             raise ValueError(f"a servent GUID is {GUID_SIZE} bytes, got {len(servent_guid)}")
         self.address = (ip, port)
+        self.answer_pings = answer_pings
+        """False: pings go unanswered, so that no pong advertises this made-up address
+        into the host caches of a network whose hosts are all real."""
         self.p_hit = float(p_hit)
         self.max_results = max_results
         self.servent_guid = bytes(servent_guid)
@@ -169,6 +174,8 @@ class Responder:
         """
         message_type = frame.payload_type
         if message_type == _PING:
+            if not self.answer_pings:
+                return []
             self.pings_answered += 1
             ttl = min(frame.hops + 1, HARD_TTL_LIMIT)
             return [Message(frame.guid, ttl, 0, self._pong)]

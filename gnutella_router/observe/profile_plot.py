@@ -21,7 +21,7 @@ class PlotUnavailableError(RuntimeError):
     """matplotlib is not installed."""
 
 
-def _pyplot() -> Any:
+def pyplot() -> Any:
     try:
         import matplotlib
     except ImportError:
@@ -60,7 +60,7 @@ def governor_marks(profile: dict[str, Any], action: str) -> list[float]:
 
 
 def plot_queues(profile: dict[str, Any], path: Path, title: str = "") -> Path:
-    plt = _pyplot()
+    plt = pyplot()
     samples = profile["samples"]
     times = [s["at"] for s in samples]
     stages = sorted({name for s in samples for name in s["queues"]})
@@ -84,7 +84,7 @@ def plot_queues(profile: dict[str, Any], path: Path, title: str = "") -> Path:
 
 
 def plot_pool(profile: dict[str, Any], path: Path, title: str = "") -> Path:
-    plt = _pyplot()
+    plt = pyplot()
     samples = profile["samples"]
     times = [s["at"] for s in samples]
     figure, axes = plt.subplots(figsize=(8, 4))
@@ -110,7 +110,7 @@ def plot_pool(profile: dict[str, Any], path: Path, title: str = "") -> Path:
 
 
 def plot_rss(profile: dict[str, Any], path: Path, title: str = "") -> Path:
-    plt = _pyplot()
+    plt = pyplot()
     samples = profile["samples"]
     figure, axes = plt.subplots(figsize=(8, 4))
     axes.plot([s["at"] for s in samples], [s["rss_bytes"] / 2**20 for s in samples])
@@ -126,5 +126,5 @@ def _save(figure: Any, path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.tight_layout()
     figure.savefig(path, dpi=100)
-    _pyplot().close(figure)
+    pyplot().close(figure)
     return path

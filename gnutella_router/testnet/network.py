@@ -69,6 +69,7 @@ from gnutella_router.config import Config, load_config
 from gnutella_router.net.connection import format_address
 from gnutella_router.testnet.cache import HostCacheService
 from gnutella_router.testnet.children import ChildNode, stop_children
+from gnutella_router.testnet.measure import LinkCounters, OverlayRecord, link_counters
 from gnutella_router.testnet.namespaces import NamespaceError, NamespaceNetwork
 from gnutella_router.testnet.nodes import (
     LocalNode,
@@ -76,6 +77,7 @@ from gnutella_router.testnet.nodes import (
     NodeError,
     NodeFailure,
 )
+from gnutella_router.testnet.plots import PlotUnavailableError, draw_run
 from gnutella_router.testnet.report import (
     TABLE_ROWS,
     _owed_pings_only_at_node0,
@@ -111,6 +113,10 @@ SETTLE_SECONDS = 2.0
 nodes, so that the collected state shows the network itself."""
 STATUS_INTERVAL = 1.0
 MIN_MAX_CONNECTIONS = 32
+RESULT_FILES = ("node-*", "summary.json", "*.csv", "*.png")
+"""What a run writes into its results folder, and so removes from an earlier run's."""
+ROUTES_READ = 100_000
+"""Query route entries read per node at the end (the admin interface's most per page)."""
 NAMESPACE_PORT = 6346
 """In namespaces every node listens on the usual Gnutella port (its admin on the next)."""
 POLL_SECONDS = {"in-process": 0.05, "processes": 0.25}
@@ -159,6 +165,7 @@ class LocalNetwork:
         self.admin_token = secrets.token_hex(16) if settings.netns else ""
         """Admin interfaces beyond loopback (in namespaces) take requests with it only."""
         self.nodes: list[NetworkNode] = []
+        self.overlay = OverlayRecord(self.topology)
         self.failures: list[NodeFailure] = []
         self.phase = "starting"
         self.load_run: SpreadLoadRun | None = None
@@ -268,10 +275,11 @@ class LocalNetwork:
 
     def _prepare_results(self) -> None:
         """A results folder holding this run only: what an earlier run left in it (its
-        ``node-*`` folders and ``summary.json``; nothing else) is removed, and said."""
+        ``node-*`` folders, ``summary.json``, CSV files and pictures; nothing else) is
+        removed, and said."""
         results = self.settings.results
         try:
-            earlier = sorted(results.glob("node-*")) + sorted(results.glob("summary.json"))
+            earlier = sorted(p for pattern in RESULT_FILES for p in results.glob(pattern))
             for old in earlier:
                 if old.is_dir() and not old.is_symlink():
                     shutil.rmtree(old)
@@ -486,7 +494,12 @@ class LocalNetwork:
             seed=settings.seed,
             late_threshold_ms=settings.late_threshold_ms,
             user_agent=f"gnutella-router-testnet/{__version__}",
+            # Sinks answer some queries with hits, as servents do; not pings: their pongs
+            # would put made-up addresses into the nodes' host caches.
+            respond=True,
+            respond_to_pings=False,
         )
+        await self._read_link_counters(self.overlay.before)
         self.load_run = SpreadLoadRun(load_settings, traffic, targets, self._registered)
         try:
             report = await self.load_run.run()
@@ -501,6 +514,18 @@ class LocalNetwork:
         if address is None or not self._alive(index):
             raise NetworkError(f"node-{index} is not running")
         return address
+
+    async def _read_link_counters(self, into: dict[int, LinkCounters]) -> None:
+        async def read(node: NetworkNode) -> None:
+            with contextlib.suppress(NodeError):
+                into[node.index] = link_counters(
+                    trio.current_time(), await node.get("/connections")
+                )
+
+        async with trio.open_nursery() as nursery:
+            for node in self.nodes:
+                if node.running():
+                    nursery.start_soon(read, node)
 
     async def _registered(self, node: int, address: tuple[str, int]) -> bool:
         try:
@@ -530,7 +555,12 @@ class LocalNetwork:
             try:
                 stats = await node.get("/stats")
                 connections = await node.get("/connections")
+                self.overlay.after[node.index] = link_counters(trio.current_time(), connections)
                 summaries[node.index] = node_summary(node, planned, stats, connections)
+                if self.load_run is not None:
+                    self.overlay.route_pages[node.index] = await node.get(
+                        f"/routes?table=query&limit={ROUTES_READ}"
+                    )
             except (NodeError, KeyError, TypeError, ValueError) as exc:
                 summaries[node.index] = node_summary(node, planned, None, None, str(exc))
             try:
@@ -568,6 +598,8 @@ class LocalNetwork:
             node = self.nodes[row["node"]]
             if isinstance(node, ChildNode):  # read now: the exits came after collection
                 row["exit_status"] = node.exit_status
+            row["links"] = self.overlay.rates(node.index)
+        hits = self.load_run.query_hits if self.load_run is not None else {}
         return {
             "settings": {
                 "nodes": settings.nodes,
@@ -591,6 +623,7 @@ class LocalNetwork:
             "formed_after_seconds": _rounded(self.formed_after),
             "nodes": rows,
             "failures": [dataclasses.asdict(f) for f in self.failures],
+            "overlay": self.overlay.conclude(hits) if self.load_run is not None else None,
             "load": load,
             "interrupted": self.interrupted,
             "error": self.error,
@@ -603,8 +636,16 @@ class LocalNetwork:
             for index, state in enumerate(states):
                 _write_json(self.node_dir(index) / "state.json", state)
             _write_json(self.settings.results / "summary.json", summary)
+            self.overlay.write(self.settings.results)
         except (OSError, TypeError, ValueError) as exc:
             self._note(f"warning: results not written: {exc}")
+            return
+        try:
+            draw_run(self.settings.results, summary)
+        except PlotUnavailableError as exc:
+            self._note(f"no pictures: {exc}")
+        except (OSError, ValueError) as exc:
+            self._note(f"warning: pictures not drawn: {exc}")
 
     # ------------------------------------------------------------------ output
 
@@ -641,6 +682,7 @@ class LocalNetwork:
             await trio.sleep(STATUS_INTERVAL)
             with trio.move_on_after(STATUS_INTERVAL):
                 await self.refresh(totals=True)
+            self.overlay.sample(trio.current_time() - self._started, self.nodes)
             line = self.status_line()
             if self.tty:
                 # Rewritten in place, so it must fit on one terminal line.

@@ -155,6 +155,9 @@ def final_text(summary: dict[str, Any], report: LoadReport | None, results: Path
             f"traffic interrupted: sent {load['sent']:,}, "
             f"{load['copies']:,} copies reached the sinks"
         )
+    overlay = summary.get("overlay")
+    if overlay and overlay.get("queries"):
+        lines += ["", overlay_text(overlay)]
     if summary["nodes"]:
         lines += ["", _node_table(summary["nodes"])]
     for failure in summary["failures"]:
@@ -167,6 +170,24 @@ def final_text(summary: dict[str, Any], report: LoadReport | None, results: Path
         lines += ["", f"{_count(settings['nodes'], 'node')} {state} (Bye sent) in {stop:.2f} s"]
     lines.append(f"results: {results}")
     return "\n".join(lines)
+
+
+def overlay_text(overlay: dict[str, Any]) -> str:
+    """The overlay figures in three lines, with what a pure flood would give beside them."""
+    reach, model = overlay["reach"], overlay["model"]
+    first = overlay["first_hit_ms"]
+    return "\n".join(
+        [
+            f"overlay: {overlay['queries']:,} queries reached a median {reach['median']:g} of "
+            f"{reach['of_nodes']} nodes ({reach['min']}..{reach['max']}; a flood on the "
+            f"planned graph: {model['reach'][-1]})",
+            f"duplicates: {overlay['duplicates_per_query']:,} per query (a flood on the "
+            f"planned graph: {model['duplicates'][-1]:,})",
+            f"success: {overlay['success_rate']:.1%} of queries got a hit, "
+            f"{overlay['hits_per_query']:g} hits per query"
+            + (f", first hit median {first['median']:g} ms" if first else ""),
+        ]
+    )
 
 
 def _count(number: int, noun: str) -> str:

@@ -98,6 +98,8 @@ class LoadSettings:
     legacy: bool = False
     respond: bool = False
     """Sinks answer like servents, so replies (and their round trips) are measured."""
+    respond_to_pings: bool = True
+    """With ``respond``: sinks answer pings too (with pongs for a made-up address)."""
     late_threshold_ms: float = 1.0
     drain: float = 5.0
     """Longest to keep listening after the last message, for copies still in flight; the
@@ -217,6 +219,9 @@ class LoadRun:
         self.received = [0] * 256
         self.injector_copies = [0] * 256
         self.replies = [0] * 256
+        self.query_hits: dict[bytes, list[int]] = {}
+        """Per query GUID: the hits that came back and the first one's latency (ns from
+        the query's scheduled send). One entry per query answered: bounded by the run."""
         self.expected = [0] * 256
         self.late = 0
         self.early = 0
@@ -286,7 +291,11 @@ class LoadRun:
                     nursery.start_soon(self._read, peer, False)
                 for index, peer in enumerate(sinks):
                     responder = (
-                        Responder(address=("127.0.0.1", 20000 + index), seed=settings.seed + index)
+                        Responder(
+                            address=("127.0.0.1", 20000 + index),
+                            seed=settings.seed + index,
+                            answer_pings=settings.respond_to_pings,
+                        )
                         if settings.respond
                         else None
                     )
@@ -464,6 +473,12 @@ class LoadRun:
                 self.injector_copies[message_type] += 1
             else:
                 self.replies[message_type] += 1
+                if message_type == QUERY_HIT:
+                    seen = self.query_hits.get(frame.guid)
+                    if seen is None:
+                        self.query_hits[frame.guid] = [1, arrived - due]
+                    else:
+                        seen[0] += 1
                 if timed:
                     kind = "target-reply" if frame.hops == 0 else "round-trip"
                     book.record(kind, message_type, arrived - due)

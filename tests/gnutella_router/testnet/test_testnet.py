@@ -172,7 +172,19 @@ async def test_ring_network_forms_routes_collects_and_stops(tmp_path: Path) -> N
         state = json.loads((results / f"node-{index}" / "state.json").read_text())
         assert state
         assert "error" not in state
+    overlay = summary["overlay"]
+    assert overlay["queries"] == report.sent["query"]  # every query, seen in the tables
+    assert overlay["reach"]["min"] == 3  # a ring of 3 floods to everyone
+    assert overlay["model"]["reach"][-1] == 3
+    assert 0 < overlay["success_rate"] <= 1  # the sinks answer some queries with hits
+    assert report.replies.get("query_hit", 0) > 0
+    for name in ("queries.csv", "nodes.csv", "connectivity.csv"):
+        assert (results / name).is_file(), name
+    for name in ("overlay.png", "reach.png", "connectivity.png"):
+        assert (results / name).stat().st_size > 1000, name
+    assert all(n["links"]["messages_in_per_second"] > 0 for n in summary["nodes"])
     text = out.getvalue()
+    assert "overlay: " in text
     assert "3 nodes stopped (Bye sent)" in text
     assert "copies reached the sinks by the end of the drain (not arrived 0.00%)" in text
 
@@ -260,6 +272,8 @@ def test_a_run_replaces_an_earlier_runs_results(tmp_path: Path) -> None:
     for index in range(5):
         (results / f"node-{index}").mkdir(parents=True)
     (results / "summary.json").write_text("{}")
+    (results / "queries.csv").write_text("old")
+    (results / "old-run.png").write_text("old")
     (results / "notes.txt").write_text("mine")  # not the testnet's: left alone
     status = main(
         [
@@ -278,11 +292,18 @@ def test_a_run_replaces_an_earlier_runs_results(tmp_path: Path) -> None:
     )
     assert status == 0
     assert sorted(p.name for p in results.iterdir()) == [
+        "connectivity.csv",
+        "connectivity.png",
         "node-0",
         "node-1",
+        "nodes.csv",
         "notes.txt",
+        "overlay.png",
+        "queries.csv",
+        "reach.png",
         "summary.json",
     ]
+    assert (results / "queries.csv").read_text() != "old"
     assert len(json.loads((results / "summary.json").read_text())["nodes"]) == 2
 
 
