@@ -11,6 +11,7 @@ import trio
 
 from gnutella_router.cli.interrupt import INTERRUPTED
 from gnutella_router.config import ConfigError, parse_host_port
+from gnutella_router.testnet.churn import ChurnSettings
 from gnutella_router.testnet.network import run_network
 from gnutella_router.testnet.settings import (
     AUTO_PROCESSES_ABOVE,
@@ -83,6 +84,18 @@ def add_testnet_parser(commands: argparse._SubParsersAction[argparse.ArgumentPar
         default="stop",
         help="when a node process dies (reported with its exit status and last log "
         "lines): stop the run, or continue without it (default stop)",
+    )
+    testnet.add_argument(
+        "--churn",
+        metavar="UP:DOWN",
+        help="nodes leave and come back: sessions and absences drawn from exponential "
+        "distributions with these mean seconds (e.g. 30:10), seeded by --seed-value; "
+        "node 0 and the nodes with sinks stay up (implies --processes)",
+    )
+    testnet.add_argument(
+        "--churn-kill",
+        action="store_true",
+        help="churned nodes leave with SIGKILL, as crashed hosts, instead of saying Bye",
     )
     testnet.add_argument(
         "--topology",
@@ -197,6 +210,9 @@ def cmd_testnet(args: argparse.Namespace) -> int:
             form_timeout=args.form_timeout,
             mode=args.mode,
             netns=args.netns,
+            churn=None
+            if args.churn is None
+            else ChurnSettings.parse(args.churn, kill=args.churn_kill),
             on_node_failure=args.on_node_failure,
         )
     except (ConfigError, ValueError) as exc:

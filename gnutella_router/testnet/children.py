@@ -57,6 +57,7 @@ START_TIMEOUT = 30.0
 READY_POLL_SECONDS = 0.05
 ADMIN_TIMEOUT = 10.0
 STOP_GRACE = 10.0
+EXIT_POLL_SECONDS = 0.05
 PR_SET_PDEATHSIG = 1
 
 
@@ -139,7 +140,7 @@ class ChildNode(NetworkNode):
         self.token = token
         self.start_timeout = start_timeout
         self.limiter = limiter
-        self.process: trio.Process | None = None
+        self.process: subprocess.Popen[bytes] | None = None
         self.exit_status: int | None = None
         self.stopping = False
         self._exited = trio.Event()
@@ -159,7 +160,10 @@ class ChildNode(NetworkNode):
         argv = [*self.prefix, *COMMAND, "run", "--config", str(config_path)]
         argv += ["--log-format", "console"]
         with self.log_path.open("ab") as log:
-            self.process = await trio.lowlevel.open_process(
+            # Started from this (the main) thread, not from a worker thread as trio's
+            # open_process does: the parent-death signal fires when the thread that
+            # started the child ends, and worker threads end when idle.
+            self.process = subprocess.Popen(  # noqa: ASYNC220
                 argv,
                 stdin=subprocess.DEVNULL,
                 stdout=log,
@@ -183,7 +187,29 @@ class ChildNode(NetworkNode):
         guid = record.get("guid")
         self.guid = guid if isinstance(guid, str) else None
 
-    async def _wait_ready(self, process: trio.Process) -> dict[str, object]:
+    async def restart(self, nursery: trio.Nursery, config: Config) -> None:
+        """Start the node again after it stopped (churn): a new process, same folder.
+
+        Raises:
+            NodeError: it is still running, or did not come up again.
+        """
+        if self.running():
+            raise NodeError(f"node-{self.index} is still running")
+        self.process = None
+        self.exit_status = None
+        self.failure = None
+        self.stopping = False
+        self._exited = trio.Event()
+        await self.start(nursery, config)
+
+    def kill(self) -> None:
+        """SIGKILL, as a crashed host: no Bye, nothing saved (the exit is expected)."""
+        self.stopping = True
+        if self.running() and self.process is not None:
+            with contextlib.suppress(ProcessLookupError):
+                self.process.kill()
+
+    async def _wait_ready(self, process: subprocess.Popen[bytes]) -> dict[str, object]:
         with trio.move_on_after(self.start_timeout):
             while True:
                 if self._exited.is_set():
@@ -194,8 +220,8 @@ class ChildNode(NetworkNode):
                 await trio.sleep(READY_POLL_SECONDS)
         raise NodeError(f"did not listen within {self.start_timeout:g} s")
 
-    async def _watch(self, process: trio.Process) -> None:
-        status = await process.wait()
+    async def _watch(self, process: subprocess.Popen[bytes]) -> None:
+        status = await wait_for_exit(process)
         self.exit_status = status
         self._exited.set()
         if not self.stopping and self.address is not None:
@@ -249,7 +275,7 @@ class ChildNode(NetworkNode):
             if process.returncode is None:
                 with contextlib.suppress(ProcessLookupError):
                     process.kill()
-            self.exit_status = await process.wait()
+            self.exit_status = await wait_for_exit(process)
             self._exited.set()
 
 
@@ -263,6 +289,27 @@ async def stop_children(nodes: Iterable[NetworkNode], grace: float = STOP_GRACE)
         async with trio.open_nursery() as nursery:
             for child in children:
                 nursery.start_soon(child.wait_stopped, grace)
+
+
+async def wait_for_exit(process: subprocess.Popen[bytes]) -> int:
+    """Wait without blocking trio until ``process`` exits, reap it, return its status.
+
+    On Linux a pidfd becomes readable when the process exits; elsewhere, poll."""
+    if process.returncode is None and hasattr(os, "pidfd_open"):
+        try:
+            descriptor = os.pidfd_open(process.pid)
+        except OSError:  # gone already, or an old kernel: polling finds out
+            descriptor = -1
+        if descriptor >= 0:
+            try:
+                await trio.lowlevel.wait_readable(descriptor)
+            finally:
+                os.close(descriptor)
+    while True:
+        status = process.poll()
+        if status is not None:
+            return status
+        await trio.sleep(EXIT_POLL_SECONDS)  # no pidfd: nothing to wait on but time
 
 
 def _fetch(address: tuple[str, int], target: str, token: str) -> object:

@@ -69,7 +69,13 @@ from gnutella_router.config import Config, load_config
 from gnutella_router.net.connection import format_address
 from gnutella_router.testnet.cache import HostCacheService
 from gnutella_router.testnet.children import ChildNode, stop_children
-from gnutella_router.testnet.measure import LinkCounters, OverlayRecord, link_counters
+from gnutella_router.testnet.churn import LEAVE, ChurnSettings, churn_schedule
+from gnutella_router.testnet.measure import (
+    LinkCounters,
+    OverlayRecord,
+    link_counters,
+    write_csv,
+)
 from gnutella_router.testnet.namespaces import NamespaceError, NamespaceNetwork
 from gnutella_router.testnet.nodes import (
     LocalNode,
@@ -115,6 +121,8 @@ STATUS_INTERVAL = 1.0
 MIN_MAX_CONNECTIONS = 32
 RESULT_FILES = ("node-*", "summary.json", "*.csv", "*.png")
 """What a run writes into its results folder, and so removes from an earlier run's."""
+CHURN_IDLE_HORIZON = 24 * 3600.0
+"""With ``duration=0`` (up until Ctrl-C), churn is scheduled this far ahead."""
 ROUTES_READ = 100_000
 """Query route entries read per node at the end (the admin interface's most per page)."""
 NAMESPACE_PORT = 6346
@@ -166,6 +174,7 @@ class LocalNetwork:
         """Admin interfaces beyond loopback (in namespaces) take requests with it only."""
         self.nodes: list[NetworkNode] = []
         self.overlay = OverlayRecord(self.topology)
+        self.churn_log: list[dict[str, Any]] = []
         self.failures: list[NodeFailure] = []
         self.phase = "starting"
         self.load_run: SpreadLoadRun | None = None
@@ -257,7 +266,7 @@ class LocalNetwork:
                         self._work.cancel()
                     await self._start_nodes(nursery)
                     await self._form()
-                    await self._drive()
+                    await self._drive(nursery)
             except NetworkError as exc:
                 self.error = self.error or str(exc)
             finally:
@@ -296,7 +305,9 @@ class LocalNetwork:
     def node_dir(self, index: int) -> Path:
         return self.settings.results / f"node-{index}"
 
-    def node_config(self, index: int) -> Config:
+    def node_config(self, index: int, *, listen: tuple[str, int] | None = None) -> Config:
+        """Node ``index``'s configuration; ``listen`` keeps the address it had (a node
+        coming back from churn returns where the others' host caches expect it)."""
         settings = self.settings
         out_degree = len(self.topology.out_neighbours(index))
         wanted = out_degree + len(settings.seeds)
@@ -313,8 +324,9 @@ class LocalNetwork:
             }
         else:
             port = 0 if settings.base_port is None else settings.base_port + index
+            where = _format(listen) if listen is not None else f"{LOOPBACK}:{port}"
             # The admin default, the node's port + 1, is the next node's port.
-            extra |= {"node.listen": f"{LOOPBACK}:{port}", "admin.listen": f"{LOOPBACK}:0"}
+            extra |= {"node.listen": where, "admin.listen": f"{LOOPBACK}:0"}
         return load_config(
             None,
             {
@@ -461,7 +473,55 @@ class LocalNetwork:
 
     # ------------------------------------------------------------------ traffic
 
-    async def _drive(self) -> None:
+    async def _drive(self, nursery: trio.Nursery) -> None:
+        """The traffic (or the idle wait), with churn alongside when asked for."""
+        async with trio.open_nursery() as churning:
+            if self.settings.churn is not None:
+                churning.start_soon(self._churn, self.settings.churn, nursery)
+            await self._drive_traffic()
+            churning.cancel_scope.cancel()
+
+    async def _churn(self, churn: ChurnSettings, nursery: trio.Nursery) -> None:
+        """Carry out the churn schedule. Node 0 and the nodes with sinks stay up: the
+        load client's peers are there."""
+        settings = self.settings
+        steady = {0, *sink_nodes(self.topology)} if settings.duration else {0}
+        churning = [n for n in range(settings.nodes) if n not in steady]
+        length = settings.duration or CHURN_IDLE_HORIZON
+        started = trio.current_time()
+        for event in churn_schedule(churning, churn, length, settings.seed):
+            await trio.sleep_until(started + event.at)
+            node = self.nodes[event.node]
+            if not isinstance(node, ChildNode):
+                continue
+            ok = True
+            if event.action == LEAVE:
+                if not node.running():
+                    continue
+                if churn.kill:
+                    node.kill()
+                else:
+                    node.request_stop()
+                await node.wait_stopped(STOP_TIMEOUT)
+                self.cache.publish_node(node.index, None)
+            else:
+                try:
+                    await node.restart(nursery, self.node_config(node.index, listen=node.address))
+                    assert node.address is not None
+                    self.cache.publish_node(node.index, node.address)
+                except NodeError as exc:
+                    ok = False
+                    self._node_failed(NodeFailure(node.index, f"did not come back: {exc}"))
+            self.churn_log.append(
+                {
+                    "at": round(trio.current_time() - self._started, 3),
+                    "node": event.node,
+                    "action": "kill" if event.action == LEAVE and churn.kill else event.action,
+                    "ok": ok,
+                }
+            )
+
+    async def _drive_traffic(self) -> None:
         settings = self.settings
         if settings.duration == 0:
             self.phase = "up"
@@ -614,6 +674,7 @@ class LocalNetwork:
                 "base_port": settings.base_port,
                 "seed": settings.seed,
                 "on_node_failure": settings.on_node_failure,
+                "netns": settings.netns,
             },
             "topology": {
                 "kind": self.topology.kind,
@@ -624,6 +685,9 @@ class LocalNetwork:
             "nodes": rows,
             "failures": [dataclasses.asdict(f) for f in self.failures],
             "overlay": self.overlay.conclude(hits) if self.load_run is not None else None,
+            "churn": None
+            if settings.churn is None
+            else {**dataclasses.asdict(settings.churn), "events": self.churn_log},
             "load": load,
             "interrupted": self.interrupted,
             "error": self.error,
@@ -637,6 +701,7 @@ class LocalNetwork:
                 _write_json(self.node_dir(index) / "state.json", state)
             _write_json(self.settings.results / "summary.json", summary)
             self.overlay.write(self.settings.results)
+            write_csv(self.settings.results / "churn.csv", self.churn_log)
         except (OSError, TypeError, ValueError) as exc:
             self._note(f"warning: results not written: {exc}")
             return

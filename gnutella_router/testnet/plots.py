@@ -117,9 +117,16 @@ def _connectivity(
     axes.plot(at, [int(s["largest_component"]) for s in samples], label="largest component")
     axes.plot(at, [int(s["links_up"]) for s in samples], label="links up")
     axes.axhline(summary["settings"]["nodes"], color="grey", linestyle=":", linewidth=0.8)
+    churn = (summary.get("churn") or {}).get("events", [])
+    for event in churn:
+        leaving = event["action"] in ("leave", "kill")
+        axes.axvline(event["at"], color="red" if leaving else "green", alpha=0.25, linewidth=0.8)
+    if churn:
+        axes.set_title("connectivity over time (red: a node left, green: it came back)")
+    else:
+        axes.set_title("connectivity over time")
     axes.set_xlabel("seconds since the run started")
     axes.set_ylabel("count")
-    axes.set_title("connectivity over time")
     axes.legend()
     return _save(plt, figure, path)
 

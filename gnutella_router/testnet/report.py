@@ -160,6 +160,18 @@ def final_text(summary: dict[str, Any], report: LoadReport | None, results: Path
         lines += ["", overlay_text(overlay)]
     if summary["nodes"]:
         lines += ["", _node_table(summary["nodes"])]
+    churn = summary.get("churn")
+    if churn:
+        actions = [e["action"] for e in churn["events"]]
+        failed = sum(1 for e in churn["events"] if not e["ok"])
+        lines += [
+            "",
+            f"churn (mean up {churn['mean_session']:g} s, down {churn['mean_down']:g} s): "
+            f"{actions.count('leave') + actions.count('kill')} left"
+            + (" (killed)" if churn["kill"] else "")
+            + f", {actions.count('return')} came back"
+            + (f", {failed} did not" if failed else ""),
+        ]
     for failure in summary["failures"]:
         lines += ["", f"node failure: {NodeFailure(**failure).describe()}"]
     if summary["error"] is not None:

@@ -12,6 +12,7 @@ import dataclasses
 import math
 from pathlib import Path
 
+from gnutella_router.testnet.churn import ChurnSettings
 from gnutella_router.testnet.topology import TOPOLOGIES
 from traffic_models.arrivals import parse_arrivals
 from traffic_models.mix import mix_by_name_or_path
@@ -54,6 +55,8 @@ class NetworkSettings:
     netns: bool = False
     """Every node in a network namespace of its own, with its own address (Linux, root;
     implies processes)."""
+    churn: ChurnSettings | None = None
+    """Nodes leave and come back on a seeded schedule (implies processes)."""
     on_node_failure: str = "stop"
     """What a node process dying does to the run: ``stop`` it, or ``continue`` without it."""
 
@@ -79,6 +82,8 @@ class NetworkSettings:
             raise ValueError(f"--base-port: ports {self.base_port}..+{self.nodes - 1} do not fit")
         if self.netns and self.mode == "in-process":
             raise ValueError("--netns runs every node as a process: drop --in-process")
+        if self.churn is not None and self.mode == "in-process":
+            raise ValueError("--churn restarts node processes: drop --in-process")
         if self.netns and self.base_port is not None:
             raise ValueError(
                 "--netns gives every node its own address and port 6346: drop --base-port"
@@ -100,7 +105,7 @@ class NetworkSettings:
     @property
     def node_mode(self) -> str:
         """``in-process`` or ``processes``: what ``auto`` means for this many nodes."""
-        if self.netns:
+        if self.netns or self.churn is not None:
             return "processes"
         if self.mode != "auto":
             return self.mode

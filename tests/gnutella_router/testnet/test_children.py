@@ -321,3 +321,20 @@ def test_killing_the_controller_stops_every_node_gracefully(tmp_path: Path) -> N
         log = (results / f"node-{index}" / "router.log").read_text()
         assert "stopping at once" not in log  # a hangup is one graceful stop
         assert not (results / f"node-{index}" / READY_FILE).exists()
+
+
+@pytest.mark.e2e
+async def test_a_child_outlives_the_worker_threads_of_its_controller(tmp_path: Path) -> None:
+    # The parent-death signal fires when the *thread* that started the child ends; trio's
+    # idle worker threads end after 10 s, so a child started from one would get SIGHUP.
+    failures: list[NodeFailure] = []
+    node = ChildNode(0, tmp_path / "node-0", on_failure=failures.append)
+    async with trio.open_nursery() as nursery:
+        with trio.fail_after(30):
+            await node.start(nursery, child_config(node.state_dir))
+        await trio.to_thread.run_sync(time.sleep, 0.01)  # a worker thread, idle from now
+        await trio.sleep(12)
+        assert node.running(), failures
+        node.request_stop()
+        assert await node.wait_stopped(15)
+    assert failures == []
