@@ -86,6 +86,21 @@ def add_testnet_parser(commands: argparse._SubParsersAction[argparse.ArgumentPar
         "lines): stop the run, or continue without it (default stop)",
     )
     testnet.add_argument(
+        "--servent",
+        metavar="COMMAND",
+        help="a foreign servent to link in (gtk-gnutella, or anything that speaks 0.6): "
+        "a command line in which {port} is where it must listen, {dir} a folder of its "
+        "own and {host} its address; each is dialled by 2 routers and reported from their "
+        "side",
+    )
+    testnet.add_argument(
+        "--servents",
+        type=int,
+        default=0,
+        metavar="N",
+        help="how many --servent processes to start (default 1 with --servent)",
+    )
+    testnet.add_argument(
         "--churn",
         metavar="UP:DOWN",
         help="nodes leave and come back: sessions and absences drawn from exponential "
@@ -210,6 +225,8 @@ def cmd_testnet(args: argparse.Namespace) -> int:
             form_timeout=args.form_timeout,
             mode=args.mode,
             netns=args.netns,
+            servent=args.servent,
+            servents=args.servents,
             churn=None
             if args.churn is None
             else ChurnSettings.parse(args.churn, kill=args.churn_kill),

@@ -33,13 +33,14 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import shlex
 import signal
 import subprocess
 import sys
 from collections import deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import trio
 
@@ -59,6 +60,7 @@ ADMIN_TIMEOUT = 10.0
 STOP_GRACE = 10.0
 EXIT_POLL_SECONDS = 0.05
 PR_SET_PDEATHSIG = 1
+T = TypeVar("T")
 
 
 def _parent_death_signal() -> Callable[[], None] | None:
@@ -158,12 +160,20 @@ class ChildNode(NetworkNode):
         config_path = self.state_dir / CONFIG_FILE
         config_path.write_text(config_as_toml(config))
         argv = [*self.prefix, *COMMAND, "run", "--config", str(config_path)]
-        argv += ["--log-format", "console"]
+        self._launch(nursery, [*argv, "--log-format", "console"])
+        record = await self._until_ready(self._wait_ready)
+        self.address = _address(_first(record.get("listening")))
+        admin = record.get("admin")
+        self.admin_address = _address(admin) if isinstance(admin, str) else None
+        guid = record.get("guid")
+        self.guid = guid if isinstance(guid, str) else None
+
+    def _launch(self, nursery: trio.Nursery, argv: Sequence[str]) -> None:
         with self.log_path.open("ab") as log:
             # Started from this (the main) thread, not from a worker thread as trio's
             # open_process does: the parent-death signal fires when the thread that
             # started the child ends, and worker threads end when idle.
-            self.process = subprocess.Popen(  # noqa: ASYNC220
+            self.process = subprocess.Popen(
                 argv,
                 stdin=subprocess.DEVNULL,
                 stdout=log,
@@ -173,19 +183,18 @@ class ChildNode(NetworkNode):
                 env={**os.environ, "PYTHONUNBUFFERED": "1"},
             )
         nursery.start_soon(self._watch, self.process)
+
+    async def _until_ready(self, ready: Callable[[subprocess.Popen[bytes]], Awaitable[T]]) -> T:
+        """``ready(process)``, or the failure named and the process killed."""
+        assert self.process is not None
         try:
-            record = await self._wait_ready(self.process)
+            return await ready(self.process)
         except NodeError as exc:
             self.failure = NodeFailure(
-                self.index, str(exc), self.exit_status, log_tail(self.log_path)
+                self.index, str(exc), self.exit_status, log_tail(self.log_path), self.label
             )
             await self._stop_now()
             raise NodeError(self.failure.describe()) from None
-        self.address = _address(_first(record.get("listening")))
-        admin = record.get("admin")
-        self.admin_address = _address(admin) if isinstance(admin, str) else None
-        guid = record.get("guid")
-        self.guid = guid if isinstance(guid, str) else None
 
     async def restart(self, nursery: trio.Nursery, config: Config) -> None:
         """Start the node again after it stopped (churn): a new process, same folder.
@@ -226,7 +235,7 @@ class ChildNode(NetworkNode):
         self._exited.set()
         if not self.stopping and self.address is not None:
             self.failure = NodeFailure(
-                self.index, describe_exit(status), status, log_tail(self.log_path)
+                self.index, describe_exit(status), status, log_tail(self.log_path), self.label
             )
             if self.on_failure is not None:
                 self.on_failure(self.failure)
@@ -277,6 +286,69 @@ class ChildNode(NetworkNode):
                     process.kill()
             self.exit_status = await wait_for_exit(process)
             self._exited.set()
+
+
+class ServentNode(ChildNode):
+    """A foreign servent (gtk-gnutella, or anything that speaks Gnutella 0.6) as a node.
+
+    ``command`` is a template: ``{port}`` becomes the port it must listen on, ``{dir}``
+    a folder of its own (its ``node`` folder) and ``{host}`` the address it listens at.
+    It is ready once it accepts TCP connections there. It has no admin interface: what
+    it does is seen from the routers' side, through their connections to it.
+    """
+
+    kind = "servent"
+    label = "servent"
+
+    def __init__(
+        self,
+        index: int,
+        state_dir: Path,
+        command: str,
+        address: tuple[str, int],
+        **options: Any,
+    ) -> None:
+        super().__init__(index, state_dir, **options)
+        self.command = command
+        self.listen = address
+
+    def argv(self) -> list[str]:
+        host, port = self.listen
+        try:
+            text = self.command.format(port=port, dir=self.state_dir, host=host)
+        except (KeyError, IndexError, ValueError) as exc:
+            raise NodeError(
+                f"--servent {self.command!r}: only {{port}}, {{dir}} and {{host}} may be "
+                f"filled in ({exc})"
+            ) from None
+        return [*self.prefix, *shlex.split(text)]
+
+    async def start(self, nursery: trio.Nursery, config: Config | None = None) -> None:
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        self._launch(nursery, self.argv())
+        await self._until_ready(self._accepting)
+        self.address = self.listen
+
+    async def _accepting(self, process: subprocess.Popen[bytes]) -> None:
+        host, port = self.listen
+        with trio.move_on_after(self.start_timeout):
+            while True:
+                if self._exited.is_set():
+                    raise NodeError(f"{describe_exit(self.exit_status)} before it listened")
+                try:
+                    stream = await trio.open_tcp_stream(host, port)
+                except OSError:
+                    await trio.sleep(READY_POLL_SECONDS)
+                    continue
+                await stream.aclose()
+                return
+        raise NodeError(f"did not listen on {host}:{port} within {self.start_timeout:g} s")
+
+    async def get(self, target: str) -> Any:
+        raise NodeError(f"{self.label}-{self.index} has no admin interface")
+
+    async def write_dump(self) -> None:
+        """A foreign servent writes no dump."""
 
 
 async def stop_children(nodes: Iterable[NetworkNode], grace: float = STOP_GRACE) -> None:

@@ -68,7 +68,7 @@ from gnutella_router import __version__
 from gnutella_router.config import Config, load_config
 from gnutella_router.net.connection import format_address
 from gnutella_router.testnet.cache import HostCacheService
-from gnutella_router.testnet.children import ChildNode, stop_children
+from gnutella_router.testnet.children import ChildNode, ServentNode, stop_children
 from gnutella_router.testnet.churn import LEAVE, ChurnSettings, churn_schedule
 from gnutella_router.testnet.measure import (
     LinkCounters,
@@ -91,6 +91,7 @@ from gnutella_router.testnet.report import (
     final_text,
     node_summary,
 )
+from gnutella_router.testnet.servents import ServentSet, free_port
 from gnutella_router.testnet.settings import (
     STARTING_AT_ONCE,
     NetworkSettings,
@@ -121,6 +122,7 @@ STATUS_INTERVAL = 1.0
 MIN_MAX_CONNECTIONS = 32
 RESULT_FILES = ("node-*", "summary.json", "*.csv", "*.png")
 """What a run writes into its results folder, and so removes from an earlier run's."""
+SERVENT_LINK_SECONDS = 10.0
 CHURN_IDLE_HORIZON = 24 * 3600.0
 """With ``duration=0`` (up until Ctrl-C), churn is scheduled this far ahead."""
 ROUTES_READ = 100_000
@@ -169,12 +171,22 @@ class LocalNetwork:
             settings.topology, settings.nodes, degree=settings.degree, seed=settings.seed
         )
         self.cache = HostCacheService(self.topology)
-        self.namespaces = NamespaceNetwork(settings.nodes) if settings.netns else None
+        self.servents = (
+            ServentSet(
+                settings.servent, settings.servent_count, settings.nodes, settings.results,
+                settings.seed,
+            )
+            if settings.servent
+            else None
+        )  # fmt: skip
+        hosts = settings.nodes + settings.servent_count
+        self.namespaces = NamespaceNetwork(hosts) if settings.netns else None
         self.admin_token = secrets.token_hex(16) if settings.netns else ""
         """Admin interfaces beyond loopback (in namespaces) take requests with it only."""
         self.nodes: list[NetworkNode] = []
         self.overlay = OverlayRecord(self.topology)
         self.churn_log: list[dict[str, Any]] = []
+        self._connection_pages: dict[int, Any] = {}
         self.failures: list[NodeFailure] = []
         self.phase = "starting"
         self.load_run: SpreadLoadRun | None = None
@@ -206,10 +218,11 @@ class LocalNetwork:
         """A node process died without being asked to: report it, and stop the run
         unless it should go on without the node."""
         self.failures.append(failure)
-        self.cache.publish_node(failure.node, None)
+        if failure.kind == "node":
+            self.cache.publish_node(failure.node, None)
         self._note(f"warning: {failure.describe()}")
         if self.settings.on_node_failure == "stop" and self.error is None:
-            self.error = f"node-{failure.node} {failure.reason} (--on-node-failure stop)"
+            self.error = f"{failure.name} {failure.reason} (--on-node-failure stop)"
             self._end_work()
 
     # ------------------------------------------------------------------ the run
@@ -233,7 +246,7 @@ class LocalNetwork:
         finally:
             # Whatever happened above (a second Ctrl-C included), no child outlives us,
             # and no namespace either.
-            await stop_children(self.nodes, grace=STOP_TIMEOUT)
+            await stop_children([*self.nodes, *self._servent_nodes()], grace=STOP_TIMEOUT)
             if self.namespaces is not None:
                 with trio.CancelScope(shield=True):
                     problems = await trio.to_thread.run_sync(self.namespaces.remove)
@@ -310,7 +323,8 @@ class LocalNetwork:
         coming back from churn returns where the others' host caches expect it)."""
         settings = self.settings
         out_degree = len(self.topology.out_neighbours(index))
-        wanted = out_degree + len(settings.seeds)
+        servents = self.servents.seeds_for(index) if self.servents is not None else []
+        wanted = out_degree + len(settings.seeds) + len(servents)
         extra: dict[str, object] = dict(CHILD_CATCHER) if self.mode == "processes" else {}
         if self.namespaces is not None:
             # A host of its own: the usual ports, and an admin interface the controller
@@ -334,11 +348,11 @@ class LocalNetwork:
                 "node.state_dir": str(self.node_dir(index).resolve()),
                 "log.level": "warning",
                 "catcher.gwebcache": self.cache.url(index),
-                "catcher.seeds": list(settings.seeds),
+                "catcher.seeds": [*settings.seeds, *servents],
                 "catcher.min_connections": wanted,
                 "network.max_connections": max(
                     MIN_MAX_CONNECTIONS,
-                    self.topology.degree(index) + len(settings.seeds) + MAX_REMOTE_SINKS + 8,
+                    self.topology.degree(index) + wanted - out_degree + MAX_REMOTE_SINKS + 8,
                 ),
                 # On loopback every peer of a test network comes from 127.0.0.1: the
                 # per-address limit on connection attempts must allow the whole network.
@@ -366,6 +380,8 @@ class LocalNetwork:
         # yesterday's ports; each run starts from the planned topology.
         for index in range(self.settings.nodes):
             (self.node_dir(index) / Config().catcher.host_cache_file).unlink(missing_ok=True)
+        if self.servents is not None:
+            await self._start_servents(nursery)
         admin_threads = trio.CapacityLimiter(16)
         self.nodes = [self._new_node(i, admin_threads) for i in range(self.settings.nodes)]
         at_once = trio.Semaphore(STARTING_AT_ONCE if self.mode == "processes" else 1)
@@ -395,6 +411,41 @@ class LocalNetwork:
         for error in errors:
             self._note(f"warning: {error} (going on without it)")
         self.phase = "forming"
+
+    async def _start_servents(self, nursery: trio.Nursery) -> None:
+        """Start the foreign servents (before the routers, which dial them as seeds)."""
+        assert self.servents is not None
+        count, routers = self.settings.servent_count, self.settings.nodes
+        if self.namespaces is not None:
+            addresses = [
+                (self.namespaces.address(routers + j), NAMESPACE_PORT) for j in range(count)
+            ]
+            prefixes = [self.namespaces.exec_prefix(routers + j) for j in range(count)]
+        else:
+            addresses, prefixes = [(LOOPBACK, free_port()) for _ in range(count)], []
+        servents = self.servents.create(
+            addresses,
+            prefixes=prefixes,
+            on_failure=self._node_failed,
+            start_timeout=self.settings.formation_timeout,
+        )
+        errors: list[str] = []
+
+        async def start(servent: ServentNode) -> None:
+            try:
+                await servent.start(nursery)
+            except NodeError as exc:
+                errors.append(str(exc))
+                if servent.failure is not None:
+                    self.failures.append(servent.failure)
+
+        async with trio.open_nursery() as starting:
+            for servent in servents:
+                starting.start_soon(start, servent)
+        if errors and (self.settings.on_node_failure == "stop" or len(errors) == count):
+            raise NetworkError(errors[0])
+        for error in errors:
+            self._note(f"warning: {error} (going on without it)")
 
     # ------------------------------------------------------------------ formation
 
@@ -453,6 +504,8 @@ class LocalNetwork:
         self.formed_after = trio.current_time() - self._started
         if self.settings.seeds:
             await self._wait_for_seeds()
+        if self.servents is not None:
+            await self._wait_for_servents()
 
     async def _wait_for_seeds(self) -> None:
         """Give the outside servents a few seconds; a missing one is a warning only."""
@@ -461,6 +514,26 @@ class LocalNetwork:
             await self._poll_until(lambda: not self._unconnected_seeds(wanted))
         for seed in self._unconnected_seeds(wanted):
             self._note(f"warning: not every node is connected to seed {seed}")
+
+    async def _wait_for_servents(self) -> None:
+        """Give the routers a few seconds to link with the servents; a missing link is
+        a warning only (a servent may refuse a router, as servents do)."""
+        assert self.servents is not None
+
+        def missing() -> list[str]:
+            assert self.servents is not None
+            return [
+                f"node-{router} -> servent-{servent.index} ({servent.peer_name})"
+                for servent, routers in zip(self.servents.nodes, self.servents.links, strict=True)
+                if servent.running()
+                for router in routers
+                if self._alive(router) and not self.nodes[router].view.has_peer(servent.peer_name)
+            ]
+
+        with trio.move_on_after(SERVENT_LINK_SECONDS):
+            await self._poll_until(lambda: not missing())
+        for link in missing():
+            self._note(f"warning: servent link not up after {SERVENT_LINK_SECONDS:g} s: {link}")
 
     def _unconnected_seeds(self, wanted: dict[str, set[str]]) -> list[str]:
         missing = []
@@ -616,6 +689,7 @@ class LocalNetwork:
                 stats = await node.get("/stats")
                 connections = await node.get("/connections")
                 self.overlay.after[node.index] = link_counters(trio.current_time(), connections)
+                self._connection_pages[node.index] = connections
                 summaries[node.index] = node_summary(node, planned, stats, connections)
                 if self.load_run is not None:
                     self.overlay.route_pages[node.index] = await node.get(
@@ -634,13 +708,18 @@ class LocalNetwork:
         return summaries, states
 
     async def _stop_nodes(self) -> float:
+        """Routers first (they say Bye to everyone, servents included), then servents."""
         started = trio.current_time()
-        for node in self.nodes:
-            node.request_stop()
-        async with trio.open_nursery() as nursery:
-            for node in self.nodes:
-                nursery.start_soon(node.wait_stopped, STOP_TIMEOUT)
+        for group in (self.nodes, self._servent_nodes()):
+            for node in group:
+                node.request_stop()
+            async with trio.open_nursery() as nursery:
+                for node in group:
+                    nursery.start_soon(node.wait_stopped, STOP_TIMEOUT)
         return trio.current_time() - started
+
+    def _servent_nodes(self) -> list[ServentNode]:
+        return [] if self.servents is None else self.servents.nodes
 
     def _summary(
         self,
@@ -675,6 +754,8 @@ class LocalNetwork:
                 "seed": settings.seed,
                 "on_node_failure": settings.on_node_failure,
                 "netns": settings.netns,
+                "servent": settings.servent,
+                "servents": settings.servent_count,
             },
             "topology": {
                 "kind": self.topology.kind,
@@ -685,6 +766,11 @@ class LocalNetwork:
             "nodes": rows,
             "failures": [dataclasses.asdict(f) for f in self.failures],
             "overlay": self.overlay.conclude(hits) if self.load_run is not None else None,
+            "servents": None
+            if self.servents is None
+            else self.servents.report(
+                [self._connection_pages.get(n) for n in range(settings.nodes)], self.failures
+            ),
             "churn": None
             if settings.churn is None
             else {**dataclasses.asdict(settings.churn), "events": self.churn_log},

@@ -71,9 +71,15 @@ class NodeFailure:
     reason: str
     status: int | None = None
     log_tail: tuple[str, ...] = ()
+    kind: str = "node"
+    """``node`` (a router) or ``servent`` (a foreign one)."""
+
+    @property
+    def name(self) -> str:
+        return f"{self.kind}-{self.node}"
 
     def describe(self) -> str:
-        text = f"node-{self.node} {self.reason}"
+        text = f"{self.name} {self.reason}"
         if self.log_tail:
             text += "; its log ends:\n    " + "\n    ".join(self.log_tail)
         return text
@@ -110,6 +116,8 @@ class NetworkNode(abc.ABC):
     """One node of the network, as the controller sees it."""
 
     kind: str = ""
+    label: str = "node"
+    """How it is named to people: ``node-3``."""
 
     def __init__(self, index: int, state_dir: Path) -> None:
         self.index = index

@@ -160,6 +160,18 @@ def final_text(summary: dict[str, Any], report: LoadReport | None, results: Path
         lines += ["", overlay_text(overlay)]
     if summary["nodes"]:
         lines += ["", _node_table(summary["nodes"])]
+    for servent in summary.get("servents") or []:
+        agents = sorted({c["user_agent"] or "?" for c in servent["connections"]})
+        messages_in = sum(c["messages_in"] or 0 for c in servent["connections"])
+        messages_out = sum(c["messages_out"] or 0 for c in servent["connections"])
+        linked = ", ".join(f"node-{n}" for n in servent["connected_routers"]) or "no router"
+        agent = ", ".join(agents) or "not seen"
+        lines += [
+            "",
+            f"servent-{servent['servent']} {servent['address']} ({agent}): "
+            f"linked with {linked} of {len(servent['linked_with'])} planned; the routers got "
+            f"{messages_in:,} messages from it and sent it {messages_out:,}",
+        ]
     churn = summary.get("churn")
     if churn:
         actions = [e["action"] for e in churn["events"]]

@@ -24,6 +24,7 @@ AUTO_PROCESSES_ABOVE = 8
 more get a process each (each has a core to itself, as far as the machine has cores)."""
 MAX_NODES = {"in-process": 500, "processes": 300}
 ON_NODE_FAILURE = ("stop", "continue")
+MAX_SERVENTS = 50
 STARTING_AT_ONCE = 4
 """Child processes starting at the same time: Python's start-up is CPU work, and more at
 once only makes each slower to listen."""
@@ -55,6 +56,10 @@ class NetworkSettings:
     netns: bool = False
     """Every node in a network namespace of its own, with its own address (Linux, root;
     implies processes)."""
+    servent: str | None = None
+    """A foreign servent's command, with ``{port}``, ``{dir}`` (and ``{host}``)."""
+    servents: int = 0
+    """How many foreign servents to start with ``servent`` (1 when it is given alone)."""
     churn: ChurnSettings | None = None
     """Nodes leave and come back on a seeded schedule (implies processes)."""
     on_node_failure: str = "stop"
@@ -88,6 +93,12 @@ class NetworkSettings:
             raise ValueError(
                 "--netns gives every node its own address and port 6346: drop --base-port"
             )
+        if self.servents and not self.servent:
+            raise ValueError("--servents needs --servent 'COMMAND with {port} and {dir}'")
+        if not 0 <= self.servents <= MAX_SERVENTS:
+            raise ValueError(f"--servents must be from 0 to {MAX_SERVENTS}")
+        if self.servent is not None and "{port}" not in self.servent:
+            raise ValueError("--servent: the command must take {port}, where it listens")
         if self.form_timeout is not None and self.form_timeout <= 0:
             raise ValueError("the formation timeout must be positive")
         # The mix and the arrival process are checked here, before any router starts,
@@ -101,6 +112,10 @@ class NetworkSettings:
                 parse_arrivals(self.arrivals, seed=self.seed)
             except ValueError as exc:
                 raise ValueError(f"--arrivals: {exc}") from None
+
+    @property
+    def servent_count(self) -> int:
+        return self.servents or (1 if self.servent else 0)
 
     @property
     def node_mode(self) -> str:

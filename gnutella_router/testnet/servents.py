@@ -1,0 +1,120 @@
+"""Foreign servents in a test network: started from a command, linked in, reported.
+
+A router is only half of an interop study: ``--servent 'COMMAND with {port} and
+{dir}' --servents N`` starts N other servents (gtk-gnutella, or anything that speaks
+Gnutella 0.6) as processes beside the routers (:class:`~.children.ServentNode`). Each is
+linked with :data:`LINKS_PER_SERVENT` routers, drawn with the run's seed: those routers
+get it as a catcher seed and one more outgoing connection to keep, so they dial it as
+they dial any seed. A servent has no admin interface; what it did is read from the
+routers' side, from their connections to it (its user agent, messages and bytes both
+ways), and reported with it.
+"""
+
+from __future__ import annotations
+
+import random
+import socket
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from gnutella_router.net.connection import format_address
+from gnutella_router.testnet.children import ServentNode
+from gnutella_router.testnet.nodes import NodeFailure
+
+LINKS_PER_SERVENT = 2
+COUNTERS = ("messages_in", "messages_out", "bytes_in", "bytes_out")
+LOOPBACK = "127.0.0.1"
+
+
+def free_port(host: str = LOOPBACK) -> int:
+    """A port nothing listens on now (the servent binds it a moment later; a clash is
+    reported as that servent not starting)."""
+    with socket.socket() as probe:
+        probe.bind((host, 0))
+        return int(probe.getsockname()[1])
+
+
+def attachments(servents: int, routers: int, seed: int) -> list[list[int]]:
+    """For each servent, the routers that dial it: :data:`LINKS_PER_SERVENT` of them
+    (all, when there are fewer), drawn with ``seed``."""
+    rng = random.Random(f"servents:{seed}")
+    return [
+        sorted(rng.sample(range(routers), min(LINKS_PER_SERVENT, routers))) for _ in range(servents)
+    ]
+
+
+class ServentSet:
+    """The run's foreign servents, and which routers they are linked with."""
+
+    def __init__(self, command: str, count: int, routers: int, results: Path, seed: int) -> None:
+        self.command = command
+        self.links = attachments(count, routers, seed)
+        self.results = results
+        self.nodes: list[ServentNode] = []
+
+    def folder(self, index: int) -> Path:
+        return self.results / f"servent-{index}"
+
+    def create(
+        self,
+        addresses: Sequence[tuple[str, int]],
+        *,
+        prefixes: Sequence[Sequence[str]] = (),
+        on_failure: Any = None,
+        start_timeout: float,
+    ) -> list[ServentNode]:
+        self.nodes = [
+            ServentNode(
+                index,
+                self.folder(index),
+                self.command,
+                address,
+                prefix=prefixes[index] if prefixes else (),
+                on_failure=on_failure,
+                start_timeout=start_timeout,
+            )
+            for index, address in enumerate(addresses)
+        ]
+        return self.nodes
+
+    def seeds_for(self, router: int) -> list[str]:
+        """``HOST:PORT`` of the running servents ``router`` dials."""
+        return [
+            format_address(*servent.listen)
+            for servent, routers in zip(self.nodes, self.links, strict=True)
+            if router in routers and servent.running()
+        ]
+
+    def report(self, pages: Sequence[Any], failures: Sequence[NodeFailure]) -> list[dict[str, Any]]:
+        """Each servent as the routers saw it, from their ``/connections`` pages."""
+        rows = []
+        failed = {f.node: f.describe() for f in failures if f.kind == "servent"}
+        for index, servent in enumerate(self.nodes):
+            name = format_address(*servent.listen)
+            seen = [
+                {
+                    "router": router,
+                    "role": connection.get("role"),
+                    "user_agent": connection.get("user_agent"),
+                    **{key: connection.get(key) for key in COUNTERS},
+                }
+                for router, page in enumerate(pages)
+                for connection in (page if isinstance(page, list) else [])
+                if isinstance(connection, dict)
+                and name in (connection.get("peer"), connection.get("listen_address"))
+            ]
+            rows.append(
+                {
+                    "servent": index,
+                    "address": name,
+                    "command": servent.argv() if servent.process is not None else None,
+                    "pid": servent.pid,
+                    "exit_status": servent.exit_status,
+                    "linked_with": self.links[index],
+                    "connected_routers": sorted({int(str(s["router"])) for s in seen}),
+                    "connections": seen,
+                    "failure": failed.get(index),
+                }
+            )
+        return rows
