@@ -54,22 +54,22 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
-import secrets
 import shutil
 import signal
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
 import trio
 
 from gnutella_router import __version__
-from gnutella_router.config import Config, load_config
 from gnutella_router.net.connection import format_address
 from gnutella_router.testnet.cache import HostCacheService
 from gnutella_router.testnet.children import ChildNode, ServentNode, stop_children
 from gnutella_router.testnet.churn import LEAVE, ChurnSettings, churn_schedule
+from gnutella_router.testnet.console import Console
+from gnutella_router.testnet.launch import Launcher
 from gnutella_router.testnet.measure import (
     LinkCounters,
     OverlayRecord,
@@ -78,7 +78,6 @@ from gnutella_router.testnet.measure import (
 )
 from gnutella_router.testnet.namespaces import NamespaceError, NamespaceNetwork
 from gnutella_router.testnet.nodes import (
-    LocalNode,
     NetworkNode,
     NodeError,
     NodeFailure,
@@ -91,14 +90,13 @@ from gnutella_router.testnet.report import (
     final_text,
     node_summary,
 )
-from gnutella_router.testnet.servents import ServentSet, free_port
+from gnutella_router.testnet.servents import ServentSet, resolve_seeds, unconnected_seeds
 from gnutella_router.testnet.settings import (
-    STARTING_AT_ONCE,
+    NetworkError,
     NetworkSettings,
 )
 from gnutella_router.testnet.spread_load import SpreadLoadRun
 from gnutella_router.testnet.topology import (
-    MAX_REMOTE_SINKS,
     plan_topology,
     sink_nodes,
 )
@@ -119,7 +117,6 @@ SETTLE_SECONDS = 2.0
 """Longest wait, after the traffic, for the load client's connections to leave the
 nodes, so that the collected state shows the network itself."""
 STATUS_INTERVAL = 1.0
-MIN_MAX_CONNECTIONS = 32
 RESULT_FILES = ("node-*", "summary.json", "*.csv", "*.png")
 """What a run writes into its results folder, and so removes from an earlier run's."""
 SERVENT_LINK_SECONDS = 10.0
@@ -127,21 +124,8 @@ CHURN_IDLE_HORIZON = 24 * 3600.0
 """With ``duration=0`` (up until Ctrl-C), churn is scheduled this far ahead."""
 ROUTES_READ = 100_000
 """Query route entries read per node at the end (the admin interface's most per page)."""
-NAMESPACE_PORT = 6346
-"""In namespaces every node listens on the usual Gnutella port (its admin on the next)."""
 POLL_SECONDS = {"in-process": 0.05, "processes": 0.25}
 """How often formation and settling read the nodes' connection tables."""
-CHILD_CATCHER = {
-    # The run's own cache may be asked often, and a node that was not listening yet
-    # when dialled is dialled again soon.
-    "catcher.gwebcache_interval": 2.0,
-    "catcher.backoff_initial": 1.0,
-    "catcher.backoff_max": 5.0,
-}
-
-
-class NetworkError(Exception):
-    """The network could not be started or did not form."""
 
 
 @dataclasses.dataclass(slots=True)
@@ -165,7 +149,7 @@ class LocalNetwork:
     def __init__(self, settings: NetworkSettings, *, out: TextIO | None = None) -> None:
         self.settings = settings
         self.out = out if out is not None else sys.stdout
-        self.tty = _isatty(self.out)
+        self.console = Console(self.out)
         self.mode = settings.node_mode
         self.topology = plan_topology(
             settings.topology, settings.nodes, degree=settings.degree, seed=settings.seed
@@ -181,13 +165,20 @@ class LocalNetwork:
         )  # fmt: skip
         hosts = settings.nodes + settings.servent_count
         self.namespaces = NamespaceNetwork(hosts) if settings.netns else None
-        self.admin_token = secrets.token_hex(16) if settings.netns else ""
-        """Admin interfaces beyond loopback (in namespaces) take requests with it only."""
-        self.nodes: list[NetworkNode] = []
+        self.failures: list[NodeFailure] = []
+        self.launcher = Launcher(
+            settings,
+            self.topology,
+            self.cache,
+            namespaces=self.namespaces,
+            servents=self.servents,
+            failures=self.failures,
+            on_failure=self._node_failed,
+            note=self._note,
+        )
         self.overlay = OverlayRecord(self.topology)
         self.churn_log: list[dict[str, Any]] = []
         self._connection_pages: dict[int, Any] = {}
-        self.failures: list[NodeFailure] = []
         self.phase = "starting"
         self.load_run: SpreadLoadRun | None = None
         self.report: LoadReport | None = None
@@ -200,7 +191,11 @@ class LocalNetwork:
         self._work: trio.CancelScope | None = None
         self._last_routed = 0
         self._last_at = 0.0
-        self._status_shown = False
+
+    @property
+    def nodes(self) -> list[NetworkNode]:
+        """The routers, in index order (empty until they are being started)."""
+        return self.launcher.nodes
 
     # ------------------------------------------------------------------ control
 
@@ -277,7 +272,8 @@ class LocalNetwork:
                 with trio.CancelScope() as self._work:
                     if self._stop.is_set():
                         self._work.cancel()
-                    await self._start_nodes(nursery)
+                    await self.launcher.start_nodes(nursery)
+                    self.phase = "forming"
                     await self._form()
                     await self._drive(nursery)
             except NetworkError as exc:
@@ -291,7 +287,7 @@ class LocalNetwork:
                     with trio.move_on_after(STOP_TIMEOUT):
                         collected = await self._collect()
                     stopped_in = await self._stop_nodes()
-                self._end_status()
+                self.console.end_status()
                 nursery.cancel_scope.cancel()
         return collected, stopped_in
 
@@ -316,136 +312,7 @@ class LocalNetwork:
             raise NetworkError(f"cannot use results folder {self.settings.results}: {exc}") from exc
 
     def node_dir(self, index: int) -> Path:
-        return self.settings.results / f"node-{index}"
-
-    def node_config(self, index: int, *, listen: tuple[str, int] | None = None) -> Config:
-        """Node ``index``'s configuration; ``listen`` keeps the address it had (a node
-        coming back from churn returns where the others' host caches expect it)."""
-        settings = self.settings
-        out_degree = len(self.topology.out_neighbours(index))
-        servents = self.servents.seeds_for(index) if self.servents is not None else []
-        wanted = out_degree + len(settings.seeds) + len(servents)
-        extra: dict[str, object] = dict(CHILD_CATCHER) if self.mode == "processes" else {}
-        if self.namespaces is not None:
-            # A host of its own: the usual ports, and an admin interface the controller
-            # reaches across the bridge, with the run's token.
-            host = self.namespaces.address(index)
-            extra |= {
-                "node.listen": f"{host}:{NAMESPACE_PORT}",
-                "admin.listen": f"{host}:{NAMESPACE_PORT + 1}",
-                "admin.allow_remote": True,
-                "admin.token": self.admin_token,
-            }
-        else:
-            port = 0 if settings.base_port is None else settings.base_port + index
-            where = _format(listen) if listen is not None else f"{LOOPBACK}:{port}"
-            # The admin default, the node's port + 1, is the next node's port.
-            extra |= {"node.listen": where, "admin.listen": f"{LOOPBACK}:0"}
-        return load_config(
-            None,
-            {
-                **extra,
-                "node.state_dir": str(self.node_dir(index).resolve()),
-                "log.level": "warning",
-                "catcher.gwebcache": self.cache.url(index),
-                "catcher.seeds": [*settings.seeds, *servents],
-                "catcher.min_connections": wanted,
-                "network.max_connections": max(
-                    MIN_MAX_CONNECTIONS,
-                    self.topology.degree(index) + wanted - out_degree + MAX_REMOTE_SINKS + 8,
-                ),
-                # On loopback every peer of a test network comes from 127.0.0.1: the
-                # per-address limit on connection attempts must allow the whole network.
-                "network.connects_per_ip_per_minute": max(
-                    Config().network.connects_per_ip_per_minute, 4 * settings.nodes + 64
-                ),
-            },
-        )
-
-    def _new_node(self, index: int, limiter: trio.CapacityLimiter) -> NetworkNode:
-        if self.mode == "processes":
-            return ChildNode(
-                index,
-                self.node_dir(index),
-                on_failure=self._node_failed,
-                prefix=() if self.namespaces is None else self.namespaces.exec_prefix(index),
-                token=self.admin_token,
-                start_timeout=self.settings.formation_timeout,
-                limiter=limiter,
-            )
-        return LocalNode(index, self.node_dir(index))
-
-    async def _start_nodes(self, nursery: trio.Nursery) -> None:
-        # A host cache saved by an earlier run would make the catchers dial
-        # yesterday's ports; each run starts from the planned topology.
-        for index in range(self.settings.nodes):
-            (self.node_dir(index) / Config().catcher.host_cache_file).unlink(missing_ok=True)
-        if self.servents is not None:
-            await self._start_servents(nursery)
-        admin_threads = trio.CapacityLimiter(16)
-        self.nodes = [self._new_node(i, admin_threads) for i in range(self.settings.nodes)]
-        at_once = trio.Semaphore(STARTING_AT_ONCE if self.mode == "processes" else 1)
-        errors: list[str] = []
-
-        async def start(node: NetworkNode) -> None:
-            async with at_once:
-                try:
-                    await node.start(nursery, self.node_config(node.index))
-                except NodeError as exc:
-                    errors.append(str(exc))
-                    if node.failure is not None:
-                        self.failures.append(node.failure)
-                    return
-            assert node.address is not None
-            self.cache.publish_node(node.index, node.address)
-
-        async with trio.open_nursery() as starting:
-            for node in self.nodes:
-                starting.start_soon(start, node)
-        if errors and (self.settings.on_node_failure == "stop" or len(errors) == len(self.nodes)):
-            raise NetworkError(
-                errors[0]
-                if len(errors) == 1
-                else f"{len(errors)} nodes did not start; first: {errors[0]}"
-            )
-        for error in errors:
-            self._note(f"warning: {error} (going on without it)")
-        self.phase = "forming"
-
-    async def _start_servents(self, nursery: trio.Nursery) -> None:
-        """Start the foreign servents (before the routers, which dial them as seeds)."""
-        assert self.servents is not None
-        count, routers = self.settings.servent_count, self.settings.nodes
-        if self.namespaces is not None:
-            addresses = [
-                (self.namespaces.address(routers + j), NAMESPACE_PORT) for j in range(count)
-            ]
-            prefixes = [self.namespaces.exec_prefix(routers + j) for j in range(count)]
-        else:
-            addresses, prefixes = [(LOOPBACK, free_port()) for _ in range(count)], []
-        servents = self.servents.create(
-            addresses,
-            prefixes=prefixes,
-            on_failure=self._node_failed,
-            start_timeout=self.settings.formation_timeout,
-        )
-        errors: list[str] = []
-
-        async def start(servent: ServentNode) -> None:
-            try:
-                await servent.start(nursery)
-            except NodeError as exc:
-                errors.append(str(exc))
-                if servent.failure is not None:
-                    self.failures.append(servent.failure)
-
-        async with trio.open_nursery() as starting:
-            for servent in servents:
-                starting.start_soon(start, servent)
-        if errors and (self.settings.on_node_failure == "stop" or len(errors) == count):
-            raise NetworkError(errors[0])
-        for error in errors:
-            self._note(f"warning: {error} (going on without it)")
+        return self.launcher.node_dir(index)
 
     # ------------------------------------------------------------------ formation
 
@@ -509,10 +376,10 @@ class LocalNetwork:
 
     async def _wait_for_seeds(self) -> None:
         """Give the outside servents a few seconds; a missing one is a warning only."""
-        wanted = await _resolve_seeds(self.settings.seeds)
+        wanted = await resolve_seeds(self.settings.seeds)
         with trio.move_on_after(5.0):
-            await self._poll_until(lambda: not self._unconnected_seeds(wanted))
-        for seed in self._unconnected_seeds(wanted):
+            await self._poll_until(lambda: not unconnected_seeds(wanted, self.nodes))
+        for seed in unconnected_seeds(wanted, self.nodes):
             self._note(f"warning: not every node is connected to seed {seed}")
 
     async def _wait_for_servents(self) -> None:
@@ -520,29 +387,11 @@ class LocalNetwork:
         a warning only (a servent may refuse a router, as servents do)."""
         assert self.servents is not None
 
-        def missing() -> list[str]:
-            assert self.servents is not None
-            return [
-                f"node-{router} -> servent-{servent.index} ({servent.peer_name})"
-                for servent, routers in zip(self.servents.nodes, self.servents.links, strict=True)
-                if servent.running()
-                for router in routers
-                if self._alive(router) and not self.nodes[router].view.has_peer(servent.peer_name)
-            ]
-
+        servents = self.servents
         with trio.move_on_after(SERVENT_LINK_SECONDS):
-            await self._poll_until(lambda: not missing())
-        for link in missing():
+            await self._poll_until(lambda: not servents.missing_links(self.nodes))
+        for link in servents.missing_links(self.nodes):
             self._note(f"warning: servent link not up after {SERVENT_LINK_SECONDS:g} s: {link}")
-
-    def _unconnected_seeds(self, wanted: dict[str, set[str]]) -> list[str]:
-        missing = []
-        for seed, addresses in wanted.items():
-            for node in self.nodes:
-                if node.running() and not any(node.view.has_peer(a) for a in addresses):
-                    missing.append(seed)
-                    break
-        return missing
 
     # ------------------------------------------------------------------ traffic
 
@@ -571,17 +420,10 @@ class LocalNetwork:
             if event.action == LEAVE:
                 if not node.running():
                     continue
-                if churn.kill:
-                    node.kill()
-                else:
-                    node.request_stop()
-                await node.wait_stopped(STOP_TIMEOUT)
-                self.cache.publish_node(node.index, None)
+                await self.launcher.take_down(node, kill=churn.kill, grace=STOP_TIMEOUT)
             else:
                 try:
-                    await node.restart(nursery, self.node_config(node.index, listen=node.address))
-                    assert node.address is not None
-                    self.cache.publish_node(node.index, node.address)
+                    await self.launcher.bring_back(node, nursery)
                 except NodeError as exc:
                     ok = False
                     self._node_failed(NodeFailure(node.index, f"did not come back: {exc}"))
@@ -801,8 +643,7 @@ class LocalNetwork:
     # ------------------------------------------------------------------ output
 
     def _note(self, text: str) -> None:
-        self._end_status()
-        print(text, file=self.out, flush=True)
+        self.console.note(text)
 
     def status_line(self) -> str:
         now = trio.current_time()
@@ -834,19 +675,7 @@ class LocalNetwork:
             with trio.move_on_after(STATUS_INTERVAL):
                 await self.refresh(totals=True)
             self.overlay.sample(trio.current_time() - self._started, self.nodes)
-            line = self.status_line()
-            if self.tty:
-                # Rewritten in place, so it must fit on one terminal line.
-                width = shutil.get_terminal_size().columns - 1
-                print(f"\r{line[:width]}\x1b[K", end="", file=self.out, flush=True)
-                self._status_shown = True
-            else:
-                print(line, file=self.out, flush=True)
-
-    def _end_status(self) -> None:
-        if self._status_shown:
-            print(file=self.out, flush=True)
-            self._status_shown = False
+            self.console.status(self.status_line())
 
     def _print_final(self, outcome: NetworkOutcome) -> None:
         text = final_text(outcome.summary, self.report, outcome.results)
@@ -895,28 +724,3 @@ def _format(address: tuple[str, int]) -> str:
 
 def _rounded(value: float | None) -> float | None:
     return None if value is None else round(value, 3)
-
-
-def _isatty(stream: TextIO) -> bool:
-    try:
-        return stream.isatty()
-    except (AttributeError, ValueError):
-        return False
-
-
-async def _resolve_seeds(seeds: Sequence[str]) -> dict[str, set[str]]:
-    """Each seed and the ``HOST:PORT`` texts a node's connection to it may show."""
-    from gnutella_router.config import parse_host_port
-
-    wanted: dict[str, set[str]] = {}
-    for seed in seeds:
-        host, port = parse_host_port(seed, key="--seed", allow_port_zero=False)
-        addresses = {format_address(host, port)}
-        try:
-            with trio.fail_after(5):
-                infos = await trio.socket.getaddrinfo(host, port, type=trio.socket.SOCK_STREAM)
-            addresses.update(format_address(str(info[4][0]), port) for info in infos)
-        except (OSError, trio.TooSlowError):
-            pass
-        wanted[seed] = addresses
-    return wanted

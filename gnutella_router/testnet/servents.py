@@ -1,4 +1,5 @@
-"""Foreign servents in a test network: started from a command, linked in, reported.
+"""Foreign servents in a test network: started from a command, linked in, reported; and
+the ``--seed`` servents that run already.
 
 A router is only half of an interop study: ``--servent 'COMMAND with {port} and
 {dir}' --servents N`` starts N other servents (gtk-gnutella, or anything that speaks
@@ -18,9 +19,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import trio
+
+from gnutella_router.config import parse_host_port
 from gnutella_router.net.connection import format_address
 from gnutella_router.testnet.children import ServentNode
-from gnutella_router.testnet.nodes import NodeFailure
+from gnutella_router.testnet.nodes import NetworkNode, NodeFailure
 
 LINKS_PER_SERVENT = 2
 COUNTERS = ("messages_in", "messages_out", "bytes_in", "bytes_out")
@@ -86,6 +90,16 @@ class ServentSet:
             if router in routers and servent.running()
         ]
 
+    def missing_links(self, routers: Sequence[NetworkNode]) -> list[str]:
+        """Planned router-to-servent links that are not up (between running ends)."""
+        return [
+            f"node-{router} -> servent-{servent.index} ({servent.peer_name})"
+            for servent, linked in zip(self.nodes, self.links, strict=True)
+            if servent.running()
+            for router in linked
+            if routers[router].running() and not routers[router].view.has_peer(servent.peer_name)
+        ]
+
     def report(self, pages: Sequence[Any], failures: Sequence[NodeFailure]) -> list[dict[str, Any]]:
         """Each servent as the routers saw it, from their ``/connections`` pages."""
         rows = []
@@ -118,3 +132,31 @@ class ServentSet:
                 }
             )
         return rows
+
+
+async def resolve_seeds(seeds: Sequence[str]) -> dict[str, set[str]]:
+    """Each ``--seed`` (a servent already running) and the ``HOST:PORT`` texts a
+    node's connection to it may show."""
+    wanted: dict[str, set[str]] = {}
+    for seed in seeds:
+        host, port = parse_host_port(seed, key="--seed", allow_port_zero=False)
+        addresses = {format_address(host, port)}
+        try:
+            with trio.fail_after(5):
+                infos = await trio.socket.getaddrinfo(host, port, type=trio.socket.SOCK_STREAM)
+            addresses.update(format_address(str(info[4][0]), port) for info in infos)
+        except (OSError, trio.TooSlowError):
+            pass
+        wanted[seed] = addresses
+    return wanted
+
+
+def unconnected_seeds(wanted: dict[str, set[str]], nodes: Sequence[NetworkNode]) -> list[str]:
+    """The seeds some running node holds no connection to."""
+    return [
+        seed
+        for seed, addresses in wanted.items()
+        if any(
+            node.running() and not any(node.view.has_peer(a) for a in addresses) for node in nodes
+        )
+    ]

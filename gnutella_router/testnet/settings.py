@@ -30,6 +30,10 @@ STARTING_AT_ONCE = 4
 once only makes each slower to listen."""
 
 
+class NetworkError(Exception):
+    """The network could not be started or did not form."""
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class NetworkSettings:
     nodes: int = 5

@@ -1,0 +1,221 @@
+"""Starting a test network's nodes: each one's configuration, and the start itself.
+
+:class:`Launcher` knows, for every node, what it needs to be part of the planned
+network: where it listens (a port the system picks on loopback, its own address and the
+usual port in a namespace), its admin interface (loopback, or beyond it with the run's
+token), the run's GWebCache page that lists whom it dials, the servents and seeds it
+dials too, and limits that fit a test network (every peer comes from one address on
+loopback). It starts the foreign servents first, then the routers (a few child processes
+at a time: Python's start-up is CPU work), and publishes each router in the cache as
+soon as it listens, so the others can dial it.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Callable
+from pathlib import Path
+
+import trio
+
+from gnutella_router.config import Config, load_config
+from gnutella_router.net.connection import format_address
+from gnutella_router.testnet.cache import HostCacheService
+from gnutella_router.testnet.children import ChildNode, ServentNode
+from gnutella_router.testnet.namespaces import NamespaceNetwork
+from gnutella_router.testnet.nodes import LocalNode, NetworkNode, NodeError, NodeFailure
+from gnutella_router.testnet.servents import ServentSet, free_port
+from gnutella_router.testnet.settings import STARTING_AT_ONCE, NetworkError, NetworkSettings
+from gnutella_router.testnet.topology import MAX_REMOTE_SINKS, Topology
+
+LOOPBACK = "127.0.0.1"
+MIN_MAX_CONNECTIONS = 32
+NAMESPACE_PORT = 6346
+"""In namespaces every node listens on the usual Gnutella port (its admin on the next)."""
+CHILD_CATCHER = {
+    # The run's own cache may be asked often, and a node that was not listening yet
+    # when dialled is dialled again soon.
+    "catcher.gwebcache_interval": 2.0,
+    "catcher.backoff_initial": 1.0,
+    "catcher.backoff_max": 5.0,
+}
+
+
+class Launcher:
+    """Configures and starts one run's nodes and servents; see the module docstring."""
+
+    def __init__(
+        self,
+        settings: NetworkSettings,
+        topology: Topology,
+        cache: HostCacheService,
+        *,
+        namespaces: NamespaceNetwork | None,
+        servents: ServentSet | None,
+        failures: list[NodeFailure],
+        on_failure: Callable[[NodeFailure], None],
+        note: Callable[[str], None],
+    ) -> None:
+        self.settings = settings
+        self.mode = settings.node_mode
+        self.topology = topology
+        self.cache = cache
+        self.namespaces = namespaces
+        self.servents = servents
+        self.failures = failures
+        self.on_failure = on_failure
+        self.note = note
+        self.admin_token = secrets.token_hex(16) if namespaces is not None else ""
+        """Admin interfaces beyond loopback (in namespaces) take requests with it only."""
+        self.nodes: list[NetworkNode] = []
+
+    def node_dir(self, index: int) -> Path:
+        return self.settings.results / f"node-{index}"
+
+    def node_config(self, index: int, *, listen: tuple[str, int] | None = None) -> Config:
+        """Node ``index``'s configuration; ``listen`` keeps the address it had (a node
+        coming back from churn returns where the others' host caches expect it)."""
+        settings = self.settings
+        out_degree = len(self.topology.out_neighbours(index))
+        servents = self.servents.seeds_for(index) if self.servents is not None else []
+        wanted = out_degree + len(settings.seeds) + len(servents)
+        extra: dict[str, object] = dict(CHILD_CATCHER) if self.mode == "processes" else {}
+        if self.namespaces is not None:
+            # A host of its own: the usual ports, and an admin interface the controller
+            # reaches across the bridge, with the run's token.
+            host = self.namespaces.address(index)
+            extra |= {
+                "node.listen": f"{host}:{NAMESPACE_PORT}",
+                "admin.listen": f"{host}:{NAMESPACE_PORT + 1}",
+                "admin.allow_remote": True,
+                "admin.token": self.admin_token,
+            }
+        else:
+            port = 0 if settings.base_port is None else settings.base_port + index
+            where = format_address(*listen) if listen is not None else f"{LOOPBACK}:{port}"
+            # The admin default, the node's port + 1, is the next node's port.
+            extra |= {"node.listen": where, "admin.listen": f"{LOOPBACK}:0"}
+        return load_config(
+            None,
+            {
+                **extra,
+                "node.state_dir": str(self.node_dir(index).resolve()),
+                "log.level": "warning",
+                "catcher.gwebcache": self.cache.url(index),
+                "catcher.seeds": [*settings.seeds, *servents],
+                "catcher.min_connections": wanted,
+                "network.max_connections": max(
+                    MIN_MAX_CONNECTIONS,
+                    self.topology.degree(index) + wanted - out_degree + MAX_REMOTE_SINKS + 8,
+                ),
+                # On loopback every peer of a test network comes from 127.0.0.1: the
+                # per-address limit on connection attempts must allow the whole network.
+                "network.connects_per_ip_per_minute": max(
+                    Config().network.connects_per_ip_per_minute, 4 * settings.nodes + 64
+                ),
+            },
+        )
+
+    def new_node(self, index: int, limiter: trio.CapacityLimiter) -> NetworkNode:
+        if self.mode == "processes":
+            return ChildNode(
+                index,
+                self.node_dir(index),
+                on_failure=self.on_failure,
+                prefix=() if self.namespaces is None else self.namespaces.exec_prefix(index),
+                token=self.admin_token,
+                start_timeout=self.settings.formation_timeout,
+                limiter=limiter,
+            )
+        return LocalNode(index, self.node_dir(index))
+
+    async def start_nodes(self, nursery: trio.Nursery) -> None:
+        # A host cache saved by an earlier run would make the catchers dial
+        # yesterday's ports; each run starts from the planned topology.
+        for index in range(self.settings.nodes):
+            (self.node_dir(index) / Config().catcher.host_cache_file).unlink(missing_ok=True)
+        if self.servents is not None:
+            await self.start_servents(nursery)
+        admin_threads = trio.CapacityLimiter(16)
+        self.nodes = [self.new_node(i, admin_threads) for i in range(self.settings.nodes)]
+        at_once = trio.Semaphore(STARTING_AT_ONCE if self.mode == "processes" else 1)
+        errors: list[str] = []
+
+        async def start(node: NetworkNode) -> None:
+            async with at_once:
+                try:
+                    await node.start(nursery, self.node_config(node.index))
+                except NodeError as exc:
+                    errors.append(str(exc))
+                    if node.failure is not None:
+                        self.failures.append(node.failure)
+                    return
+            assert node.address is not None
+            self.cache.publish_node(node.index, node.address)
+
+        async with trio.open_nursery() as starting:
+            for node in self.nodes:
+                starting.start_soon(start, node)
+        if errors and (self.settings.on_node_failure == "stop" or len(errors) == len(self.nodes)):
+            raise NetworkError(
+                errors[0]
+                if len(errors) == 1
+                else f"{len(errors)} nodes did not start; first: {errors[0]}"
+            )
+        for error in errors:
+            self.note(f"warning: {error} (going on without it)")
+
+    async def start_servents(self, nursery: trio.Nursery) -> None:
+        """Start the foreign servents (before the routers, which dial them as seeds)."""
+        assert self.servents is not None
+        count, routers = self.settings.servent_count, self.settings.nodes
+        if self.namespaces is not None:
+            addresses = [
+                (self.namespaces.address(routers + j), NAMESPACE_PORT) for j in range(count)
+            ]
+            prefixes = [self.namespaces.exec_prefix(routers + j) for j in range(count)]
+        else:
+            addresses, prefixes = [(LOOPBACK, free_port()) for _ in range(count)], []
+        servents = self.servents.create(
+            addresses,
+            prefixes=prefixes,
+            on_failure=self.on_failure,
+            start_timeout=self.settings.formation_timeout,
+        )
+        errors: list[str] = []
+
+        async def start(servent: ServentNode) -> None:
+            try:
+                await servent.start(nursery)
+            except NodeError as exc:
+                errors.append(str(exc))
+                if servent.failure is not None:
+                    self.failures.append(servent.failure)
+
+        async with trio.open_nursery() as starting:
+            for servent in servents:
+                starting.start_soon(start, servent)
+        if errors and (self.settings.on_node_failure == "stop" or len(errors) == count):
+            raise NetworkError(errors[0])
+        for error in errors:
+            self.note(f"warning: {error} (going on without it)")
+
+    async def take_down(self, node: ChildNode, *, kill: bool, grace: float) -> None:
+        """Churn: the node leaves (Bye, or SIGKILL as a crashed host) and the cache
+        stops listing it."""
+        if kill:
+            node.kill()
+        else:
+            node.request_stop()
+        await node.wait_stopped(grace)
+        self.cache.publish_node(node.index, None)
+
+    async def bring_back(self, node: ChildNode, nursery: trio.Nursery) -> None:
+        """Churn: start the node again where it was, and list it in the cache again.
+
+        Raises:
+            NodeError: it did not come back.
+        """
+        await node.restart(nursery, self.node_config(node.index, listen=node.address))
+        assert node.address is not None
+        self.cache.publish_node(node.index, node.address)
