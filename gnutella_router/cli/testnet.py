@@ -12,7 +12,6 @@ import trio
 from gnutella_router.cli.interrupt import INTERRUPTED
 from gnutella_router.config import ConfigError, parse_host_port
 from gnutella_router.testnet.churn import ChurnSettings
-from gnutella_router.testnet.network import run_network
 from gnutella_router.testnet.settings import (
     AUTO_PROCESSES_ABOVE,
     DEFAULT_RESULTS,
@@ -196,8 +195,11 @@ def add_testnet_parser(commands: argparse._SubParsersAction[argparse.ArgumentPar
 
 
 def cmd_testnet(args: argparse.Namespace) -> int:
+    # Imported here, not above: every other command (a router above all, run many
+    # times over in a test network) would otherwise carry the test network's weight.
     from gnutella_router.logs import configure_logging
     from gnutella_router.testnet import namespaces
+    from gnutella_router.testnet.network import run_network
 
     if args.cleanup:
         return _cleanup()
