@@ -18,7 +18,7 @@ from gnutella_router.testnet.settings import (
     ON_NODE_FAILURE,
     NetworkSettings,
 )
-from gnutella_router.testnet.topology import TOPOLOGIES
+from gnutella_router.testnet.topology import TOPOLOGIES, load_topology
 
 
 def add_testnet_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -42,9 +42,10 @@ def add_testnet_parser(commands: argparse._SubParsersAction[argparse.ArgumentPar
     testnet.add_argument(
         "--nodes",
         type=int,
-        default=5,
+        default=None,
         metavar="N",
-        help="routers (default 5; at most 500 in one process, 300 as processes)",
+        help="routers (default 5, or as many as --topology-file has; at most 500 in one "
+        "process, 300 as processes)",
     )
     mode = testnet.add_mutually_exclusive_group()
     mode.add_argument(
@@ -116,14 +117,25 @@ def add_testnet_parser(commands: argparse._SubParsersAction[argparse.ArgumentPar
         choices=TOPOLOGIES,
         default="random",
         help="random: a ring plus --degree random links per node; ring: each node dials "
-        "the next; star: every node dials node 0 (default random)",
+        "the next; star: every node dials node 0; power-law: Barabasi-Albert, each node "
+        "attaching to --degree + 1 earlier ones (hubs, as in measured Gnutella "
+        "overlays); two-tier: one node in five an ultrapeer (a ring plus --degree random "
+        "links each), the others leaves linked with 2 ultrapeers (default random)",
+    )
+    testnet.add_argument(
+        "--topology-file",
+        type=Path,
+        metavar="FILE",
+        help="the planned graph from a file instead: an edge list (two node names per "
+        "line, # comments) or GraphML (.graphml); it must be connected",
     )
     testnet.add_argument(
         "--degree",
         type=int,
         default=1,
         metavar="D",
-        help="random topology: random outgoing links per node besides the ring (default 1)",
+        help="random and two-tier: random links per node besides the ring; power-law: "
+        "links per new node minus one (default 1)",
     )
     testnet.add_argument(
         "--traffic",
@@ -182,8 +194,8 @@ def add_testnet_parser(commands: argparse._SubParsersAction[argparse.ArgumentPar
         type=float,
         default=None,
         metavar="S",
-        help="seconds to wait for every link to come up (default 20, plus start-up "
-        "time in --processes mode)",
+        help="seconds to wait for every link to come up (default 20 s plus 1 s per 25 "
+        "nodes in one process, plus start-up time in --processes mode)",
     )
     testnet.add_argument(
         "--log-format",
@@ -210,10 +222,14 @@ def cmd_testnet(args: argparse.Namespace) -> int:
             print(f"gnutella-router testnet: {exc}", file=sys.stderr)
             return 2
     try:
+        nodes = 5 if args.nodes is None else args.nodes
+        if args.topology_file is not None and args.nodes is None:
+            nodes = load_topology(args.topology_file).nodes
         for seed in args.seed:
             parse_host_port(seed, key="--seed", allow_port_zero=False)
         settings = NetworkSettings(
-            nodes=args.nodes,
+            nodes=nodes,
+            topology_file=args.topology_file,
             topology=args.topology,
             degree=args.degree,
             traffic=args.traffic,

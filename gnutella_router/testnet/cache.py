@@ -2,10 +2,16 @@
 
 Each node's ``catcher.gwebcache`` points at ``/node/<i>``, which lists the nodes it is
 planned to dial, so the catchers build exactly the planned topology through the same
-bootstrap path a router uses on the real network. A request that arrives before the
-network listens is held (up to :data:`CACHE_HOLD_SECONDS`) until every node its page
-lists listens, rather than answered empty or in part; after the hold it gets the nodes
-that listen by then, and asks again later (``catcher.gwebcache_interval``) for the rest.
+bootstrap path a router uses on the real network.
+
+The cache learns each node's address as it comes up (:meth:`HostCacheService.publish_node`)
+but answers nobody until every node has been started (:meth:`HostCacheService.open`): a
+page answered in part would let a node dial the neighbours it has, learn other nodes
+from their pongs, and fill its outgoing slots with links nobody planned before the
+rest of its page could be told. So the first requests are held, up to ``hold``
+seconds (the catchers' fetch deadline is set above it), and then all pages are
+complete at once. Once open, a page is answered at once with the nodes that listen
+then (a node back from churn is told where its neighbours are now).
 """
 
 from __future__ import annotations
@@ -20,8 +26,10 @@ from gnutella_router.net.connection import format_address
 from gnutella_router.testnet.topology import Topology
 
 CACHE_HOLD_SECONDS = 8.0
-"""Longest a cache request waits for the network to listen (below the catcher's fetch
-deadline, 10 s by default)."""
+"""Longest a cache request waits for the network to listen, by default (below the
+catcher's default fetch deadline, 10 s; a run sets both to fit its start-up)."""
+REQUEST_SECONDS = 5.0
+"""Longest a client may take to send its request."""
 LOOPBACK = "127.0.0.1"
 
 
@@ -32,7 +40,8 @@ class HostCacheService:
     ``GET /node/<i>?...`` answers node i with the nodes it should dial; any other page
     lists every node. The answer is v2 (``I|pong|...`` then ``H|ip:port|age``), or bare
     ``ip:port`` lines (v1) when the request asks ``hostfile=1`` without ``get=1``.
-    Requests wait (at most ``hold`` seconds) until :meth:`publish` has been called.
+    Requests wait (at most ``hold`` seconds) until :meth:`open` (or :meth:`publish`)
+    has been called.
     """
 
     def __init__(
@@ -46,33 +55,23 @@ class HostCacheService:
         """Where each node listens, once it does (None before, or after it left)."""
         self.published_at = 0.0
         self.requests = 0
-        self._changed = trio.Event()
+        self._open = trio.Event()
         self.port = 0
 
     def publish(self, addresses: Sequence[tuple[str, int]]) -> None:
         """The nodes are listening at ``addresses`` (index order): answer every page."""
         for index, address in enumerate(addresses):
             self.publish_node(index, address)
+        self.open()
 
     def publish_node(self, index: int, address: tuple[str, int] | None) -> None:
-        """Node ``index`` listens at ``address`` now (None: it is gone); the pages that
-        were waiting for it are answered once each has all its nodes."""
+        """Node ``index`` listens at ``address`` now (None: it is gone)."""
         self.addresses[index] = address
         self.published_at = trio.current_time()
-        self._changed.set()
-        self._changed = trio.Event()
 
-    def _complete(self, path: str) -> bool:
-        """Whether every node the page lists is listening (the whole network, for a
-        page other than ``/node/<i>``)."""
-        wanted = self._wanted(path)
-        return all(self.addresses[n] is not None for n in wanted)
-
-    def _wanted(self, path: str) -> list[int]:
-        head, _, index = path.strip("/").partition("/")
-        if head == "node" and index.isdigit() and int(index) < self.topology.nodes:
-            return self.topology.out_neighbours(int(index))
-        return list(range(self.topology.nodes))
+    def open(self) -> None:
+        """Every node has been started: answer the held requests, and all later ones."""
+        self._open.set()
 
     def url(self, node: int | None = None) -> str:
         page = "gwc" if node is None else f"node/{node}"
@@ -92,6 +91,12 @@ class HostCacheService:
             lines.append("I|WARNING|the test network is not listening yet")
         return ("\n".join(lines) + "\n").encode()
 
+    def _wanted(self, path: str) -> list[int]:
+        head, _, index = path.strip("/").partition("/")
+        if head == "node" and index.isdigit() and int(index) < self.topology.nodes:
+            return self.topology.out_neighbours(int(index))
+        return list(range(self.topology.nodes))
+
     def _hosts_for(self, path: str) -> list[tuple[str, int]]:
         return [a for n in self._wanted(path) if (a := self.addresses[n]) is not None]
 
@@ -103,22 +108,20 @@ class HostCacheService:
 
     async def _answer(self, stream: trio.SocketStream) -> None:
         try:
-            with trio.move_on_after(5.0):
-                request = b""
+            request = b""
+            with trio.move_on_after(REQUEST_SECONDS):
                 while b"\r\n\r\n" not in request and len(request) < 16384:
                     chunk = await stream.receive_some(4096)
                     if not chunk:
                         return
                     request += chunk
-                line = request.split(b"\r\n", 1)[0].decode("latin-1").split()
-                if len(line) != 3 or line[0] != "GET":
-                    await stream.send_all(_http(400, b"only GET is served\n"))
-                    return
-                self.requests += 1
-                path = urllib.parse.urlsplit(line[1]).path
-                with trio.move_on_after(self.hold):
-                    while not self._complete(path):
-                        await self._changed.wait()
+            line = request.split(b"\r\n", 1)[0].decode("latin-1").split()
+            if len(line) != 3 or line[0] != "GET":
+                await stream.send_all(_http(400, b"only GET is served\n"))
+                return
+            self.requests += 1
+            with trio.move_on_after(self.hold):
+                await self._open.wait()
             await stream.send_all(_http(200, self.body(line[1])))
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
             pass

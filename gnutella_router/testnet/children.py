@@ -17,7 +17,10 @@ Every child is started
   them; and
 * on Linux, with ``PR_SET_PDEATHSIG`` = SIGHUP, so that if the controller itself dies
   (``kill -9``), the kernel tells every child to stop, and each says Bye and exits on
-  its own: no router outlives the run that started it.
+  its own: no router outlives the run that started it. The signal is tied to the
+  *thread* that started the child, so children are started from the trio thread, which
+  lives as long as the run (trio's own ``open_process`` starts them from worker threads,
+  which end when idle, and would take their children with them).
 
 A watcher task awaits each process. An exit the controller did not ask for is a
 :class:`~gnutella_router.testnet.nodes.NodeFailure` (exit status or signal, and the
@@ -67,9 +70,9 @@ def _parent_death_signal() -> Callable[[], None] | None:
     """A function for the child to run between fork and exec: SIGHUP it when its
     parent dies. Resolved here, in the parent, so the child only makes one call.
 
-    SIGHUP, not SIGTERM: the kernel sends the parent-death signal once for every thread
-    of the child, and a router takes a second SIGTERM as "stop at once, no Bye", while
-    any number of SIGHUPs is one graceful stop."""
+    SIGHUP, not SIGTERM: the parent-death signal can arrive more than once (a child
+    with threads gets one per thread), and a router takes a second SIGTERM as "stop at
+    once, no Bye", while any number of SIGHUPs is one graceful stop."""
     if not sys.platform.startswith("linux"):
         return None
     try:

@@ -32,7 +32,8 @@ LOOPBACK = "127.0.0.1"
 MIN_MAX_CONNECTIONS = 32
 NAMESPACE_PORT = 6346
 """In namespaces every node listens on the usual Gnutella port (its admin on the next)."""
-CHILD_CATCHER = {
+CACHE_ANSWER_MARGIN = 10.0
+RUN_CATCHER = {
     # The run's own cache may be asked often, and a node that was not listening yet
     # when dialled is dialled again soon.
     "catcher.gwebcache_interval": 2.0,
@@ -79,7 +80,12 @@ class Launcher:
         out_degree = len(self.topology.out_neighbours(index))
         servents = self.servents.seeds_for(index) if self.servents is not None else []
         wanted = out_degree + len(settings.seeds) + len(servents)
-        extra: dict[str, object] = dict(CHILD_CATCHER) if self.mode == "processes" else {}
+        # The first request to the run's cache is held until every node has started
+        # (see .cache): the catcher must wait for its answer as long.
+        extra: dict[str, object] = {
+            **RUN_CATCHER,
+            "catcher.dial_timeout": self.cache.hold + CACHE_ANSWER_MARGIN,
+        }
         if self.namespaces is not None:
             # A host of its own: the usual ports, and an admin interface the controller
             # reaches across the bridge, with the run's token.
@@ -156,6 +162,7 @@ class Launcher:
         async with trio.open_nursery() as starting:
             for node in self.nodes:
                 starting.start_soon(start, node)
+        self.cache.open()  # every node started (or failed): all pages complete at once
         if errors and (self.settings.on_node_failure == "stop" or len(errors) == len(self.nodes)):
             raise NetworkError(
                 errors[0]

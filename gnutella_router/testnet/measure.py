@@ -101,14 +101,6 @@ class QueryRecord:
     first_hit_ms: float | None
 
 
-def planned_graph(topology: Topology) -> nx.Graph:
-    """The planned links as an undirected graph."""
-    graph = nx.Graph()
-    graph.add_nodes_from(range(topology.nodes))
-    graph.add_edges_from(topology.links)
-    return graph
-
-
 def flood_model(topology: Topology, origin: int = 0, ttl: int = QUERY_TTL) -> dict[str, list[int]]:
     """Reach and duplicates of a pure flood from ``origin`` for each TTL from 1 to ``ttl``.
 
@@ -117,7 +109,7 @@ def flood_model(topology: Topology, origin: int = 0, ttl: int = QUERY_TTL) -> di
     left and forwards it to its other neighbours when more than 1 is left. Every copy
     beyond the first a node gets is a duplicate.
     """
-    graph = planned_graph(topology)
+    graph = topology.graph()
     distance = nx.single_source_shortest_path_length(graph, origin)
     reach, duplicates = [], []
     for t in range(1, ttl + 1):

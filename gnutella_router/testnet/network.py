@@ -97,7 +97,6 @@ from gnutella_router.testnet.settings import (
 )
 from gnutella_router.testnet.spread_load import SpreadLoadRun
 from gnutella_router.testnet.topology import (
-    plan_topology,
     sink_nodes,
 )
 from gnutella_router.traffic.load import (
@@ -151,10 +150,8 @@ class LocalNetwork:
         self.out = out if out is not None else sys.stdout
         self.console = Console(self.out)
         self.mode = settings.node_mode
-        self.topology = plan_topology(
-            settings.topology, settings.nodes, degree=settings.degree, seed=settings.seed
-        )
-        self.cache = HostCacheService(self.topology)
+        self.topology = settings.plan()
+        self.cache = HostCacheService(self.topology, hold=settings.formation_timeout)
         self.servents = (
             ServentSet(
                 settings.servent, settings.servent_count, settings.nodes, settings.results,
@@ -601,6 +598,9 @@ class LocalNetwork:
             },
             "topology": {
                 "kind": self.topology.kind,
+                "file": None if settings.topology_file is None else str(settings.topology_file),
+                **self.topology.describe(),
+                "leaves": sorted(self.topology.leaves),
                 "links": [list(link) for link in self.topology.links],
                 "sinks_on": [0, *sink_nodes(self.topology)] if settings.duration else [],
             },
@@ -637,8 +637,8 @@ class LocalNetwork:
             draw_run(self.settings.results, summary)
         except PlotUnavailableError as exc:
             self._note(f"no pictures: {exc}")
-        except (OSError, ValueError) as exc:
-            self._note(f"warning: pictures not drawn: {exc}")
+        except Exception as exc:  # a picture that fails must not cost the results
+            self._note(f"warning: pictures not drawn: {exc.__class__.__name__}: {exc}")
 
     # ------------------------------------------------------------------ output
 

@@ -20,6 +20,7 @@ from gnutella_router.observe.profile_plot import PlotUnavailableError, pyplot
 
 __all__ = ["PlotUnavailableError", "draw_run"]
 
+SPRING_LAYOUT_BELOW = 500
 LABELS_UP_TO = 40
 """Nodes are numbered in the overlay picture up to this many; beyond, the numbers hide it."""
 
@@ -59,7 +60,11 @@ def _overlay(plt: Any, path: Path, summary: dict[str, Any]) -> Path:
     colours = [load.get(n, 0.0) for n in graph.nodes]
     size = graph.number_of_nodes()
     figure, axes = plt.subplots(figsize=(8, 7))
-    layout = nx.spring_layout(graph, seed=summary["settings"]["seed"], k=1.5 / math.sqrt(size))
+    seed = summary["settings"]["seed"]
+    if size < SPRING_LAYOUT_BELOW:
+        layout = nx.spring_layout(graph, seed=seed, k=1.5 / math.sqrt(size))
+    else:  # networkx's spring layout wants scipy from 500 nodes on; this one numpy only
+        layout = nx.forceatlas2_layout(graph, seed=seed)
     nx.draw_networkx_edges(graph, layout, ax=axes, alpha=0.35, width=0.8)
     drawn = nx.draw_networkx_nodes(
         graph, layout, ax=axes, node_color=colours, cmap="viridis",

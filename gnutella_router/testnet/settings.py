@@ -13,7 +13,12 @@ import math
 from pathlib import Path
 
 from gnutella_router.testnet.churn import ChurnSettings
-from gnutella_router.testnet.topology import TOPOLOGIES
+from gnutella_router.testnet.topology import (
+    TOPOLOGIES,
+    Topology,
+    load_topology,
+    plan_topology,
+)
 from traffic_models.arrivals import parse_arrivals
 from traffic_models.mix import mix_by_name_or_path
 
@@ -39,6 +44,9 @@ class NetworkSettings:
     nodes: int = 5
     topology: str = "random"
     degree: int = 1
+    topology_file: Path | None = None
+    """A planned graph read from a file (edge list or GraphML) instead of ``topology``;
+    ``nodes`` must be its number of nodes."""
     traffic: str = "paper"
     """A mix name (``paper``, ``trace``, ...) or a mix file."""
     rate: float = 200.0
@@ -77,7 +85,7 @@ class NetworkSettings:
         most = MAX_NODES[self.node_mode]
         if not 1 <= self.nodes <= most:
             raise ValueError(f"--nodes must be from 1 to {most} in {self.node_mode} mode")
-        if self.topology not in TOPOLOGIES:
+        if self.topology_file is None and self.topology not in TOPOLOGIES:
             raise ValueError(f"--topology must be one of {', '.join(TOPOLOGIES)}")
         if self.degree < 0:
             raise ValueError("--degree must be 0 or more")
@@ -105,6 +113,8 @@ class NetworkSettings:
             raise ValueError("--servent: the command must take {port}, where it listens")
         if self.form_timeout is not None and self.form_timeout <= 0:
             raise ValueError("the formation timeout must be positive")
+        if self.topology_file is not None:
+            self.plan()  # a file that is no usable graph is refused now
         # The mix and the arrival process are checked here, before any router starts,
         # so a typo is refused in a second rather than after the network has formed.
         try:
@@ -116,6 +126,21 @@ class NetworkSettings:
                 parse_arrivals(self.arrivals, seed=self.seed)
             except ValueError as exc:
                 raise ValueError(f"--arrivals: {exc}") from None
+
+    def plan(self) -> Topology:
+        """The planned topology (read from the file, when there is one).
+
+        Raises:
+            ValueError: the file is no usable graph, or has another number of nodes.
+        """
+        if self.topology_file is None:
+            return plan_topology(self.topology, self.nodes, degree=self.degree, seed=self.seed)
+        planned = load_topology(self.topology_file)
+        if planned.nodes != self.nodes:
+            raise ValueError(
+                f"--topology-file {self.topology_file} has {planned.nodes} nodes, not {self.nodes}"
+            )
+        return planned
 
     @property
     def servent_count(self) -> int:
@@ -137,4 +162,5 @@ class NetworkSettings:
         if self.node_mode == "processes":
             # Nodes start STARTING_AT_ONCE at a time, each in about a second of CPU.
             return 20.0 + 1.5 * self.nodes / STARTING_AT_ONCE
-        return 20.0
+        # One process dials every link, handshakes included, on one core.
+        return 20.0 + self.nodes / 25
