@@ -19,6 +19,7 @@ from gnutella_router.cli.completion import add_completion_parser
 from gnutella_router.cli.config_flags import add_config_arguments
 from gnutella_router.cli.ctl import add_ctl_parser
 from gnutella_router.cli.dump import add_dump_parser
+from gnutella_router.cli.gwebcache import add_gwebcache_parser
 from gnutella_router.cli.interrupt import INTERRUPTED, run_interruptible
 from gnutella_router.cli.load import add_echo_parser, add_load_parser
 from gnutella_router.cli.plot import add_plot_parser
@@ -342,6 +343,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_echo_parser(commands)
     add_dump_parser(commands)
     add_testnet_parser(commands)
+    add_gwebcache_parser(commands)
     add_plot_parser(commands)
     add_ctl_parser(commands)
     add_check_config_parser(commands)

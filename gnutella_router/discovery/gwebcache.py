@@ -74,7 +74,7 @@ _RECEIVE_CHUNK = 16 * 1024
 _MAX_HEAD_SIZE = 16 * 1024
 _MAX_PARAMETER_LENGTH = 64
 
-_OUR_PARAMETERS = frozenset({"get", "net", "client", "version"})
+_OUR_PARAMETERS = frozenset({"get", "net", "client", "version", "update", "ip"})
 _PORT_DIGITS = re.compile(r"[0-9]{1,5}")
 _HOSTNAME = re.compile(r"[a-z0-9._-]{1,253}")
 _V1_STATUS_WORDS = frozenset({"PONG", "OK", "OKWARNING", "WARNING", "ERROR"})
@@ -120,7 +120,7 @@ def _is_url_text(text: str) -> bool:
     return 0 < len(text) <= MAX_URL_LENGTH and all("!" <= ch <= "~" for ch in text)
 
 
-def _parse_host_port(text: str) -> tuple[str, int] | None:
+def parse_literal_host_port(text: str) -> tuple[str, int] | None:
     """Accept only a literal address and a plain decimal port.
 
     Names are refused because resolving them would let the cache point us anywhere
@@ -156,7 +156,7 @@ def _parse_host_port(text: str) -> tuple[str, int] | None:
     return str(address), port
 
 
-def _parse_cache_url(text: str) -> str | None:
+def parse_cache_url(text: str) -> str | None:
     """Keep a cache URL only if it is well formed enough to be fetched later.
 
     ``https://`` caches are kept: they are genuine caches, and whether to use them is
@@ -215,10 +215,10 @@ def parse_gwebcache_body(body: bytes, *, max_hosts: int = DEFAULT_MAX_HOSTS) -> 
             kind = tag.upper()
             first_field = rest.split("|", 1)[0].strip()
             if kind == "H":
-                host = _parse_host_port(first_field)
+                host = parse_literal_host_port(first_field)
                 ok = host is not None and add_host(host)
             elif kind == "U":
-                url = _parse_cache_url(first_field)
+                url = parse_cache_url(first_field)
                 if url is not None:
                     caches[url] = None
                     ok = True
@@ -226,10 +226,10 @@ def parse_gwebcache_body(body: bytes, *, max_hosts: int = DEFAULT_MAX_HOSTS) -> 
                 info.append(_clean_info(rest.strip()))
                 ok = True
         elif not bar:
-            host = _parse_host_port(line)
+            host = parse_literal_host_port(line)
             if host is not None:
                 ok = add_host(host)
-            elif (url := _parse_cache_url(line)) is not None:
+            elif (url := parse_cache_url(line)) is not None:
                 caches[url] = None
                 ok = True
             elif line.split(None, 1)[0].rstrip(":").upper() in _V1_STATUS_WORDS:
@@ -259,7 +259,11 @@ def _check_parameter(name: str, value: str) -> None:
 
 
 def build_request_target(
-    url: str, *, client: str = DEFAULT_CLIENT, version: str = DEFAULT_VERSION
+    url: str,
+    *,
+    client: str = DEFAULT_CLIENT,
+    version: str = DEFAULT_VERSION,
+    update: tuple[str, int] | None = None,
 ) -> tuple[str, int, str]:
     """Validate a cache URL and work out where to connect and what to ask for.
 
@@ -268,7 +272,9 @@ def build_request_target(
     through a script that needs its own parameters, but our four parameters replace
     any same-named ones so a URL cannot switch us to another network. URLs come
     from other caches, so anything unusual (TLS, credentials, odd characters, bad
-    ports) is refused here rather than discovered on the wire.
+    ports) is refused here rather than discovered on the wire. With ``update``, the
+    same request also reports that address (ours) to the cache (``update=1&ip=``), as
+    v2 caches allow, so that servents that ask after us can find us.
     """
     _check_parameter("client", client)
     _check_parameter("version", version)
@@ -309,10 +315,12 @@ def build_request_target(
         for part in parts.query.split("&")
         if part and urllib.parse.unquote(part.split("=", 1)[0]).lower() not in _OUR_PARAMETERS
     ]
-    ours = urllib.parse.urlencode(
-        {"get": "1", "net": "gnutella", "client": client, "version": version},
-        quote_via=urllib.parse.quote,
-    )
+    asked = {"get": "1", "net": "gnutella", "client": client, "version": version}
+    if update is not None:
+        address, update_port = update
+        shown = f"[{address}]" if ":" in address else address
+        asked |= {"update": "1", "ip": f"{shown}:{update_port}"}
+    ours = urllib.parse.urlencode(asked, quote_via=urllib.parse.quote)
     query = "&".join([*kept, ours])
     target = f"{parts.path or '/'}?{query}"
     return host, port, target
@@ -412,8 +420,10 @@ async def fetch_hosts(
     timeout: float = DEFAULT_TIMEOUT,  # noqa: ASYNC109 - the deadline is part of the contract
     max_body: int = DEFAULT_MAX_BODY,
     max_hosts: int = DEFAULT_MAX_HOSTS,
+    update: tuple[str, int] | None = None,
 ) -> GWebCacheReply:
-    """Ask one cache for hosts, within hard limits, and return its validated answer.
+    """Ask one cache for hosts, within hard limits, and return its validated answer;
+    with ``update``, report that address (ours) in the same request.
 
     The deadline covers the whole exchange, DNS included, because a slow cache is as
     useless to bootstrap as a dead one. An answer listing more than ``max_hosts``
@@ -424,7 +434,7 @@ async def fetch_hosts(
         raise ValueError(f"timeout must be > 0, got {timeout}")
     if max_body < 0 or max_hosts < 0:
         raise ValueError("max_body and max_hosts must be >= 0")
-    host, port, target = build_request_target(url, client=client, version=version)
+    host, port, target = build_request_target(url, client=client, version=version, update=update)
     request = h11.Request(
         method="GET",
         target=target,

@@ -2,7 +2,11 @@
 
 Hosts arrive from four places: the configured seeds, the host cache saved by an earlier
 run, a GWebCache (asked only when the cache has too few candidates), and the running
-network itself (pongs routed to us, ``X-Try-Ultrapeers`` in handshakes). They reach the
+network itself (pongs routed to us, ``X-Try-Ultrapeers`` in handshakes). Each request
+to the GWebCache also reports our own address to it (``update=1``), and so does one an
+hour while the router runs, so that servents that ask after us can find us, as
+ultrapeers do; an address that is no use to others (``0.0.0.0``: set
+``node.advertise``) is not reported. They reach the
 catcher through its own bounded stage queue, so a flood of pongs costs at most a
 counted drop, never unbounded memory, and the router never waits for the catcher.
 
@@ -41,6 +45,9 @@ from gnutella_router.stages.server import DialError, GnutellaServer
 
 LearnedHost = tuple[str, int, str]
 MAINTENANCE_INTERVAL = 1.0
+GWEBCACHE_REPORT_INTERVAL = 3600.0
+"""A router reports itself to its GWebCache at least this often (caches forget hosts
+that stay silent for about an hour)."""
 KEEPALIVE_PING_INTERVAL = 30.0
 """Seconds between our pings to a neighbour while we have all the peers we want: TTL 1,
 answered with the neighbour's own pong (it proves the link alive and keeps its address
@@ -179,6 +186,8 @@ class GnutellaCatcher:
             await nursery.start(self.stage.serve)
             nursery.start_soon(self._maintain, nursery)
             nursery.start_soon(self._save_periodically)
+            if self.settings.gwebcache:
+                nursery.start_soon(self._report_periodically)
             task_status.started()
 
     async def _resolve(self, host: str, port: int) -> list[str]:
@@ -273,6 +282,23 @@ class GnutellaCatcher:
         self.hosts.mark_connected(host, port, trio.current_time())
         del connection  # pinged by _ping_neighbours, like every other neighbour
 
+    async def _report_periodically(self) -> None:
+        """Report our address to the GWebCache once an hour, needing hosts or not."""
+        while True:
+            await trio.sleep(GWEBCACHE_REPORT_INTERVAL)
+            await self._ask_gwebcache()
+
+    def _reportable_address(self) -> tuple[str, int] | None:
+        """Our advertised address, if it is one another host could dial."""
+        host, port = self.server.advertised_address()
+        try:
+            address = ipaddress.ip_address(host)
+        except ValueError:
+            return None
+        if address.is_unspecified or address.is_multicast or not port:
+            return None
+        return host, port
+
     async def _ask_gwebcache(self) -> None:
         now = trio.current_time()
         if now - self._last_gwebcache < self.settings.gwebcache_interval:
@@ -280,7 +306,11 @@ class GnutellaCatcher:
         self._last_gwebcache = now
         self.gwebcache_requests += 1
         try:
-            reply = await fetch_hosts(self.settings.gwebcache, timeout=self.settings.dial_timeout)
+            reply = await fetch_hosts(
+                self.settings.gwebcache,
+                timeout=self.settings.dial_timeout,
+                update=self._reportable_address(),
+            )
         except GWebCacheError as exc:
             self.gwebcache_failures += 1
             self.log.warning("gwebcache failed", url=self.settings.gwebcache, error=str(exc))
