@@ -702,10 +702,12 @@ class Soak:
 
     # ------------------------------------------------------------------ load
 
-    def registered(self, index: int, address: tuple[str, int]) -> bool:
+    async def registered(self, index: int, address: tuple[str, int]) -> bool:
         """Has router ``index`` registered the load client's peer at ``address``?"""
         try:
-            connections = admin_get(self.routers[index], "/connections")
+            connections = await trio.to_thread.run_sync(
+                admin_get, self.routers[index], "/connections"
+            )
         except FetchError:
             return False
         wanted = f"{address[0]}:{address[1]}"

@@ -60,6 +60,11 @@ def run_marker(run: int) -> bytes:
     return b"\xff" + (run & 0xFFFF).to_bytes(2, "big")
 
 
+def stamp_counter(guid: bytes) -> int:
+    """The message's number within its run (read from a GUID :func:`read_stamp` took)."""
+    return int.from_bytes(guid[11:15], "big")
+
+
 def read_stamp(guid: bytes, run: int, marker: bytes | None = None) -> int | None:
     """The scheduled time stamped into ``guid`` by run ``run``, or None if it is not ours.
 
@@ -266,6 +271,10 @@ class LoadReport:
     """The run was stopped early (Ctrl-C): every figure covers only what was measured."""
     router: RouterCounts | None = None
     """The router's own counters for the run, when its admin interface was given."""
+    duplicates: dict[str, int] = dataclasses.field(default_factory=dict)
+    """Copies a sink got again (the network relayed one of our broadcasts to it twice,
+    as routers do with a copy that comes back with a higher TTL): counted here, not as
+    arrivals, and not timed."""
 
     @property
     def loss(self) -> dict[str, float]:
@@ -297,6 +306,8 @@ class LoadReport:
                 f"{name}: {got:,} of {expected:,} copies reached the sinks by the end of the "
                 f"drain (not arrived {self.loss.get(name, 0.0):.2%})"
             )
+        if self.duplicates:
+            lines.append(f"copies a sink got twice (not counted above): {_counts(self.duplicates)}")
         if self.replies:
             lines.append(f"replies back at the injectors: {_counts(self.replies)}")
         if self.router is not None:

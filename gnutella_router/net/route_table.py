@@ -252,6 +252,15 @@ class RouteTable(Generic[V]):
             return value, self._previous_detail.get(guid, 0) >> 4
         return None
 
+    def raise_ttl(self, guid: bytes, ttl: int) -> None:
+        """Remember a higher TTL for ``guid`` (a copy that came with more room to go),
+        so that only a copy with still more is relayed again."""
+        capped = ttl if ttl < 15 else 15
+        for detail in (self._current_detail, self._previous_detail):
+            if guid in detail:
+                detail[guid] = capped << 4 | (detail[guid] & 0x0F)
+                return
+
     # -- less frequent operations
 
     def refresh(self, guid: bytes, value: V, now: float) -> None:

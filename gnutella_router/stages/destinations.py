@@ -7,7 +7,8 @@ as it is):
 
 * queries in the pre-0.6 form (flags 0) are kept from peers that drop them as ancient
   (gtk-gnutella), counted ``peer-refuses-format``;
-* a leaf gets only the queries its QRP table matches, an ultrapeer none of the
+* a leaf gets only the queries its QRP table matches (and no relayed copy of a query
+  it was offered before), an ultrapeer none of the
   leaves-only copies and, at their last hop, only what its last-hop table matches
   (:mod:`.query_routing`), counted ``qrp-miss``;
 * a peer that sent Hops Flow gets no query of as many hops or more, counted
@@ -19,6 +20,7 @@ as it is):
 from __future__ import annotations
 
 import collections
+from collections.abc import Set as AbstractSet
 
 from gnutella_router.stages.link import Link
 from gnutella_router.stages.query_routing import QueryRouting
@@ -49,6 +51,7 @@ class DestinationFilter:
         *,
         ancient: set[bytes],
         last_hop: set[bytes],
+        not_leaves: AbstractSet[bytes] = frozenset(),
         queries: int,
         highest_ttl: int,
     ) -> list[bytes]:
@@ -60,6 +63,8 @@ class DestinationFilter:
             dropped["peer-refuses-format", QUERY] += len(out) - len(kept)
             out = kept
         if capabilities.ultrapeer is False:  # a leaf: what its QRP table matches
+            if not_leaves:
+                out = [d for d in out if d not in not_leaves]
             out, missed = self.routing.for_leaf(link.id, out)
             dropped["qrp-miss", QUERY] += missed
         else:

@@ -11,10 +11,11 @@ LimeWire do):
   answer with our own pong. A peer that announced ``Pong-Caching`` gets cached pongs
   (at most one answered ping per second) and its ping goes no further; any other peer's
   ping is broadcast to every other connection, as in the paper's router.
-* Query: duplicates dropped; queries from a peer we are flow-controlling are dropped
-  (it is the one clogging us); the reverse route is recorded *before* any blocking work
-  (the injected per-query delay) so replies find their way even while it runs; then
-  broadcast.
+* Query: duplicates dropped, unless a copy comes with a higher TTL than the first
+  one had (relayed again to ultrapeers, as gtk-gnutella does); queries from a peer we
+  are flow-controlling are dropped (it is the one clogging us); the reverse route is
+  recorded *before* any blocking work (the injected per-query delay) so replies find
+  their way even while it runs; then broadcast.
 * Pong and query hit: routed back to the connection the ping or query came from, and
   only there; no route (or a closed one) means dropped and counted. Query hits teach the
   push table which connection leads to their servent GUID.
@@ -169,6 +170,10 @@ class GnutellaRouter:
         self._fan_ancient: set[bytes] = set()
         """The batch's broadcast queries in the pre-0.6 form, kept from peers that drop them."""
         self._fan_last_hop: set[bytes] = set()
+        self._fan_not_leaves: set[bytes] = set()
+        """Relayed copies with a higher TTL: for ultrapeers only."""
+        self._relay_not_to_leaves = False
+        self.relayed_higher_ttl = 0
         """The batch's queries at their last hop: for leaves only."""
         self.received = [0] * 256
         self.forwarded = [0] * 256
@@ -302,6 +307,17 @@ class GnutellaRouter:
         if first is not None and first[0] == connection.id and frame.ttl <= first[1]:
             connection.offended(Offence.DUPLICATE, now)
 
+    def _relays_higher_ttl(self, connection: Link, frame: Frame) -> bool:
+        """A copy of a query seen before that comes with a higher TTL is relayed again
+        (to ultrapeers, not leaves: they had it), as gtk-gnutella does: the first copy
+        may have come the long way round with too little TTL left to reach as far."""
+        first = self.query_routes.first(frame.guid)
+        if first is None or frame.ttl <= first[1] or connection.capabilities.ultrapeer is False:
+            return False
+        self.query_routes.raise_ttl(frame.guid, frame.ttl)
+        self.relayed_higher_ttl += 1
+        return True
+
     def _broadcast(self, source: Link, data: bytes) -> None:
         """Queue one encoded message for every connection but its source.
 
@@ -317,6 +333,9 @@ class GnutellaRouter:
             self._fan_ancient.add(data)
         if data[17] == 0:  # for leaves only
             self._fan_last_hop.add(data)
+        if self._relay_not_to_leaves:  # a copy seen before, with a higher TTL
+            self._relay_not_to_leaves = False
+            self._fan_not_leaves.add(data)
 
     def _flush_broadcasts(self, now: float) -> None:
         """Hand the batch's broadcasts to every connection, then wake the writers."""
@@ -327,12 +346,15 @@ class GnutellaRouter:
             queries = self._fan_queries
             ancient = self._fan_ancient
             last_hop = self._fan_last_hop
+            not_leaves = self._fan_not_leaves
             self._fan_datas = []
             self._fan_sources = []
             self._fan_queries = 0
             self._fan_ancient = set()
             if last_hop:
                 self._fan_last_hop = set()
+            if not_leaves:
+                self._fan_not_leaves = set()
             senders = set(sources)
             total_bytes = sum(map(len, datas))
             pings = len(datas) - queries
@@ -350,6 +372,7 @@ class GnutellaRouter:
                     out,
                     ancient=ancient,
                     last_hop=last_hop,
+                    not_leaves=not_leaves,
                     queries=queries,
                     highest_ttl=highest_ttl,
                 )
@@ -475,14 +498,21 @@ class GnutellaRouter:
         if payload[0] == 0 and payload[1] == 0 and self.config.drop_ancient_queries:
             self.dropped["ancient-format", QUERY] += 1  # flags 0: the pre-0.6 form
             return None
+        relay = False
         if not self.query_routes.record(frame.guid, connection.id, now, ttl, frame.hops):
-            self._duplicate(self.query_routes, connection, frame, now)
-            return None
+            relay = self._relays_higher_ttl(connection, frame)
+            if not relay:
+                self._duplicate(self.query_routes, connection, frame, now)
+                return None
         hops = frame.hops
         room = self.max_ttl - hops
         if ttl > room:
             ttl = room
-        if ttl <= 1:
+        if relay:
+            if ttl <= 1:
+                return None
+            self._relay_not_to_leaves = True
+        elif ttl <= 1:
             if not self.query_routing.leaves:
                 return None
             # Its last hop: it still goes to the leaves that match (as gtk-gnutella
@@ -678,6 +708,7 @@ class GnutellaRouter:
             pongs_not_cached=dict(self.pongs_not_cached),
             ttl_trimmed={message_type_name(t): n for t, n in sorted(self.ttl_trimmed.items())},
             dynamic_queries=self.dynamic.statistics(),
+            relayed_higher_ttl=self.relayed_higher_ttl,
         )
 
     def total_dropped(self) -> int:

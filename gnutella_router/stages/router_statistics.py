@@ -33,6 +33,8 @@ class RouterStatistics:
     Query Status requests sent to their leaves (``status-requests``) and how the
     finished ones ended (``satisfied``, ``exhausted``, ``expired``, ``leaf-gone``,
     ``cancelled``)."""
+    relayed_higher_ttl: int = 0
+    """Duplicate queries relayed because they came with a higher TTL than the first copy."""
 
 
 DROP_REASONS = (

@@ -66,6 +66,7 @@ from traffic_models.latency import (
     RouterCounts,
     read_stamp,
     run_marker,
+    stamp_counter,
     stamp_guid,
 )
 from traffic_models.responder import Responder
@@ -135,6 +136,17 @@ class LoadError(Exception):
     """The run could not start (connection refused, handshake refused, ...)."""
 
 
+def _seen_before(seen: bytearray, number: int) -> bool:
+    """Mark message ``number`` in the bitmap ``seen``; whether it was marked already."""
+    index, bit = number >> 3, 1 << (number & 7)
+    if index >= len(seen):
+        seen.extend(bytes(index + 4096 - len(seen)))
+    if seen[index] & bit:
+        return True
+    seen[index] |= bit
+    return False
+
+
 class ClientPeer:
     """One of the load client's connections: a stream and a framer."""
 
@@ -145,6 +157,9 @@ class ClientPeer:
         self.leftover = leftover
         self.closed: str | None = None
         self.send_lock = trio.Lock()
+        self.seen = bytearray()
+        """A sink's bitmap of the messages (by number in the run) it has had a copy of:
+        one bit per message sent, so bounded by the run."""
 
     async def send(self, data: bytes) -> None:
         """Write ``data`` whole; the lock keeps a sink's replies and probes from interleaving."""
@@ -219,6 +234,7 @@ class LoadRun:
         self.received = [0] * 256
         self.injector_copies = [0] * 256
         self.replies = [0] * 256
+        self.duplicates = [0] * 256
         self.query_hits: dict[bytes, list[int]] = {}
         """Per query GUID: the hits that came back and the first one's latency (ns from
         the query's scheduled send). One entry per query answered: bounded by the run."""
@@ -465,6 +481,9 @@ class LoadRun:
             timed = due >= self.timed_from_ns
             if sink:
                 if message_type in BROADCAST_TYPES:
+                    if _seen_before(peer.seen, stamp_counter(frame.guid)):
+                        self.duplicates[message_type] += 1
+                        continue
                     self.received[message_type] += 1
                     if timed:
                         book.record("one-hop", message_type, arrived - due)
@@ -537,6 +556,7 @@ class LoadRun:
             clamped_samples=self.book.clamped,
             interrupted=self.interrupted,
             router=self._reconcile(),
+            duplicates=counts_by_type_name(self.duplicates),
         )
 
     def _reconcile(self) -> RouterCounts | None:

@@ -22,6 +22,7 @@ from gnutella_router.discovery.gwebcache_service import (
     GWebCacheService,
     ServiceSettings,
 )
+from gnutella_router.ready_file import read_ready_file
 
 
 class Clock:
@@ -221,7 +222,7 @@ def test_a_router_finds_another_through_the_gwebcache_command(tmp_path: Path) ->
         config = tmp_path / "router.toml"
         config.write_text(
             f'[catcher]\ngwebcache = "http://127.0.0.1:{cache_port}/"\nmin_connections = 1\n'
-            "gwebcache_interval = 1\n"
+            'gwebcache_interval = 1\n[admin]\nlisten = "127.0.0.1:0"\n'
         )
         for port, name in ((first, "a"), (second, "b")):
             argv = [*command, "run", "--config", str(config), "--listen", f"127.0.0.1:{port}"]
@@ -233,7 +234,9 @@ def test_a_router_finds_another_through_the_gwebcache_command(tmp_path: Path) ->
         deadline = time.monotonic() + 30
         while True:
             hosts = set(_get(cache_port, "/?hostfile=1").split())
-            admin = _get(second + 1, "/connections")
+            ready = read_ready_file(tmp_path / "b")
+            admin_port = int(str(ready["admin"]).rsplit(":", 1)[1]) if ready else 0
+            admin = _get(admin_port, "/connections") if admin_port else ""
             if f"127.0.0.1:{first}" in hosts and f'"127.0.0.1:{first}"' in admin:
                 break
             assert time.monotonic() < deadline, (hosts, admin[:300])

@@ -415,9 +415,10 @@ async def test_only_a_peers_own_repeats_are_duplicate_offences(
     await net.send(a, query, query)
     assert a.offences[Offence.DUPLICATE] == 2
     higher = Message(query.guid, 5, 0, query.payload)
-    await net.send(a, higher)  # a re-query with a higher TTL is allowed
+    await net.send(a, higher)  # a re-query with a higher TTL is allowed (and relayed)
     assert a.offences[Offence.DUPLICATE] == 2
-    assert net.dropped("duplicate", MessageType.QUERY) == 4
+    assert net.dropped("duplicate", MessageType.QUERY) == 3
+    assert net.router.relayed_higher_ttl == 1
 
 
 async def test_ttl_malformed_unknown_and_unroutable_offences_are_reported(
@@ -487,6 +488,32 @@ async def test_a_query_by_hash_alone_is_matched_by_its_urn(
     by_hash = message(Query(b"\\", extensions=(HugeExtension(urn.encode()),)), ttl=3)
     await net.send(a, by_hash)
     assert [f.guid for f in leaf.sent()] == [by_hash.guid]
+
+
+async def test_a_copy_with_a_higher_ttl_is_relayed_to_ultrapeers_not_leaves(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """The first copy may have come the long way round, with too little TTL left to
+    reach as far as the query should: a later copy with more is relayed again (as
+    gtk-gnutella does), to ultrapeers only, since leaves were offered it already."""
+    net = Network()
+    a, b, _ = net.links
+    net.links[2] = leaf = FakeLink(3, ultrapeer=False)
+    await send_table(net, leaf, "abbey", "road")
+    query = message(Query(b"abbey road"), ttl=2, hops=5)
+    await net.send(a, query)
+    assert [(f.ttl, f.hops) for f in b.sent()] == [(1, 6)]
+    assert [f.guid for f in leaf.sent()] == [query.guid]
+    await net.send(b, Message(query.guid, 4, 3, query.payload))  # the short way, later
+    assert [(f.ttl, f.hops) for f in a.sent()] == [(3, 4)]  # relayed, to the ultrapeer
+    assert leaf.sent() == []  # not offered twice
+    await net.send(b, Message(query.guid, 4, 3, query.payload))  # no higher than that
+    await net.send(a, Message(query.guid, 3, 4, query.payload))
+    assert a.sent() == []
+    assert b.sent() == []
+    assert net.router.relayed_higher_ttl == 1
+    assert net.dropped("duplicate", MessageType.QUERY) == 2
+    assert net.router.query_routes.lookup(query.guid, 0.0) == a.id  # replies: first path
 
 
 async def test_a_leafs_ping_is_answered_but_never_broadcast(

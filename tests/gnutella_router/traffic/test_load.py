@@ -303,3 +303,15 @@ async def test_every_probe_has_a_guid_of_its_own(autojump_clock: trio.testing.Mo
     assert len(sent) >= 3
     assert len(set(sent)) == len(sent)
     assert all(read_stamp(guid, run.run_id) == 0 for guid in sent)  # still probes
+
+
+def test_a_sink_counts_a_copy_it_had_already_as_a_duplicate() -> None:
+    from gnutella_router.traffic.load import _seen_before
+
+    seen = bytearray()
+    assert not _seen_before(seen, 0)
+    assert not _seen_before(seen, 70_001)  # the bitmap grows to the number
+    assert _seen_before(seen, 0)
+    assert _seen_before(seen, 70_001)
+    assert not _seen_before(seen, 70_000)
+    assert len(seen) < 70_001 // 8 + 4097  # a bit per message, not a byte
