@@ -320,7 +320,6 @@ def test_killing_the_controller_stops_every_node_gracefully(tmp_path: Path) -> N
     for index in range(3):
         log = (results / f"node-{index}" / "router.log").read_text()
         assert "stopping at once" not in log  # a hangup is one graceful stop
-        assert not (results / f"node-{index}" / READY_FILE).exists()
 
 
 @pytest.mark.e2e

@@ -100,7 +100,7 @@ async def test_churned_nodes_leave_and_come_back_where_they_were(
         assert node.peer_name == addresses[node.index]  # back at the address it had
         assert not node.running()
     samples = (tmp_path / "connectivity.csv").read_text().splitlines()
-    assert len(samples) > 3
+    assert len(samples) >= 2  # the header and a sample a second
     churn = (tmp_path / "churn.csv").read_text().splitlines()
     assert churn[0] == "at,node,action,ok"
     assert len(churn) == 1 + len(log)
