@@ -18,6 +18,7 @@ import structlog
 import trio
 
 from gnutella_router.discovery.gwebcache_service import NAME, GWebCacheService
+from gnutella_router.net.http_head import read_request_head
 
 MAX_HEAD_BYTES = 8 * 1024
 REQUEST_SECONDS = 10.0
@@ -81,7 +82,7 @@ class GWebCacheServer:
         client = _address(stream.socket.getpeername())[0]
         conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD_BYTES)
         try:
-            request = await _read_head(stream, conn)
+            request = await read_request_head(stream, conn, MAX_HEAD_BYTES)
         except h11.RemoteProtocolError as exc:
             await self._send(stream, conn, exc.error_status_hint, f"bad request: {exc}\n".encode())
             return
@@ -123,22 +124,6 @@ class GWebCacheServer:
         await stream.send_all(data)
         if status != 200:
             await _linger(stream)
-
-
-async def _read_head(stream: trio.SocketStream, conn: h11.Connection) -> h11.Request | None:
-    received = 0
-    while True:
-        event = conn.next_event()
-        if event is h11.NEED_DATA:
-            if received >= MAX_HEAD_BYTES:
-                raise h11.RemoteProtocolError("request head too large", error_status_hint=431)
-            data = bytes(await stream.receive_some(READ_SIZE))
-            received += len(data)
-            conn.receive_data(data)
-            continue
-        if isinstance(event, h11.Request):
-            return event
-        return None
 
 
 async def _linger(stream: trio.SocketStream) -> None:

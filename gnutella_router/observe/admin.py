@@ -56,6 +56,7 @@ import trio
 from gnutella_router import __version__
 from gnutella_router.addresses import is_loopback_host
 from gnutella_router.net.connection import format_address
+from gnutella_router.net.http_head import read_request_head
 from gnutella_router.net.listening import open_listeners
 from gnutella_router.observe.admin_control import (
     CONTROL_ENDPOINTS,
@@ -252,7 +253,7 @@ class AdminServer:
         peer = _sockname(stream.socket.getpeername())
         conn = h11.Connection(h11.SERVER, max_incomplete_event_size=self.max_head_bytes)
         try:
-            request = await _read_request(stream, conn, self.max_head_bytes)
+            request = await read_request_head(stream, conn, self.max_head_bytes)
         except h11.RemoteProtocolError as exc:
             reply = _json(exc.error_status_hint, {"error": f"bad request: {exc}"})
         else:
@@ -440,31 +441,6 @@ class AdminServer:
 
 
 # --- request parsing -------------------------------------------------------------------
-
-
-async def _read_request(
-    stream: trio.SocketStream, conn: h11.Connection, limit: int
-) -> h11.Request | None:
-    """The request's head, or None when the client closed without sending one.
-
-    Raises:
-        h11.RemoteProtocolError: a malformed head, or one still incomplete after
-            ``limit`` bytes (h11's own bound lets a head that completes within one
-            read through, whatever its size).
-    """
-    received = 0
-    while True:
-        event = conn.next_event()
-        if event is h11.NEED_DATA:
-            if received >= limit:
-                raise h11.RemoteProtocolError("request head too large", error_status_hint=431)
-            data = bytes(await stream.receive_some(READ_SIZE))
-            received += len(data)
-            conn.receive_data(data)
-            continue
-        if isinstance(event, h11.Request):
-            return event
-        return None
 
 
 async def _read_body(stream: trio.SocketStream, conn: h11.Connection, limit: int) -> bytes:
