@@ -29,19 +29,21 @@ pool, at most ``max_threads``), growing one thread per sample:
   workers take, so its admissions measure the pool, not the load. A sample whose queue
   was closed for more than half of it therefore keeps the arrival rate last measured;
   one closed for less measures it over the open part (its admissions, less the takes
-  that refilled the queue while it was closed, over the time it was open).
+  that refilled the queue while it was closed, over the time it was open), and from
+  the first arrival on, since the router waits for its peers before any load comes.
 * A backlog that cannot drain. With exactly ``load`` workers the pool's capacity equals
   the arrival rate: 3 workers at 20 ms a query handle 150 queries/s, all of 1000
   msgs/s x 15 % queries, so a backlog built while the pool was smaller stays for good.
   While the queue is at ``threshold`` or more (or was closed for most of the sample)
-  and is not falling, the governor lends one more thread, a backlog thread, unless the
-  pool's spare capacity (``pool / S - λ``) should be working the backlog off: then it
-  first waits, from the last change, twice the backlog it sees over that spare rate
-  (twice, because what waits in the sockets is not in the queue length). A backlog
-  thread is given back as soon as the queue is under a tenth of ``threshold``. The same
-  wait covers an arrival rate that rose while the queue was closed and so could not be
-  measured: the pool then grows a thread at a time, each after the previous one had the
-  time to show its effect.
+  and is not falling, the governor lends one more thread, a backlog thread, at once if
+  the pool has less than a quarter of a worker to spare (``pool - load``: too little
+  to wait for, and within the noise of the measured load). With more to spare, the
+  backlog should be draining: it first waits, from the last change, twice the time that
+  spare capacity needs to work off the backlog it sees (twice, because what waits in
+  the sockets is not in the queue length). A backlog thread is given back as soon as
+  the queue is under a tenth of ``threshold``. The same wait covers an arrival rate that
+  rose while the queue was closed and so could not be measured: the pool then grows a
+  thread at a time, each after the previous one had the time to show its effect.
 * Never while falling: no thread is added while the queue is falling, since the last
   change is still working it off.
 * Shrinking: when no sample within ``idle_timeout`` needed the pool, one thread is
@@ -94,6 +96,11 @@ MEASURING_SHARE = 0.5
 this share of it; otherwise its admissions were mostly refills of a closed queue."""
 SHORTEST_SAMPLE = 0.01
 """Seconds: a shorter sample measures no rates (one event would be a rate of hundreds)."""
+LEND_MARGIN = 0.25
+"""Workers to spare below which a backlog gets its thread at once. With less, the spare
+capacity would take long to work a backlog off (1000 events of 3 ms: 12 s at a quarter
+of a worker), and whether there is any at all is within the noise of the measured load
+(about a tenth of a worker per sample in the paper's experiment)."""
 GONE_SHARE = 0.1
 """A backlog is gone under this share of ``threshold``: its backlog threads go back."""
 FALLING_SHARE = 0.05
@@ -228,15 +235,21 @@ class ThreadGovernor:
         handled = meter.events - last.events
         rate = self._rate = handled / elapsed
         pool = meter.pool_size
-        long_enough = elapsed >= SHORTEST_SAMPLE
-        if handled > 0 and long_enough:
+        if handled > 0 and elapsed >= SHORTEST_SAMPLE:
             self.service_time = max(0.0, meter.busy_seconds - last.busy_seconds) / handled
         closed = min(elapsed, max(0.0, meter.closed_seconds - last.closed_seconds))
-        measured = long_enough and elapsed - closed >= elapsed * MEASURING_SHARE
+        # Arrivals are measured from the first one: before it, there was no load to measure
+        # (the router was waiting for its peers), and counting that time would spread the
+        # first sample's arrivals thin.
+        window = elapsed
+        if not last.admitted and meter.first_admitted_at is not None:
+            window = min(elapsed, max(closed, meter.at - meter.first_admitted_at))
+        measured = window >= SHORTEST_SAMPLE and window - closed >= window * MEASURING_SHARE
         if measured:
             admitted = meter.admitted - last.admitted
             # While closed, the queue admitted what its workers took: leave those out.
-            self.arrival_rate = max(0.0, admitted - rate * closed) / (elapsed - closed)
+            took = handled / window * closed
+            self.arrival_rate = max(0.0, admitted - took) / (window - closed)
         self.load = self.arrival_rate * self.service_time
         wanted = math.ceil(self.load * (1.0 + config.headroom) - TOLERANCE)
         self.needed = max(self.initial_pool_size, min(config.max_threads, wanted))
@@ -329,14 +342,12 @@ class ThreadGovernor:
 
     def _drain_wait(self, pool: int, backlog: int) -> float:
         """How long the pool's spare capacity should take to work ``backlog`` off, twice
-        over (the part of it waiting outside the queue is not counted); 0 when it never
-        would, since then the backlog needs a thread at once."""
-        if self.service_time <= 0:
+        over (the part of it waiting outside the queue is not counted); 0 when the pool
+        has too little to spare for that to be worth waiting (:data:`LEND_MARGIN`)."""
+        spare_workers = pool - self.load
+        if self.service_time <= 0 or spare_workers < LEND_MARGIN:
             return 0.0
-        spare = pool / self.service_time - self.arrival_rate
-        if spare * self.service_time <= TOLERANCE:
-            return 0.0
-        return 2.0 * backlog / spare
+        return 2.0 * backlog * self.service_time / spare_workers
 
     def _by_queue(self, now: float, pool: int, length: int) -> tuple[str, str]:
         """The queue-threshold rule (see the module's docstring)."""

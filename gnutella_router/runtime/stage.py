@@ -78,6 +78,7 @@ class StageQueue(Generic[T]):
         "_taken_marks",
         "_waiting",
         "admitted",
+        "first_admitted_at",
         "name",
         "peak",
         "refused",
@@ -99,6 +100,8 @@ class StageQueue(Generic[T]):
         self.taken = 0
         self.requeued = 0
         self.peak = 0
+        self.first_admitted_at: float | None = None
+        """When the first event was admitted: the arrivals began then, not at start."""
         self._marks: collections.deque[tuple[int, float]] = collections.deque()
         """(sequence number just past an admitted run, when it was admitted): one per
         admission that queued something, so at most ``threshold`` of them."""
@@ -172,6 +175,8 @@ class StageQueue(Generic[T]):
             now = _clock()
             if now is not None:
                 self._marks.append((self._tail, now))
+                if self.first_admitted_at is None:
+                    self.first_admitted_at = now
 
     def _closing(self) -> None:
         """The queue is full, or a producer waits: closed to arrivals from now on."""
@@ -341,6 +346,8 @@ class StageMeter:
     queue_threshold: int
     admitted: int
     """Events ever admitted to the queue (a requeued event is not admitted again)."""
+    first_admitted_at: float | None
+    """When the first of them was (None before), the start of the arrivals."""
     events: int
     """Events ever handled."""
     busy_seconds: float
@@ -573,6 +580,7 @@ class Stage(Generic[T]):
             queue_length=len(self.queue),
             queue_threshold=self.queue.threshold,
             admitted=self.queue.admitted,
+            first_admitted_at=self.queue.first_admitted_at,
             events=self.events,
             busy_seconds=self._busy_seconds,
             closed_seconds=self.queue.closed_seconds(now),

@@ -50,6 +50,7 @@ class FluidStage:
     busy: float = 0.0
     closed: float = 0.0
     peak: int = 0
+    first: float | None = None
 
     @property
     def pool_size(self) -> int:
@@ -67,6 +68,7 @@ class FluidStage:
             queue_length=round(self.queue),
             queue_threshold=self.bound,
             admitted=round(self.admitted),
+            first_admitted_at=self.first,
             events=round(self.events),
             busy_seconds=self.busy,
             closed_seconds=self.closed,
@@ -83,6 +85,8 @@ class FluidStage:
             self.peak = max(self.peak, math.ceil(served * self.service / TICK - 1e-9))
             self.outside += self.arrival * TICK
             moved = min(self.outside, self.bound - self.queue)
+            if moved and self.first is None:
+                self.first = round(self.now - TICK, 6)  # the tick's arrivals began with it
             self.outside -= moved
             self.queue += moved
             self.admitted += moved
@@ -127,6 +131,7 @@ class ScriptedStage:
             queue_length=self.queue,
             queue_threshold=1000,
             admitted=self.admitted,
+            first_admitted_at=0.0 if self.admitted else None,
             events=self.events,
             busy_seconds=self.busy,
             closed_seconds=0.0,
@@ -230,6 +235,38 @@ def test_the_queue_threshold_rule_overshoots_behind_a_full_queue() -> None:
     governor = governor_for(stage, sizing="queue-threshold")
     samples = drive(stage, governor, 12)
     assert [s.pool_size for s in samples if s.action == "added"] == [2, 3, 4, 5]
+
+
+def test_the_arrivals_are_measured_from_the_first_one() -> None:
+    """A router waits for its peers before any load comes: the first sample measures the
+    arrival rate over the time since the first arrival, not since the governor began."""
+    stage = FluidStage(arrival=0, service=0.003)
+    governor = governor_for(stage)
+    stage.run(0.5)
+    stage.arrival = 1000
+    samples = drive(stage, governor, 2.0)
+    assert samples[0].measured
+    assert samples[0].arrival_rate == pytest.approx(1000, rel=0.01)  # not 750
+
+
+def test_a_pool_with_little_to_spare_gets_a_backlog_thread_at_once() -> None:
+    """A load of 2.9 workers on 3: the spare tenth of a worker would take a minute to work
+    the backlog off, so a thread is lent at once; with 2.7 (0.3 to spare, some 15 s), the
+    governor waits, and the backlog drains without one."""
+    stage = FluidStage(arrival=1000, service=0.0029)
+    samples = drive(stage, governor_for(stage), 60)
+    assert changes(samples) == [
+        (2.0, "added", "load", 2),
+        (4.0, "added", "load", 3),
+        (6.0, "added", "backlog", 4),
+        (12.0, "removed", "backlog gone", 3),
+    ]
+    stage = FluidStage(arrival=1000, service=0.0027)
+    samples = drive(stage, governor_for(stage), 60)
+    assert changes(samples) == [(2.0, "added", "load", 2), (4.0, "added", "load", 3)]
+    assert next(s.queue_length for s in samples if s.at == 14.0) > 500  # a backlog, long
+    assert stage.outside == 0
+    assert stage.queue <= 1000 * TICK  # drained by the spare capacity alone
 
 
 def test_a_thread_is_never_added_while_the_queue_is_falling() -> None:

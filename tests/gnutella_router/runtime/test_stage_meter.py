@@ -54,11 +54,14 @@ async def test_the_meter_counts_the_worker_seconds_of_finished_batches(
         await nursery.start(stage.serve)
         start = trio.current_time()
         first = stage.meter(start)
+        assert first.first_admitted_at is None
+        await trio.sleep(1.0)
         stage.queue.admit([1, 2, 3])
         await trio.sleep(0.5)
         half = stage.meter(trio.current_time())
         assert half.busy_seconds == first.busy_seconds  # the batches in hand are not done
         assert (half.admitted, half.events, half.peak_busy) == (3, 0, 2)
+        assert half.first_admitted_at == start + 1.0  # the arrivals began then
         await trio.sleep(1.0)
         one = stage.meter(trio.current_time())
         assert one.busy_seconds - first.busy_seconds == 2.0  # two events of 1 s each
