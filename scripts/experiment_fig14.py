@@ -6,14 +6,16 @@ default takes about 10 minutes):
     python scripts/experiment_fig14.py                # 60 s runs, print the table
     python scripts/experiment_fig14.py --write        # also docs/experiments.md + figures
     python scripts/experiment_fig14.py --quick        # 30 s runs, a smoke test
+    python scripts/experiment_fig14.py --compare --write   # the governor's rules, 5 runs each
 
 What is run. For each offered load (100, 200, 400 and 1000 messages/s by default, the
 paper's mix: 15 % queries, 85 % pings, constant rate) and each governor setting, a
 fresh router is started as a child process on a free loopback port with a generated
 configuration file: ``router.query_delay_ms = 20`` (the paper's injected 20 ms per
 query, run in a worker thread), ``router.threads = 1``, the governor either off or on
-with its defaults (sample every 2 s, add a thread at a queue of 1000), the profiler on
-at 0.1 s, everything else at the defaults (backpressure admission). This process then
+with its defaults (a sample every 2 s, the pool sized by Little's law from the measured
+arrival rate and service time, ``sizing = "littles-law"``), the profiler on at 0.1 s,
+everything else at the defaults (backpressure admission). This process then
 runs the load client in-process (:func:`gnutella_router.traffic.load.LoadRun`: one injector,
 three sinks) for ``--duration`` seconds, stops the router with SIGTERM (which writes
 the profiler's export) and reads what it needs.
@@ -39,6 +41,19 @@ dashed), fig14c-queue-1000.png (router queue length and pool size over time at t
 highest load with the governor, thread additions marked). Raw results (summary JSON,
 each run's profiler export and log) stay in ``--out`` (a fresh temporary directory by
 default). Exit status 1 when one of the paper's floors, checked at the end, is missed.
+The 1-minute load average is read at each run's start and end and printed with the
+figures: the query delay is a sleep, so a busy machine shows in the latencies of the
+light pings first.
+
+``--compare`` runs, instead of the load sweep, the highest of ``--rates`` (1000) in four
+configurations, ``--repeat`` times each (5), interleaved so that a change in the
+machine's load falls on all of them alike: the governor with ``sizing =
+"littles-law"``, with ``sizing = "queue-threshold"`` (SEDA's original rule: a thread
+more at each sample that finds the queue at 1000), and the governor off with fixed
+pools of 3 and 4 threads. It prints (and with ``--write`` puts in its own section of
+docs/experiments.md) the peak and final pool of each run and the medians of the rest,
+and draws fig14d-governor-rules-1000.png: pool and queue over time, first run of each
+rule.
 """
 
 from __future__ import annotations
@@ -47,7 +62,9 @@ import argparse
 import contextlib
 import datetime
 import json
+import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -88,6 +105,7 @@ QUICK_WARMUP = 15.0
 inherited is gone a few seconds later: a quick run's steady state must start after that,
 or its latency checks judge the ramp-up."""
 QUERY_DELAY_MS = 20.0
+DEFAULT_SIZING = "littles-law"
 RATES = (100, 200, 400, 1000)
 BROADCAST = (MessageType.PING, MessageType.QUERY)
 
@@ -114,13 +132,16 @@ class WholeRunLoad(LoadRun):
                     self.whole.record("one-hop", frame.payload_type, arrived - due)
 
 
-def router_config(path: Path, governor: bool) -> Path:
+def router_config(
+    path: Path, governor: bool, *, sizing: str = DEFAULT_SIZING, threads: int = 1
+) -> Path:
     path.write_text(
         "[router]\n"
         f"query_delay_ms = {QUERY_DELAY_MS}\n"
-        "threads = 1\n\n"
+        f"threads = {threads}\n\n"
         "[governor]\n"
-        f"enabled = {'true' if governor else 'false'}\n\n"
+        f"enabled = {'true' if governor else 'false'}\n"
+        f'sizing = "{sizing}"\n\n'
         "[profiler]\n"
         "enabled = true\n"
         "interval = 0.1\n"
@@ -128,9 +149,12 @@ def router_config(path: Path, governor: bool) -> Path:
     return path
 
 
-def start_router(workdir: Path, governor: bool) -> tuple[subprocess.Popen[bytes], int, Path]:
+def start_router(
+    workdir: Path, governor: bool, *, sizing: str = DEFAULT_SIZING, threads: int = 1
+) -> tuple[subprocess.Popen[bytes], int, Path]:
     port = free_port()
-    process, state = launch_router(workdir, router_config(workdir / "router.toml", governor), port)
+    config = router_config(workdir / "router.toml", governor, sizing=sizing, threads=threads)
+    process, state = launch_router(workdir, config, port)
     return process, port, state
 
 
@@ -165,13 +189,24 @@ def summary(s: LatencySummary | None) -> dict[str, float] | None:
     return {"mean_ms": s.mean / 1000, "p99_ms": s.p99 / 1000, "max_ms": s.max / 1000}
 
 
-def one_run(rate: int, governor: bool, duration: float, warmup: float, out: Path) -> dict[str, Any]:
-    name = f"{'on' if governor else 'off'}-{rate}"
+def one_run(
+    rate: int,
+    governor: bool,
+    duration: float,
+    warmup: float,
+    out: Path,
+    *,
+    sizing: str = DEFAULT_SIZING,
+    threads: int = 1,
+    name: str | None = None,
+) -> dict[str, Any]:
+    name = name or f"{'on' if governor else 'off'}-{rate}"
     workdir = out / name
     if workdir.exists():
         shutil.rmtree(workdir)
     workdir.mkdir(parents=True)
-    process, port, state = start_router(workdir, governor)
+    load_before = os.getloadavg()[0]
+    process, port, state = start_router(workdir, governor, sizing=sizing, threads=threads)
     try:
         settings = LoadSettings(
             target=("127.0.0.1", port), peers=4, injectors=1, duration=duration, warmup=warmup
@@ -179,6 +214,7 @@ def one_run(rate: int, governor: bool, duration: float, warmup: float, out: Path
         traffic = TrafficGenerator(mix=PAPER_MIX, arrivals=ConstantRate(rate), seed=1)
         load = WholeRunLoad(settings, traffic)
         report = trio.run(load.run)
+        load_after = os.getloadavg()[0]
         peak_rss = read_peak_rss_bytes(process.pid)
         alive = process.poll() is None
     finally:
@@ -191,6 +227,13 @@ def one_run(rate: int, governor: bool, duration: float, warmup: float, out: Path
     samples = profile["samples"]
     gov = profile.get("governor") or {"added": 0, "samples": []}
     additions = [s["at"] for s in gov["samples"] if s["action"] == "added"]
+    # The governor's measured load (arrival rate x service time, in workers) over the
+    # steady state, where its samples measured the arrivals (littles-law only).
+    loads = [
+        s["load"]
+        for s in gov["samples"]
+        if s.get("measured") and s["at"] >= warmup and s.get("load") is not None
+    ]
     steady = report.latency.get("one-hop", {})
     whole = load.whole.summaries().get("one-hop", {})
     # "connection-closing": messages still queued from a peer when the client hung up at
@@ -199,7 +242,10 @@ def one_run(rate: int, governor: bool, duration: float, warmup: float, out: Path
     at_close = sum(drops.get("connection-closing", {}).values())
     dropped = sum(sum(by_type.values()) for by_type in drops.values()) - at_close
     result = {
+        "name": name,
         "governor": governor,
+        "sizing": sizing if governor else None,
+        "threads": threads,
         "rate": rate,
         "duration": duration,
         "warmup": warmup,
@@ -215,6 +261,13 @@ def one_run(rate: int, governor: bool, duration: float, warmup: float, out: Path
         "whole": {t: summary(whole.get(t)) for t in ("ping", "query")},
         "threads_added": gov["added"],
         "threads_removed": gov.get("removed", 0),
+        "changes": [
+            [s["at"], s["action"], s.get("reason", ""), s["pool_size"]]
+            for s in gov["samples"]
+            if s["action"]
+        ],
+        "steady_load": statistics.median(loads) if loads else None,
+        "load_average": [load_before, load_after],
         "last_addition_s": additions[-1] if additions else None,
         "final_pool": samples[-1]["pool_size"] if samples else None,
         "peak_pool": max((s["pool_size"] for s in samples), default=None),
@@ -302,7 +355,7 @@ def ms(entry: dict[str, float] | None) -> str:
 def table(results: list[dict[str, Any]]) -> list[str]:
     lines = [
         "| governor | load (msgs/s) | ping mean / p99 ms, steady | query mean / p99 ms, steady "
-        "| ping, whole run | query, whole run | threads added (final pool) | last addition "
+        "| ping, whole run | query, whole run | threads added (peak / final pool) | last addition "
         "| peak router queue | drops (backlog at close) | late sends | peak RSS (MiB) |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
@@ -312,7 +365,7 @@ def table(results: list[dict[str, Any]]) -> list[str]:
             f"| {'on' if r['governor'] else 'off'} | {r['rate']:,} "
             f"| {ms(r['steady']['ping'])} | {ms(r['steady']['query'])} "
             f"| {ms(r['whole']['ping'])} | {ms(r['whole']['query'])} "
-            f"| {r['threads_added']} ({r['final_pool']}) | {last} "
+            f"| {r['threads_added']} ({r.get('peak_pool', '-')} / {r['final_pool']}) | {last} "
             f"| {r['peak_queue']:,} | {r['dropped']:,} ({r.get('dropped_at_close', 0):,}) "
             f"| {r['late']:,} / {r['sent']:,} "
             f"| {r['peak_rss_mib']:.1f} |"
@@ -374,12 +427,23 @@ def floors(results: list[dict[str, Any]]) -> list[tuple[bool, str]]:
     return checks
 
 
+def load_average_text(results: list[dict[str, Any]]) -> str:
+    seen = [value for r in results for value in r.get("load_average", [])]
+    if not seen:
+        return "load average not recorded"
+    return (
+        f"1-minute load average {min(seen):.2f} to {max(seen):.2f} at the runs' starts and "
+        "ends (2 cores)"
+    )
+
+
 def write_docs(results: list[dict[str, Any]], args: argparse.Namespace, figures: Path) -> None:
     date = datetime.date.today().isoformat()
     lines = [
         f"Measured {date} on {machine()}; runs of {args.duration:g} s, steady state from "
         f"{args.warmup:g} s; `python scripts/experiment_fig14.py --duration {args.duration:g} "
-        "--write`.",
+        f'--write`; the governor\'s rule: `sizing = "{DEFAULT_SIZING}"` (the default); '
+        f"{load_average_text(results)}.",
         "",
         "Latency cells are mean / p99 in milliseconds, one hop (client -> router -> sink), "
         "measured from each message's scheduled send time. Late sends: messages the client "
@@ -392,6 +456,144 @@ def write_docs(results: list[dict[str, Any]], args: argparse.Namespace, figures:
         *(f"- {'met' if ok else 'MISSED'}: {text}" for ok, text in floors(results)),
     ]
     replace_section("fig14", lines, path=DOC)
+
+
+# --- the governor's rules compared --------------------------------------------------------
+
+COMPARED = (
+    ("littles-law", 'governor on, `sizing = "littles-law"` (the default)', True, "littles-law", 1),
+    ("queue-threshold", 'governor on, `sizing = "queue-threshold"`', True, "queue-threshold", 1),
+    ("fixed-3", "governor off, `router.threads = 3`", False, DEFAULT_SIZING, 3),
+    ("fixed-4", "governor off, `router.threads = 4`", False, DEFAULT_SIZING, 4),
+)
+"""(key, label, governor on, its rule, initial pool) of each configuration compared."""
+
+
+def compare(rate: int, args: argparse.Namespace, out: Path) -> list[dict[str, Any]]:
+    """Each configuration ``--repeat`` times at ``rate``, interleaved, so that a change in
+    the machine's load over the whole series falls on every configuration alike."""
+    results = []
+    for repeat in range(1, args.repeat + 1):
+        for key, _label, governor, sizing, threads in COMPARED:
+            started = time.monotonic()
+            name = f"{key}-{rate}-r{repeat}"
+            result = one_run(
+                rate,
+                governor,
+                args.duration,
+                args.warmup,
+                out,
+                sizing=sizing,
+                threads=threads,
+                name=name,
+            )
+            result["compared"] = key
+            (out / f"result-{name}.json").write_text(json.dumps(result, indent=2))
+            results.append(result)
+            print(
+                f"{name}: pool {result['peak_pool']} peak / {result['final_pool']} final, "
+                f"last addition {result['last_addition_s']}, ping {ms(result['steady']['ping'])}"
+                f"  query {ms(result['steady']['query'])} ms (steady), "
+                f"load average {result['load_average'][1]:.2f} "
+                f"[{time.monotonic() - started:.0f} s]",
+                flush=True,
+            )
+    return results
+
+
+def median_of(values: list[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return statistics.median(known) if known else None
+
+
+def comparison_table(results: list[dict[str, Any]]) -> list[str]:
+    lines = [
+        "| configuration | runs | peak pool, each run | final pool, each run "
+        "| last addition, median (range) | ping mean / p99 ms, steady, median "
+        "| query mean / p99 ms, steady, median | query mean ms, whole run, median "
+        "| measured load (workers), median | peak router queue, median |",
+        "|---|---:|---|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for key, label, *_ in COMPARED:
+        runs = [r for r in results if r.get("compared") == key]
+        if not runs:
+            continue
+        lasts = [r["last_addition_s"] for r in runs if r["last_addition_s"] is not None]
+        if lasts:
+            last = f"{statistics.median(lasts):.1f} s ({min(lasts):.1f} to {max(lasts):.1f})"
+        else:
+            last = "-"
+        cells = []
+        for kind in ("ping", "query"):
+            mean = median_of([(r["steady"][kind] or {}).get("mean_ms") for r in runs])
+            p99 = median_of([(r["steady"][kind] or {}).get("p99_ms") for r in runs])
+            cells.append("-" if mean is None or p99 is None else f"{mean:,.1f} / {p99:,.0f}")
+        whole = median_of([(r["whole"]["query"] or {}).get("mean_ms") for r in runs])
+        load = median_of([r.get("steady_load") for r in runs])
+        queue = median_of([r["peak_queue"] for r in runs])
+        lines.append(
+            f"| {label} | {len(runs)} "
+            f"| {', '.join(str(r['peak_pool']) for r in runs)} "
+            f"| {', '.join(str(r['final_pool']) for r in runs)} | {last} "
+            f"| {cells[0]} | {cells[1]} | {'-' if whole is None else f'{whole:,.1f}'} "
+            f"| {'-' if load is None else f'{load:.2f}'} "
+            f"| {'-' if queue is None else f'{queue:,.0f}'} |"
+        )
+    return lines
+
+
+def plot_rules(out: Path, rate: int, path: Path) -> Path | None:
+    """Pool and router queue over time, first run of each governor rule."""
+    profiles = {}
+    for key, *_ in COMPARED[:2]:
+        profile_path = out / f"profile-{key}-{rate}-r1.json"
+        if profile_path.exists():
+            profiles[key] = json.loads(profile_path.read_text())
+    if not profiles:
+        return None
+    figure, (pool_axes, queue_axes) = plt.subplots(2, 1, figsize=(8, 6), sharex=True)
+    for (key, profile), color in zip(profiles.items(), ("tab:green", "tab:purple"), strict=False):
+        samples = profile["samples"]
+        times = [s["at"] for s in samples]
+        pool_axes.step(
+            times, [s["pool_size"] for s in samples], where="post", color=color, label=key
+        )
+        queue_axes.plot(
+            times, [s["queues"].get("router", 0) for s in samples], color=color, label=key
+        )
+    pool_axes.set_ylabel("router threads")
+    pool_axes.yaxis.set_major_locator(MaxNLocator(integer=True))
+    pool_axes.set_ylim(0, None)
+    pool_axes.axhline(3, color="grey", linestyle=":", label="paper: 3")
+    pool_axes.legend(loc="lower right")
+    pool_axes.grid(alpha=0.3)
+    queue_axes.set_ylabel("router queue (events)")
+    queue_axes.set_xlabel("time (s)")
+    queue_axes.legend(loc="upper right")
+    queue_axes.grid(alpha=0.3)
+    pool_axes.set_title(f"The governor's rules at {rate} messages/s, 20 ms per query (first run)")
+    return save(figure, path)
+
+
+def write_comparison(results: list[dict[str, Any]], args: argparse.Namespace, rate: int) -> None:
+    date = datetime.date.today().isoformat()
+    runs = max(
+        (sum(1 for r in results if r.get("compared") == key) for key, *_ in COMPARED), default=0
+    )
+    lines = [
+        f"Measured {date} on {machine()}; {runs} runs of {args.duration:g} s per configuration "
+        f"at {rate} messages/s (the paper's mix, `router.query_delay_ms = 20`), the "
+        f"configurations interleaved, steady state from {args.warmup:g} s; "
+        f"`python scripts/experiment_fig14.py --compare --repeat {args.repeat} "
+        f"--duration {args.duration:g} --write`; {load_average_text(results)}.",
+        "",
+        "Pools come from the profiler (every 0.1 s): the peak and the last sample of each run. "
+        "The measured load is the littles-law governor's own estimate (arrival rate x service "
+        "time), the median of its samples that measured the arrivals in the steady state.",
+        "",
+        *comparison_table(results),
+    ]
+    replace_section("fig14-governor", lines, path=DOC)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -418,12 +620,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--from-results", type=Path, help="skip the runs: redraw from a previous --out"
     )
+    parser.add_argument(
+        "--compare",
+        action="store_true",
+        help="instead of the load sweep: at the highest of --rates, the governor's two rules "
+        "and fixed pools of 3 and 4 threads, --repeat runs each",
+    )
+    parser.add_argument(
+        "--repeat", type=int, default=5, help="runs per configuration with --compare (5)"
+    )
     args = parser.parse_args(argv)
     if args.quick:
         args.duration, args.warmup = QUICK_DURATION, QUICK_WARMUP
     if args.warmup >= args.duration:
         parser.error("--warmup must be shorter than --duration")
     rates = [int(r) for r in args.rates.split(",")]
+    if args.compare:
+        return main_compare(args, max(rates))
     modes = {"off": [False], "on": [True], "both": [False, True]}[args.governor]
     if args.from_results:
         out = args.from_results
@@ -478,6 +691,29 @@ def main(argv: list[str] | None = None) -> int:
         write_docs(results, args, figures)
         print(DOC)
     return 0 if all(ok for ok, _ in checks) else 1
+
+
+def main_compare(args: argparse.Namespace, rate: int) -> int:
+    if args.from_results:
+        out = args.from_results
+        results = [json.loads(p.read_text()) for p in sorted(out.glob("result-*.json"))]
+    else:
+        out = args.out or Path(tempfile.mkdtemp(prefix="fig14-compare-"))
+        out.mkdir(parents=True, exist_ok=True)
+        print(f"raw results in {out}", flush=True)
+        results = compare(rate, args, out)
+        (out / "summary.json").write_text(
+            json.dumps({"args": {**vars(args), "out": str(out)}, "results": results}, default=str)
+        )
+    print("\n".join(comparison_table(results)))
+    figures: Path = args.figures or (FIGURES if args.write else out)
+    drawn = plot_rules(out, rate, figures / "fig14d-governor-rules-1000.png")
+    if drawn is not None:
+        print(drawn)
+    if args.write:
+        write_comparison(results, args, rate)
+        print(DOC)
+    return 0
 
 
 if __name__ == "__main__":

@@ -35,6 +35,7 @@ from protocol.constants import HEADER_SIZE
 
 SlowPeerPolicy = Literal["threshold", "flow-control"]
 SheddingPolicy = Literal["backpressure", "drop-tail", "red", "queries-first", "response-time"]
+GovernorSizing = Literal["littles-law", "queue-threshold"]
 
 
 def _says(words: str, pattern: str | None = None) -> Meta:
@@ -281,11 +282,19 @@ class GovernorConfig(Section, frozen=True):
     """The router stage's thread governor (SEDA's thread pool controller); off by default."""
 
     enabled: bool = False
+    sizing: GovernorSizing = "littles-law"
+    """littles-law: the pool the measured arrivals and service time need, plus a thread
+    for a backlog that would not drain otherwise; queue-threshold: SEDA's original rule,
+    a thread more at each sample that finds the queue at ``threshold``."""
     interval: Annotated[float, Meta(ge=0.1, le=3600)] = 2.0
     threshold: Annotated[int, Meta(ge=1, le=1_000_000)] = 1000
+    """The queue length that is a backlog (littles-law) or that adds a thread (queue-threshold)."""
     max_threads: Annotated[int, Meta(ge=1, le=1024)] = 20
     idle_timeout: Seconds = 5.0
     thrashing_guard: bool = False
+    headroom: Annotated[float, Meta(ge=0, le=10)] = 0.0
+    """littles-law: spare capacity to size for, as a share of the measured load (0.2: a
+    fifth more threads than the load keeps busy)."""
 
 
 class SheddingConfig(Section, frozen=True):

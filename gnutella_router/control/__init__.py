@@ -5,8 +5,8 @@ drop-tail, RED, queries first, per-connection token buckets); the router stage c
 it at its door. :mod:`.response_time` is SEDA's response-time controller: it admits
 queries at the rate that keeps the stage's 90th-percentile response time on target (the
 ``response-time`` shedding policy). :mod:`.governor` is the paper's thread governor: it
-samples the router stage's queue and resizes its worker pool. :mod:`.abuse` judges
-peers rather than load: it decides when a peer's offences end its connection and keeps
-the bans. Controllers see stages only through the runtime (:mod:`gnutella_router.runtime`),
-never through sockets.
+samples the router stage's meter and sizes its worker pool to the measured load.
+:mod:`.abuse` judges peers rather than load: it decides when a peer's offences end its
+connection and keeps the bans. Controllers see stages only through the runtime
+(:mod:`gnutella_router.runtime`), never through sockets.
 """

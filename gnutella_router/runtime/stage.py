@@ -27,9 +27,10 @@ Routing state is touched only from the trio thread, so handlers need no locks.
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import math
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from typing import Generic, Protocol, TypeVar
 
 import structlog
@@ -66,6 +67,8 @@ class StageQueue(Generic[T]):
     """A bounded FIFO of events whose producers must decide what to do when it is full."""
 
     __slots__ = (
+        "_closed_seconds",
+        "_closed_since",
         "_consumers",
         "_events",
         "_head",
@@ -73,7 +76,9 @@ class StageQueue(Generic[T]):
         "_producers",
         "_tail",
         "_taken_marks",
+        "_waiting",
         "admitted",
+        "first_admitted_at",
         "name",
         "peak",
         "refused",
@@ -95,6 +100,8 @@ class StageQueue(Generic[T]):
         self.taken = 0
         self.requeued = 0
         self.peak = 0
+        self.first_admitted_at: float | None = None
+        """When the first event was admitted: the arrivals began then, not at start."""
         self._marks: collections.deque[tuple[int, float]] = collections.deque()
         """(sequence number just past an admitted run, when it was admitted): one per
         admission that queued something, so at most ``threshold`` of them."""
@@ -105,6 +112,11 @@ class StageQueue(Generic[T]):
         self._taken_marks: list[tuple[int, float]] = []
         """The marks the last :meth:`take` passed, so :meth:`requeue` can put back the
         admission times of what it hands back."""
+        self._closed_seconds = 0.0
+        self._closed_since: float | None = None
+        """When the queue last closed to arrivals (see :meth:`closed_seconds`), while closed."""
+        self._waiting = 0
+        """Producers waiting for room (:meth:`wait_for_space`)."""
 
     def __len__(self) -> int:
         return len(self._events)
@@ -134,6 +146,8 @@ class StageQueue(Generic[T]):
         length = len(self._events)
         if length > self.peak:
             self.peak = length
+        if length >= self.threshold:
+            self._closing()
         if self._consumers:
             self._consumers.unpark()
         return count
@@ -149,6 +163,8 @@ class StageQueue(Generic[T]):
         length = len(self._events)
         if length > self.peak:
             self.peak = length
+        if length >= self.threshold:
+            self._closing()
         if self._consumers:
             self._consumers.unpark()
         return True
@@ -156,11 +172,38 @@ class StageQueue(Generic[T]):
     def _mark(self, count: int) -> None:
         if count:
             self._tail += count
-            try:
-                now = trio.current_time()
-            except RuntimeError:  # used outside a trio run (controllers' unit tests)
-                return
-            self._marks.append((self._tail, now))
+            now = _clock()
+            if now is not None:
+                self._marks.append((self._tail, now))
+                if self.first_admitted_at is None:
+                    self.first_admitted_at = now
+
+    def _closing(self) -> None:
+        """The queue is full, or a producer waits: closed to arrivals from now on."""
+        if self._closed_since is None:
+            self._closed_since = _clock()
+
+    def _opening(self) -> None:
+        """Room again and nobody waiting for it: add the time the queue was closed."""
+        since, self._closed_since = self._closed_since, None
+        if since is not None:
+            now = _clock()
+            if now is not None:
+                self._closed_seconds += now - since
+
+    def closed_seconds(self, now: float) -> float:
+        """Seconds the queue has been closed to arrivals since start, up to ``now``.
+
+        Closed: at its threshold, or with a producer waiting for room (one whose frames
+        did not all fit; a worker's take opens room, but until the waiting producers have
+        run, the arrivals still wait behind them). Meanwhile the queue admits only what
+        its workers make room for, so over such a time the admission rate says how fast
+        the stage works, not how fast events arrive; under backpressure the rest wait in
+        the peers' sockets, uncounted. The thread governor reads this to know which of
+        its samples measured the arrivals.
+        """
+        since = self._closed_since
+        return self._closed_seconds + (max(0.0, now - since) if since is not None else 0.0)
 
     def head_admitted_at(self) -> float | None:
         """When the event at the front of the queue was admitted (None: queue empty).
@@ -190,6 +233,8 @@ class StageQueue(Generic[T]):
         while marks and marks[0][0] <= self._head:
             passed.append(marks.popleft())
         self.taken += len(batch)
+        if self._closed_since is not None and not self._waiting and len(events) < self.threshold:
+            self._opening()
         if self._producers:
             self._producers.unpark_all()
         if events and self._consumers:
@@ -214,6 +259,8 @@ class StageQueue(Generic[T]):
         self._taken_marks = []
         self.taken -= len(events)
         self.requeued += len(events)
+        if len(self._events) >= self.threshold:
+            self._closing()
         if self._consumers:
             self._consumers.unpark()
 
@@ -224,8 +271,17 @@ class StageQueue(Generic[T]):
 
     async def wait_for_space(self) -> None:
         """Return once the queue can admit at least one event (backpressure)."""
-        while len(self._events) >= self.threshold:
-            await self._producers.park()
+        if len(self._events) < self.threshold:
+            return
+        self._waiting += 1
+        self._closing()
+        try:
+            while len(self._events) >= self.threshold:
+                await self._producers.park()
+        finally:
+            self._waiting -= 1
+            if not self._waiting and len(self._events) < self.threshold:
+                self._opening()
 
     def clear(self) -> int:
         """Drop every queued event (at shutdown); return how many."""
@@ -233,6 +289,7 @@ class StageQueue(Generic[T]):
         self._events.clear()
         self._marks.clear()
         self._head = self._tail
+        self._opening()
         if self._producers:
             self._producers.unpark_all()
         return dropped
@@ -273,6 +330,34 @@ class StageStatistics:
     """Per batch: how long its oldest event waited in the queue, in seconds."""
     service_time: HistogramSnapshot
     """Per batch: how long the handler took, blocking work included, in seconds."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class StageMeter:
+    """A stage's running totals at one instant, for a controller that samples them.
+
+    Totals rather than rates, so the reader chooses its own interval: the difference
+    between two meters is what happened in between.
+    """
+
+    at: float
+    pool_size: int
+    queue_length: int
+    queue_threshold: int
+    admitted: int
+    """Events ever admitted to the queue (a requeued event is not admitted again)."""
+    first_admitted_at: float | None
+    """When the first of them was (None before), the start of the arrivals."""
+    events: int
+    """Events ever handled."""
+    busy_seconds: float
+    """Worker-seconds spent handling the batches finished so far. Only finished ones, so
+    that divided by ``events`` it is the time an event holds a worker, whatever batches
+    were in hand when it was read."""
+    closed_seconds: float
+    """Seconds the queue has been closed to arrivals (see :meth:`StageQueue.closed_seconds`)."""
+    peak_busy: int
+    """Most workers busy at once since the previous meter (see :meth:`Stage.take_peak_busy`)."""
 
 
 class _Worker:
@@ -324,6 +409,8 @@ class Stage(Generic[T]):
         self._peak_busy = 0
         self.log = structlog.get_logger("stage").bind(stage=name)
         self._busy = 0
+        self._busy_seconds = 0.0
+        """Worker-seconds spent in finished batches (see :class:`StageMeter`)."""
         self._idle_since = 0.0
         self._blocking = 0
         self.queue_wait = SecondsHistogram()
@@ -418,6 +505,7 @@ class Stage(Generic[T]):
                             worker.busy = False
                             self._busy -= 1
                             ended = trio.current_time()
+                            self._busy_seconds += ended - started
                             self.service_time.observe(ended - started)
                             if self.response_observer is not None and admitted_at is not None:
                                 self.response_observer(ended - admitted_at, ended)
@@ -451,10 +539,21 @@ class Stage(Generic[T]):
         Called from the handler, while the worker holds the stage's turn: the turn is
         given up for the wait, so other workers route meanwhile, and taken back after.
         """
+        async with self.turn_released():
+            return await trio.to_thread.run_sync(function, *args, limiter=self.limiter)
+
+    @contextlib.asynccontextmanager
+    async def turn_released(self) -> AsyncIterator[None]:
+        """Give up the stage's turn while the handler waits on something, then take it back.
+
+        For a handler whose event waits outside the trio thread (:meth:`run_blocking`),
+        or, in tests, on trio's clock: the worker stays busy, and the other workers route
+        meanwhile.
+        """
         self._blocking += 1
         self._turn.release()
         try:
-            return await trio.to_thread.run_sync(function, *args, limiter=self.limiter)
+            yield
         finally:
             self._blocking -= 1
             await self._turn.acquire()
@@ -468,6 +567,25 @@ class Stage(Generic[T]):
         """
         peak, self._peak_busy = max(self._peak_busy, self._busy), self._busy
         return peak
+
+    def meter(self, now: float) -> StageMeter:
+        """The stage's totals at ``now`` (the current trio time), for the thread governor.
+
+        Reading it takes the busy peak (:meth:`take_peak_busy`), so one controller
+        should read it, once per sample.
+        """
+        return StageMeter(
+            at=now,
+            pool_size=self._pool_size,
+            queue_length=len(self.queue),
+            queue_threshold=self.queue.threshold,
+            admitted=self.queue.admitted,
+            first_admitted_at=self.queue.first_admitted_at,
+            events=self.events,
+            busy_seconds=self._busy_seconds,
+            closed_seconds=self.queue.closed_seconds(now),
+            peak_busy=self.take_peak_busy(),
+        )
 
     def statistics(self) -> StageStatistics:
         idle = 0.0 if self._busy else max(0.0, _now() - self._idle_since)
@@ -492,6 +610,14 @@ def _now() -> float:
         return trio.current_time()
     except RuntimeError:
         return math.inf
+
+
+def _clock() -> float | None:
+    """trio's clock, or None outside a trio run (the controllers' unit tests)."""
+    try:
+        return trio.current_time()
+    except RuntimeError:
+        return None
 
 
 class StageRegistry:
