@@ -1,6 +1,7 @@
 """The run: every fuzzing task, the good peers and the watchers in one trio nursery,
-stopped on the first of frames sent, time out or the router dying, then the router's
-own counters read from its admin interface.
+stopped by the first of the frame target, the duration cap and the router's death, then
+a settling time for the routing checks; and the router's own counters, read from its
+admin interface.
 """
 
 from __future__ import annotations
