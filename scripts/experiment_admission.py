@@ -260,12 +260,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--high", type=float, default=1000.0, help="msgs/s after it")
     parser.add_argument("--before", type=float, default=15.0, help="seconds before the step")
     parser.add_argument("--after", type=float, default=35.0, help="seconds after it (> 10)")
+    parser.add_argument(
+        "--only", action="append", choices=[key for key, _ in RUNS], help="run only these"
+    )
     parser.add_argument("--out", type=Path, help="raw results (default: a temporary folder)")
     parser.add_argument("--write", action="store_true", help="update docs/experiments.md")
     parser.add_argument("--from-results", type=Path, help="redraw from an earlier --out")
     args = parser.parse_args(argv)
     if args.after <= 10:
         parser.error("--after must be above 10 s (the steady state is what follows 10 s)")
+    if args.write and args.only:
+        parser.error("--write publishes every policy side by side: drop --only")
     if args.from_results:
         out = args.from_results
         results = json.loads((out / "results.json").read_text())
@@ -275,6 +280,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"raw results in {out}", flush=True)
         results = []
         for key, shedding in RUNS:
+            if args.only and key not in args.only:
+                continue
             result = one_run(key, shedding, args, out)
             print(
                 f"{key}: query {cell(result['query'])} ms, "

@@ -33,3 +33,37 @@ def test_fig14_without_write_leaves_the_published_figures_alone(tmp_path: Path) 
     assert list(tmp_path.glob("*.png")), "the figures go to the results folder instead"
     assert _tracked_figures() == before
     assert (ROOT / "docs" / "experiments.md").read_bytes() == experiments_doc
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize(
+    ("script", "arguments", "written"),
+    [
+        (
+            "experiment_admission.py",
+            ["--only", "response-time", "--before", "2", "--after", "11"],
+            ["admission-step.png", "admission-rate.png", "response-time/series.csv"],
+        ),
+        (
+            "experiment_governor.py",
+            ["--steps", "3s@100,5s@400"],
+            ["governor-steps.png", "governor-steps.csv"],
+        ),
+    ],
+)
+def test_the_controller_experiments_finish_and_leave_docs_alone(
+    tmp_path: Path, script: str, arguments: list[str], written: list[str]
+) -> None:
+    before = _tracked_figures()
+    experiments_doc = (ROOT / "docs" / "experiments.md").read_bytes()
+    run = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / script), *arguments, "--out", str(tmp_path)],
+        capture_output=True,
+        timeout=120,
+        check=False,
+    )
+    assert run.returncode == 0, run.stderr
+    for name in written:
+        assert (tmp_path / name).stat().st_size > 0, name
+    assert _tracked_figures() == before
+    assert (ROOT / "docs" / "experiments.md").read_bytes() == experiments_doc
