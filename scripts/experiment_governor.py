@@ -161,11 +161,11 @@ def plot(result: dict[str, Any], path: Path) -> Path:
             p["littles_law"], at, at + p["seconds"], colors="grey", linestyles=":",
             label="Little's law" if at == 0.0 else None,
         )  # fmt: skip
-        pool_axes.text(at + 1, 3.6, f"{p['rate']:g}/s", fontsize=8)
+        pool_axes.text(at + 1, 0.1, f"{p['rate']:g}/s", fontsize=8)
         at += p["seconds"]
     pool_axes.set_ylabel("router workers")
     pool_axes.yaxis.set_major_locator(MaxNLocator(integer=True))
-    pool_axes.set_ylim(0, 4.5)
+    pool_axes.set_ylim(0, max(s["pool_size"] for s in samples) + 0.8)
     pool_axes.legend(loc="upper right", fontsize=8)
     pool_axes.grid(alpha=0.3)
     queue_axes.plot([t - start for t, _ in result["queue"]], [q for _, q in result["queue"]])
@@ -185,12 +185,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", default=STEPS, help=f"SECONDSs@RATE,... (default {STEPS})")
     parser.add_argument("--out", type=Path, help="raw results (default: a temporary folder)")
     parser.add_argument("--write", action="store_true", help="update docs/experiments.md")
+    parser.add_argument("--from-results", type=Path, help="skip the run: redraw an earlier --out")
     args = parser.parse_args(argv)
-    out = args.out or Path(tempfile.mkdtemp(prefix="governor-steps-"))
-    out.mkdir(parents=True, exist_ok=True)
-    print(f"raw results in {out}", flush=True)
-    result = run(args, out)
-    (out / "result.json").write_text(json.dumps(result))
+    if args.from_results:
+        out = args.from_results
+        result = json.loads((out / "result.json").read_text())
+    else:
+        out = args.out or Path(tempfile.mkdtemp(prefix="governor-steps-"))
+        out.mkdir(parents=True, exist_ok=True)
+        print(f"raw results in {out}", flush=True)
+        result = run(args, out)
+        (out / "result.json").write_text(json.dumps(result))
     table = lines_of(result)
     print("\n".join(table))
     path = plot(result, (FIGURES if args.write else out) / "governor-steps.png")
