@@ -9,7 +9,7 @@ import statistics
 import pytest
 
 from protocol.constants import HEADER_SIZE, MessageType
-from traffic_models.arrivals import ConstantRate, Poisson
+from traffic_models.arrivals import ConstantRate, Poisson, parse_arrivals
 from traffic_models.generator import TrafficGenerator
 from traffic_models.trace_model import PAPER_TRACE, TRACE_MIX, TraceArrivals, dispersion
 
@@ -114,3 +114,11 @@ def test_shares_and_mean_payload_match_the_papers() -> None:
 def test_bad_parameters_are_refused(arguments: dict[str, object], words: str) -> None:
     with pytest.raises(ValueError, match=words):
         TraceArrivals(**arguments)  # type: ignore[arg-type]
+
+
+def test_the_command_line_names_the_trace_arrivals() -> None:
+    arrivals = parse_arrivals("trace:500", seed=4)
+    assert isinstance(arrivals, TraceArrivals)
+    assert (arrivals.mean_rate, arrivals.seed) == (500, 4)
+    with pytest.raises(ValueError, match="mean rate"):
+        parse_arrivals("trace:0")
