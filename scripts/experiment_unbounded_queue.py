@@ -185,9 +185,20 @@ def one_run(
     return result
 
 
+def queue_at_end(result: dict[str, Any]) -> int | None:
+    """The queue when the load stopped: the last sample within the offered load (later
+    ones see the backlog that leaves with the client's connections)."""
+    within = [q for at, q, _, _ in result["samples"] if at <= result["duration"]]
+    return within[-1] if within else None
+
+
 def growth_per_event(result: dict[str, Any]) -> float | None:
-    """KiB of RSS per queued event: the slope of RSS against queue length over the run."""
-    points = [(q, rss) for _, q, rss, _ in result["samples"] if q > 0]
+    """KiB of RSS per queued event: the slope of RSS against queue length over the
+    offered load. Only for an unbounded queue: a bounded one sits at its bound while
+    RSS grows for other reasons (the route tables filling)."""
+    if result["bound"] != "unbounded":
+        return None
+    points = [(q, rss) for at, q, rss, _ in result["samples"] if q > 0 and at <= result["duration"]]
     if len(points) < 10:
         return None
     n = len(points)
@@ -202,8 +213,9 @@ def growth_per_event(result: dict[str, Any]) -> float | None:
 
 def table(results: list[dict[str, Any]]) -> list[str]:
     lines = [
-        "| router queue | load (msgs/s) | arrivals | peak queue (events) | queue at end "
-        "| RSS at start / peak (MiB) | RSS per queued event (KiB) | stopped by the RSS cap "
+        "| router queue | load (msgs/s) | arrivals | peak queue (events) "
+        "| queue when the load stopped | RSS at start / peak (MiB) "
+        "| RSS per queued event (KiB) | stopped by the RSS cap "
         "| ping mean / p99 ms, whole run | query mean / p99 ms, whole run | late sends "
         "| exit after SIGTERM |",
         "|---|---:|---|---:|---:|---:|---:|---|---:|---:|---:|---:|",
@@ -216,7 +228,7 @@ def table(results: list[dict[str, Any]]) -> list[str]:
         lines.append(
             f"| {'default (1000 events)' if r['bound'] == 'bounded' else 'unbounded'} "
             f"| {r['rate']:,} | {fig14_bursts.describe(r['arrivals'], r['rate'])} "
-            f"| {r['peak_queue'] or 0:,} | {r['final_queue'] or 0:,} "
+            f"| {r['peak_queue'] or 0:,} | {queue_at_end(r) or 0:,} "
             f"| {'-' if first is None else f'{first:.1f}'} / {r['peak_rss_mib']:.1f} "
             f"| {'-' if slope is None else f'{slope:.2f}'} "
             f"| {capped} "
@@ -242,6 +254,8 @@ def plot(results: list[dict[str, Any]], path: Path) -> Path:
             rss_axes.plot(
                 times, [s[2] for s in r["samples"]], color=colors[r["bound"]], label=label
             )
+        for a in (queue_axes, rss_axes):
+            a.axvline(results[0]["duration"], color="grey", linestyle=":", label="load stops")
         queue_axes.set_title(f"{rate} messages/s, one thread, 20 ms per query")
         queue_axes.set_ylabel("router queue (events)")
         rss_axes.set_ylabel("router RSS (MiB)")
