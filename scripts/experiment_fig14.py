@@ -731,9 +731,10 @@ def report_arrivals(results: list[dict[str, Any]], args: argparse.Namespace, fig
     print(fig14_bursts.write_csv(results, figures / "fig14-arrivals.csv"))
     if args.write:
         command = (
-            f"python scripts/experiment_fig14.py --arrivals both --duration {args.duration:g} "
-            "--write` (here in four parts, `--arrivals bursts|constant --governor off|on "
-            "--out DIR`, then `--from-results DIR --arrivals both --write`"
+            f"`python scripts/experiment_fig14.py --arrivals both --duration {args.duration:g} "
+            "--write` (here run in four parts, `--arrivals bursts` or `constant` with "
+            "`--governor off` or `on` and `--out DIR`, then `--from-results DIR --arrivals "
+            "both --write`)"
         )
         fig14_bursts.write_section(results, command, datetime.date.today().isoformat(), DOC)
         print(DOC)

@@ -197,7 +197,8 @@ def plot_side_by_side(results: list[dict[str, Any]], path: Path) -> Path:
 
 
 def write_section(results: list[dict[str, Any]], command: str, when: str, doc: Path) -> None:
-    """The generated part of docs/experiments.md's bursty subsection."""
+    """The generated part of docs/experiments.md's bursty subsection; ``command`` is
+    markdown (how to rerun it)."""
     from benchdocs import machine, replace_section
 
     durations = sorted({r["duration"] for r in results})
@@ -205,7 +206,7 @@ def write_section(results: list[dict[str, Any]], command: str, when: str, doc: P
     loads = [v for r in results for v in r.get("load_average", [])]
     lines = [
         f"Measured {when} on {machine()}; runs of {', '.join(f'{d:g}' for d in durations)} s, "
-        f"steady state from {', '.join(f'{w:g}' for w in warmups)} s; `{command}`; "
+        f"steady state from {', '.join(f'{w:g}' for w in warmups)} s; {command}; "
         + (
             f"1-minute load average {min(loads):.2f} to {max(loads):.2f} at the runs' starts "
             "and ends (2 cores)."
