@@ -686,7 +686,7 @@ def main(argv: list[str] | None = None) -> int:
             json.dumps({"args": {**vars(args), "out": str(out)}, "results": results}, default=str)
         )
     figures: Path = args.figures or (FIGURES if args.write else out)
-    report_arrivals(results, args, figures)
+    fig14_bursts.report(results, args.duration, figures, DOC if args.write else None)
     if args.arrivals != "constant":
         # The side-by-side runs have their own section; Fig. 14's own table, figures and
         # checks are the constant-rate sweep's (`--arrivals constant`, the default).
@@ -719,25 +719,6 @@ def main(argv: list[str] | None = None) -> int:
         write_docs(results, args, figures)
         print(DOC)
     return 0 if all(ok for ok, _ in checks) else 1
-
-
-def report_arrivals(results: list[dict[str, Any]], args: argparse.Namespace, figures: Path) -> None:
-    """The bursty runs beside the constant-rate ones: table, figure, CSV and, with
-    ``--write``, their subsection of docs/experiments.md. Nothing without bursty runs."""
-    if not any(fig14_bursts.arrivals_of(r) == "bursts" for r in results):
-        return
-    print("\n".join(fig14_bursts.side_by_side(results)))
-    print(fig14_bursts.plot_side_by_side(results, figures / "fig14-bursts-latency.png"))
-    print(fig14_bursts.write_csv(results, figures / "fig14-arrivals.csv"))
-    if args.write:
-        command = (
-            f"`python scripts/experiment_fig14.py --arrivals both --duration {args.duration:g} "
-            "--write` (here run in four parts, `--arrivals bursts` or `constant` with "
-            "`--governor off` or `on` and `--out DIR`, then `--from-results DIR --arrivals "
-            "both --write`)"
-        )
-        fig14_bursts.write_section(results, command, datetime.date.today().isoformat(), DOC)
-        print(DOC)
 
 
 def main_compare(args: argparse.Namespace, rate: int) -> int:

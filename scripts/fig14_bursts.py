@@ -20,6 +20,7 @@ panel per governor setting) and a CSV of every run (docs/figures/fig14-arrivals.
 from __future__ import annotations
 
 import csv
+import datetime
 from pathlib import Path
 from typing import Any
 
@@ -221,3 +222,22 @@ def write_section(results: list[dict[str, Any]], command: str, when: str, doc: P
         *side_by_side(results),
     ]
     replace_section("fig14-bursts", lines, path=doc)
+
+
+def report(results: list[dict[str, Any]], duration: float, figures: Path, doc: Path | None) -> None:
+    """The bursty runs beside the constant-rate ones: table, figure, CSV and, given a
+    ``doc`` (``--write``), their subsection of it. Nothing without bursty runs."""
+    if not any(arrivals_of(r) == "bursts" for r in results):
+        return
+    print("\n".join(side_by_side(results)))
+    print(plot_side_by_side(results, figures / "fig14-bursts-latency.png"))
+    print(write_csv(results, figures / "fig14-arrivals.csv"))
+    if doc is not None:
+        command = (
+            f"`python scripts/experiment_fig14.py --arrivals both --duration {duration:g} "
+            "--write` (here run in four parts, `--arrivals bursts` or `constant` with "
+            "`--governor off` or `on` and `--out DIR`, then `--from-results DIR --arrivals "
+            "both --write`)"
+        )
+        write_section(results, command, datetime.date.today().isoformat(), doc)
+        print(doc)
