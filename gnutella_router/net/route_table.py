@@ -246,9 +246,9 @@ class RouteTable(Generic[V]):
         if now >= self._deadline or len(current) + count > self._capacity:
             return False
         previous = self._previous
-        if previous and any(map(previous.__contains__, guids)):
+        if previous and not previous.keys().isdisjoint(guids):
             return False
-        if any(map(current.__contains__, guids)):
+        if not current.keys().isdisjoint(guids):
             return False
         size = len(current)
         current.update(zip(guids, repeat(value)))

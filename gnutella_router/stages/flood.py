@@ -99,29 +99,52 @@ class FloodPath:
             return 0
         hard = self.limits.hard_ttl_limit
         drop_ancient = self.limits.config.drop_ancient_queries
+        max_ttl = self.limits.max_ttl
+        last_hop = self.has_leaves()
         ping_guids: list[bytes] = []
         ping_details: list[int] = []
         query_guids: list[bytes] = []
         query_details: list[int] = []
+        # The copies are built in the same pass, before it is known whether the run
+        # qualifies: reading each frame once is worth more than the copies thrown away
+        # on the rare run that does not.
+        out: list[bytes] = []
+        queries: list[bytes] = []
         for frame in frames:
             ttl = frame.ttl
             hops = frame.hops
             if not ttl or ttl + hops > hard:
                 return 0
+            guid = frame.guid
             payload = frame.payload
+            detail = ttl << 4 | hops  # both below 16: ttl + hops <= 15
+            room = max_ttl - hops
+            if ttl > room:
+                ttl = room
             message_type = frame.payload_type
             if message_type == PING:
                 if payload and payload[0] != 0xC3:
                     return 0
-                ping_guids.append(frame.guid)
-                ping_details.append(ttl << 4 | hops)  # both below 16: ttl + hops <= 15
+                ping_guids.append(guid)
+                ping_details.append(detail)
+                if ttl > 1:
+                    out.append(_pack_header(guid, PING, ttl - 1, hops + 1, len(payload)) + payload)
             elif message_type == QUERY:
                 if len(payload) < 3 or payload.find(b"\x00", 2) < 0:
                     return 0
                 if drop_ancient and payload[0] == 0 and payload[1] == 0:
                     return 0
-                query_guids.append(frame.guid)
-                query_details.append(ttl << 4 | hops)
+                query_guids.append(guid)
+                query_details.append(detail)
+                if ttl > 1:
+                    data = _pack_header(guid, QUERY, ttl - 1, hops + 1, len(payload)) + payload
+                elif last_hop:
+                    # Its last hop: for the leaves that match only, marked by TTL 0 here.
+                    data = _pack_header(guid, QUERY, 0, hops + 1, len(payload)) + payload
+                else:
+                    continue
+                out.append(data)
+                queries.append(data)
             else:
                 return 0
         link_id = link.id
@@ -135,16 +158,17 @@ class FloodPath:
             return 0
         self.runs += 1
         routed = self._answer(link, frames, ping_guids, ping_details, now)
-        if routed < len(frames):
-            self._take_back(frames[routed:])
-        self._forward(link, frames[:routed] if routed < len(frames) else frames)
         received = self.received
         if routed == len(frames):
             received[PING] += len(ping_guids)
             received[QUERY] += len(query_guids)
-        else:
-            for frame in frames[:routed]:
-                received[frame.payload_type] += 1
+            if out:
+                self.broadcast(link, out, queries)
+            return routed
+        self._take_back(frames[routed:])
+        for frame in frames[:routed]:
+            received[frame.payload_type] += 1
+        self._forward(link, frames[:routed])
         return routed
 
     def _answer(
