@@ -72,7 +72,8 @@ def add_gwebcache_parser(commands: argparse._SubParsersAction[argparse.ArgumentP
     )  # fmt: skip
     parser.add_argument(
         "--seed-host", type=literal_host, action="append", default=[], metavar="IP:PORT",
-        help="a host to list from the start; repeatable",
+        help="a host to list from the start, never expired; it fills answers that have "
+        "too few reported hosts; repeatable (at most 100)",
     )  # fmt: skip
     parser.add_argument(
         "--log-format", choices=("auto", "console", "json"), default="auto",
@@ -83,8 +84,16 @@ def add_gwebcache_parser(commands: argparse._SubParsersAction[argparse.ArgumentP
 
 def cmd_gwebcache(args: argparse.Namespace) -> int:
     from gnutella_router.discovery.gwebcache_server import GWebCacheServer
-    from gnutella_router.discovery.gwebcache_service import GWebCacheService, ServiceSettings
+    from gnutella_router.discovery.gwebcache_service import (
+        MAX_SEEDS,
+        GWebCacheService,
+        ServiceSettings,
+    )
     from gnutella_router.logs import configure_logging
+
+    if len(set(args.seed_host)) > MAX_SEEDS:
+        print(f"gnutella-router gwebcache: at most {MAX_SEEDS} --seed-host", file=sys.stderr)
+        return 2
 
     configure_logging(args.log_format, "info")
     settings = ServiceSettings(
@@ -99,7 +108,7 @@ def cmd_gwebcache(args: argparse.Namespace) -> int:
     async def serve() -> None:
         service = GWebCacheService(settings, clock=trio.current_time)
         for seed in args.seed_host:
-            service.add_host(seed)
+            service.add_seed(seed)
         server = GWebCacheServer(service)
         async with trio.open_nursery() as nursery:
             where = await nursery.start(partial(server.serve, host, port))

@@ -12,6 +12,7 @@ import trio
 from gnutella_router.cli.interrupt import INTERRUPTED
 from gnutella_router.config import ConfigError, parse_host_port
 from gnutella_router.testnet.churn import ChurnSettings
+from gnutella_router.testnet.leaves import LeafSettings
 from gnutella_router.testnet.settings import (
     AUTO_PROCESSES_ABOVE,
     DEFAULT_RESULTS,
@@ -111,6 +112,31 @@ def add_testnet_parser(commands: argparse._SubParsersAction[argparse.ArgumentPar
         "--churn-kill",
         action="store_true",
         help="churned nodes leave with SIGKILL, as crashed hosts, instead of saying Bye",
+    )
+    testnet.add_argument(
+        "--leaves",
+        type=int,
+        default=0,
+        metavar="N",
+        help="N leaf servents (in this process) spread over the ultrapeers: each shares "
+        "--leaf-files files named from the traffic model's Zipf vocabulary, publishes "
+        "their QRP table, searches every --leaf-query-interval seconds and answers what "
+        "matches; the report gives the query success rate (and what an oracle would "
+        "find) and messages per query (default 0)",
+    )
+    testnet.add_argument(
+        "--leaf-files",
+        type=int,
+        default=LeafSettings().files,
+        metavar="N",
+        help=f"files each leaf shares (default {LeafSettings().files})",
+    )
+    testnet.add_argument(
+        "--leaf-query-interval",
+        type=float,
+        default=LeafSettings().query_interval,
+        metavar="SECONDS",
+        help=f"seconds between one leaf's queries (default {LeafSettings().query_interval:g})",
     )
     testnet.add_argument(
         "--topology",
@@ -249,6 +275,14 @@ def cmd_testnet(args: argparse.Namespace) -> int:
             if args.churn is None
             else ChurnSettings.parse(args.churn, kill=args.churn_kill),
             on_node_failure=args.on_node_failure,
+            leaves=None
+            if not args.leaves
+            else LeafSettings(
+                args.leaves,
+                files=args.leaf_files,
+                query_interval=args.leaf_query_interval,
+                seed=args.seed_value,
+            ),
         )
     except (ConfigError, ValueError) as exc:
         print(f"gnutella-router testnet: {exc}", file=sys.stderr)

@@ -316,6 +316,17 @@ class SheddingConfig(Section, frozen=True):
     response_time_decrease_factor: Annotated[float, Meta(gt=1, le=100)] = 1.2
     response_time_samples: Annotated[int, Meta(ge=1, le=1_000_000)] = 100
     response_time_interval: Seconds = 0.25
+    response_time_classes: bool = False
+    """response-time: a controller per class (everything else, leaf queries, queries
+    from ultrapeers); a class over target cuts the lighter ones first."""
+    weight_others: Annotated[float, Meta(gt=0, le=1000)] = 4.0
+    weight_leaf_queries: Annotated[float, Meta(gt=0, le=1000)] = 2.0
+    weight_queries: Annotated[float, Meta(gt=0, le=1000)] = 1.0
+    degrade_ttl_by: Annotated[int, Meta(ge=0, le=6)] = 0
+    """response-time: under overload, take up to this many hops off forwarded queries'
+    TTL before refusing any (0: no degradation)."""
+    degrade_recovery: Annotated[float, Meta(gt=0, le=1)] = 0.1
+    """response-time: quality regained per update, times how far under target."""
 
     def _check(self) -> None:
         self._require(self.red_min < self.red_max, "red_min", "must be below shedding.red_max")

@@ -18,6 +18,9 @@ each is a policy here, chosen in configuration:
   bucket whose rate follows the 90th percentile of the stage's response times (AIMD
   towards ``response_time_target_ms``); refused ones are dropped at the door as
   ``shed-admission``; everything else is admitted, with backpressure at the bound.
+  With ``response_time_classes``, every message goes through the bucket of its class
+  (everything else, leaf queries, queries from ultrapeers; weighted), and with
+  ``degrade_ttl_by`` queries are forwarded with less TTL before any is refused.
 
 Independently, ``rate_limit`` (messages/s, with ``rate_burst``) is a token bucket per
 connection, the paper's input rate controller: what a connection sends beyond it is
@@ -32,7 +35,14 @@ from collections.abc import Callable
 from typing import get_args
 
 from gnutella_router.config import SheddingConfig, SheddingPolicy
-from gnutella_router.control.response_time import ResponseTimeController
+from gnutella_router.control.response_time import (
+    LEAF_QUERIES,
+    OTHERS,
+    QUERIES,
+    QualityLevel,
+    ResponseTimeController,
+    admission_class,
+)
 from gnutella_router.control.token_bucket import TokenBucket
 from gnutella_router.runtime.stage import StageQueue
 from protocol.constants import MessageType
@@ -67,6 +77,20 @@ class Shedder:
                 samples_per_update=config.response_time_samples,
                 interval=config.response_time_interval,
                 now=now,
+                weights=(
+                    (OTHERS, config.weight_others),
+                    (LEAF_QUERIES, config.weight_leaf_queries),
+                    (QUERIES, config.weight_queries),
+                )
+                if config.response_time_classes
+                else ((QUERIES, 1.0),),
+                quality=QualityLevel(
+                    config.degrade_ttl_by,
+                    recovery=config.degrade_recovery,
+                    decrease_factor=config.response_time_decrease_factor,
+                )
+                if config.degrade_ttl_by
+                else None,
             )
             if self.policy == "response-time"
             else None
@@ -82,7 +106,13 @@ class Shedder:
         self.buckets.pop(connection_id, None)
 
     def admit(
-        self, connection_id: int, frames: list[Frame], queue: StageQueue[Frame], now: float
+        self,
+        connection_id: int,
+        frames: list[Frame],
+        queue: StageQueue[Frame],
+        now: float,
+        *,
+        from_leaf: bool = False,
     ) -> list[Frame]:
         """The frames that may be offered to the queue; the others are counted as shed."""
         config = self.config
@@ -98,6 +128,8 @@ class Shedder:
                     self.count("shed-rate-limit", frame)
                 frames = frames[:granted]
         if self.controller is not None:
+            if len(self.controller.classes) > 1:
+                return self._class_admission(frames, now, from_leaf)
             return self._admission(frames, now)
         if self.policy == "red":
             return self._red(frames, queue)
@@ -118,6 +150,30 @@ class Shedder:
         for frame in reversed(frames):  # the latest queries go: the earliest waited longest
             if refused and frame.payload_type == MessageType.QUERY:
                 refused -= 1
+                self.count("shed-admission", frame)
+            else:
+                kept.append(frame)
+        kept.reverse()
+        return kept
+
+    def _class_admission(self, frames: list[Frame], now: float, from_leaf: bool) -> list[Frame]:
+        """Every frame through its class's bucket (one read comes from one link, so
+        queries are of one class); the latest of a class go first, as above."""
+        assert self.controller is not None
+        wanted: dict[str, int] = {}
+        for frame in frames:
+            name = admission_class(frame.payload_type, from_leaf)
+            wanted[name] = wanted.get(name, 0) + 1
+        refused = {
+            name: count - self.controller.admit(count, now, name) for name, count in wanted.items()
+        }
+        if not any(refused.values()):
+            return frames
+        kept: list[Frame] = []
+        for frame in reversed(frames):
+            name = admission_class(frame.payload_type, from_leaf)
+            if refused[name]:
+                refused[name] -= 1
                 self.count("shed-admission", frame)
             else:
                 kept.append(frame)

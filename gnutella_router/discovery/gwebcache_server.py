@@ -92,7 +92,12 @@ class GWebCacheServer:
             await self._send(stream, conn, 405, b"only GET is served\n", allow=True)
             return
         target = request.target.decode("ascii", "replace")
-        body = self.service.answer(target, client)
+        try:
+            body = self.service.answer(target, client)
+        except Exception:  # a fault in the core costs one answer, never the service
+            self.log.exception("gwebcache request failed", client=client, target=target[:200])
+            await self._send(stream, conn, 500, b"internal error\n")
+            return
         self.log.debug("request", client=client, target=target[:200], bytes=len(body))
         await self._send(stream, conn, 200, body)
 

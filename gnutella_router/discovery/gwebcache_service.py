@@ -21,7 +21,9 @@ It speaks both protocols servents use (the client side is
 The rules a public cache applies, and why:
 
 * **Bounded.** At most ``max_hosts`` hosts and ``max_urls`` caches are kept (the
-  stalest goes first), hosts expire after ``host_max_age`` seconds without an update,
+  stalest goes first), hosts expire after ``host_max_age`` seconds without an update
+  (seed hosts, at most :data:`MAX_SEEDS`, never do: they only fill answers that have
+  too few reported hosts),
   one answer lists at most ``answer_hosts`` hosts (the freshest first) and
   ``answer_urls`` caches, and the table of clients' last requests is bounded too.
 * **A client registers itself only.** An update's IP must be the address the request
@@ -50,6 +52,8 @@ MAX_TARGET_LENGTH = 4096
 MAX_CLIENTS_REMEMBERED = 10_000
 MAX_PARAMETERS = 32
 NETWORK = "gnutella"
+MAX_SEEDS = 100
+"""Seed hosts one cache holds at most (``--seed-host``)."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -97,6 +101,8 @@ class GWebCacheService:
         self.clock = clock
         self.hosts: collections.OrderedDict[tuple[str, int], float] = collections.OrderedDict()
         """Host -> when it was last reported; oldest first."""
+        self.seeds: dict[tuple[str, int], float] = {}
+        """Hosts the operator named -> when; never expired nor evicted (:meth:`add_seed`)."""
         self.urls: collections.OrderedDict[str, float] = collections.OrderedDict()
         self.last_asked: collections.OrderedDict[str, float] = collections.OrderedDict()
         self.statistics = ServiceStatistics()
@@ -109,6 +115,18 @@ class GWebCacheService:
         self.hosts[host] = self.clock()
         while len(self.hosts) > self.settings.max_hosts:
             self.hosts.popitem(last=False)
+
+    def add_seed(self, host: tuple[str, int]) -> None:
+        """A host the operator vouches for: it fills answers that have too few reported
+        hosts (the first routers of an overlay find it, later ones find each other),
+        and it never expires, so a cache restarted on a quiet overlay still bootstraps.
+
+        Raises:
+            ValueError: more than :data:`MAX_SEEDS` seeds.
+        """
+        if host not in self.seeds and len(self.seeds) >= MAX_SEEDS:
+            raise ValueError(f"at most {MAX_SEEDS} seed hosts")
+        self.seeds.setdefault(host, self.clock())
 
     def add_url(self, url: str) -> None:
         self.urls.pop(url, None)
@@ -127,7 +145,12 @@ class GWebCacheService:
         """Hosts and their ages, the freshest first, at most ``answer_hosts``."""
         now = self.clock()
         self._expire(now)
-        chosen = list(reversed(self.hosts.items()))[: self.settings.answer_hosts]
+        wanted = self.settings.answer_hosts
+        chosen = list(reversed(self.hosts.items()))[:wanted]
+        listed = {host for host, _ in chosen}
+        chosen += [(h, since) for h, since in self.seeds.items() if h not in listed][
+            : wanted - len(chosen)
+        ]
         return [(host, now - seen) for host, seen in chosen]
 
     # ------------------------------------------------------------------ requests

@@ -175,6 +175,11 @@ class DaemonCollector(Collector):
         )
         _by_label(trimmed, {"ping": 0, "query": 0, **stats.ttl_trimmed})
         yield trimmed
+        yield CounterMetricFamily(
+            "gnutella_queries_degraded",
+            "Queries forwarded with less TTL because the admission controller degrades.",
+            stats.degraded_queries,
+        )
         routing = daemon.router.query_routing
         tables = GaugeMetricFamily(
             "gnutella_qrp_tables",
@@ -421,5 +426,26 @@ def _admission(state: ControllerState) -> Iterator[Metric]:
         float("nan") if state.p90_seconds is None else state.p90_seconds,
     )
     yield CounterMetricFamily(
-        "gnutella_admission_refused", "Queries the controller refused at the door.", state.refused
+        "gnutella_admission_refused", "Messages the controller refused at the door.", state.refused
     )
+    yield GaugeMetricFamily(
+        "gnutella_admission_ttl_cut",
+        "Hops taken off forwarded queries now (degradation; 0 at full quality).",
+        state.ttl_cut,
+    )
+    if len(state.classes) > 1:
+        rate = GaugeMetricFamily(
+            "gnutella_admission_class_rate",
+            "Messages per second each admission class is admitted at now.",
+            labels=["class"],
+        )
+        refused = CounterMetricFamily(
+            "gnutella_admission_class_refused",
+            "Messages of each admission class refused at the door.",
+            labels=["class"],
+        )
+        for klass in state.classes:
+            rate.add_metric([klass.name], klass.rate)
+            refused.add_metric([klass.name], klass.refused)
+        yield rate
+        yield refused

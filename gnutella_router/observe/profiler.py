@@ -82,6 +82,10 @@ class ProfileSample:
     """The response-time controller's query rate (None unless that policy is on)."""
     admission_p90: float | None = None
     """Its last 90th percentile of response times, seconds."""
+    admission_classes: dict[str, float] | None = None
+    """Each class's rate, with classes on."""
+    ttl_cut: int | None = None
+    """Hops taken off forwarded queries (degradation), under that policy."""
 
     def as_dict(self) -> dict[str, object]:
         data = dataclasses.asdict(self)
@@ -234,12 +238,19 @@ class Profiler:
         self.peak_outgoing_bytes = max(self.peak_outgoing_bytes, total_bytes)
         return sample
 
-    def _admission(self) -> dict[str, float | None]:
+    def _admission(self) -> dict[str, Any]:
         shedder = self.daemon.router.shedder
         if shedder is None or shedder.controller is None:
             return {}
         state = shedder.controller.state()
-        return {"admission_rate": round(state.rate, 3), "admission_p90": state.p90_seconds}
+        return {
+            "admission_rate": round(state.rate, 3),
+            "admission_p90": state.p90_seconds,
+            "admission_classes": {c.name: round(c.rate, 3) for c in state.classes}
+            if len(state.classes) > 1
+            else None,
+            "ttl_cut": state.ttl_cut,
+        }
 
     # ------------------------------------------------------------------ views
 
@@ -337,6 +348,7 @@ class Profiler:
                 "dropped",
                 "admission_rate",
                 "admission_p90_seconds",
+                "ttl_cut",
             ]
         )
         for s in samples:
@@ -356,6 +368,7 @@ class Profiler:
                     s.dropped,
                     "" if s.admission_rate is None else s.admission_rate,
                     "" if s.admission_p90 is None else s.admission_p90,
+                    "" if s.ttl_cut is None else s.ttl_cut,
                 ]
             )
         return out.getvalue()

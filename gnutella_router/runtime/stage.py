@@ -415,9 +415,9 @@ class Stage(Generic[T]):
         self._blocking = 0
         self.queue_wait = SecondsHistogram()
         self.service_time = SecondsHistogram()
-        self.response_observer: Callable[[float, float], None] | None = None
+        self.response_observer: Callable[[float, float, T], None] | None = None
         """Told each batch's response time (its oldest event, from admission to the end of
-        its handling) and the time; the response-time controller listens here."""
+        its handling), the time and that event; the response-time controller listens here."""
 
     @property
     def pool_size(self) -> int:
@@ -508,7 +508,7 @@ class Stage(Generic[T]):
                             self._busy_seconds += ended - started
                             self.service_time.observe(ended - started)
                             if self.response_observer is not None and admitted_at is not None:
-                                self.response_observer(ended - admitted_at, ended)
+                                self.response_observer(ended - admitted_at, ended, batch[0])
                             if not self._busy:
                                 self._idle_since = ended
                         self.batches += 1

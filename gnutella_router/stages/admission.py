@@ -30,7 +30,13 @@ async def admit(
     """Admit ``frames`` of ``link`` into ``queue``, waiting while it is full."""
     if shedder is not None:
         offered = len(frames)
-        frames = shedder.admit(link.id, frames, queue, trio.current_time())
+        frames = shedder.admit(
+            link.id,
+            frames,
+            queue,
+            trio.current_time(),
+            from_leaf=link.capabilities.ultrapeer is False,
+        )
         if len(frames) < offered:
             link.frames_done(offered - len(frames))
     admitted = queue.admit(frames)

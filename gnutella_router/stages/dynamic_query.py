@@ -24,8 +24,17 @@ The plan, as numbers (LimeWire's and gtk-gnutella's, simplified):
 * then every :data:`STEP_SECONDS`, while fewer than ``wanted`` results came back: one
   neighbour not yet queried, at TTL 2 for the first widening, 3 for the second and so
   on, never above the TTL the leaf's query still had;
-* it ends when enough results came back, every neighbour has been queried, the leaf is
-  gone, or :data:`LIFETIME_SECONDS` have passed;
+* once every neighbour has had a copy, a step sends the next TTL again to the neighbour
+  whose copy carried the least: it relays a duplicate that comes with more TTL than
+  its first copy to its own ultrapeers (as gtk-gnutella does). LimeWire and
+  gtk-gnutella stop instead, but their ultrapeers have some thirty ultrapeer
+  neighbours; on an overlay of a few neighbours each (a test network, a young
+  network), the TTL 1 probe would use them all up and leave the query two hops deep
+  (``testnet --nodes 20 --leaves 200``: of the leaf queries another leaf could answer,
+  75 % found their file without the re-sends, 99 % with them, for 5 copies per leaf
+  query instead of 1.5);
+* it ends when enough results came back, every neighbour has had the highest TTL the
+  query may carry, the leaf is gone, or :data:`LIFETIME_SECONDS` have passed;
 * a leaf that understands Query Status (``BEAR/11v1``) is asked at each step how many
   results it kept, and its answer (``BEAR/12v1``, also taken unasked) replaces our own
   count of the results routed to it; 0xFFFF stops the query.
@@ -63,7 +72,7 @@ class Outcome(enum.StrEnum):
     SATISFIED = "satisfied"
     """Enough results came back."""
     EXHAUSTED = "exhausted"
-    """Every ultrapeer neighbour had it."""
+    """Every ultrapeer neighbour had it, with the highest TTL it may carry."""
     EXPIRED = "expired"
     LEAF_GONE = "leaf-gone"
     CANCELLED = "cancelled"
@@ -90,7 +99,8 @@ class DynamicQuery:
     results: int = 0
     steps: int = 0
     next_at: float = 0.0
-    queried: set[int] = dataclasses.field(default_factory=set)
+    queried: dict[int, int] = dataclasses.field(default_factory=dict)
+    """Neighbours (link ids) sent a copy, with the highest TTL sent to each."""
     guided: bool = False
     """The leaf has told us how many results it kept: its word replaces our count."""
 
@@ -114,14 +124,24 @@ class DynamicQuery:
         if now < self.next_at:
             return None
         fresh = [peer for peer in ultrapeers if peer not in self.queried]
-        if not fresh:
-            return Outcome.EXHAUSTED if self.steps else None
         if self.steps == 0:
+            if not fresh:
+                return None
             chosen, ttl = fresh[:PROBE_PEERS], PROBE_TTL
         else:
-            chosen, ttl = fresh[:1], PROBE_TTL + self.steps
+            ttl = max(1, min(PROBE_TTL + self.steps, self.max_ttl))
+            if fresh:
+                chosen = fresh[:1]
+            else:
+                # Every neighbour has had it: widen through the one whose copy carried
+                # the least TTL, if a higher one is left (see the module docstring).
+                again = [peer for peer in ultrapeers if self.queried[peer] < ttl]
+                if not again:
+                    return Outcome.EXHAUSTED
+                chosen = [min(again, key=self.queried.__getitem__)]
         self.steps += 1
-        self.queried.update(chosen)
+        for peer in chosen:
+            self.queried[peer] = max(self.queried.get(peer, 0), ttl)
         self.next_at = now + STEP_SECONDS
         return chosen, max(1, min(ttl, self.max_ttl))
 

@@ -51,6 +51,7 @@ import trio
 
 from gnutella_router.config import RouterConfig, SheddingConfig
 from gnutella_router.control.abuse import Offence
+from gnutella_router.control.response_time import admission_class
 from gnutella_router.control.shedding import Shedder
 from gnutella_router.discovery.host_cache import classify_address
 from gnutella_router.net.route_table import RouteTable, SeenTable
@@ -177,6 +178,9 @@ class GnutellaRouter:
         """Relayed copies with a higher TTL: for ultrapeers only."""
         self._relay_not_to_leaves = False
         self.relayed_higher_ttl = 0
+        self.degraded = 0
+        """Queries forwarded with less TTL because the admission controller degrades."""
+        self.degraded_hops = 0
         """The batch's queries at their last hop: for leaves only."""
         self.received = [0] * 256
         self.forwarded = [0] * 256
@@ -193,8 +197,11 @@ class GnutellaRouter:
             max_pool_size=config.max_threads,
             batch_size=config.batch_size,
         )
-        if self.shedder is not None and self.shedder.controller is not None:
-            self.stage.response_observer = self.shedder.controller.observe
+        self.admission = None if self.shedder is None else self.shedder.controller
+        """The response-time controller (under that shedding policy): it is told the
+        stage's response times, and its TTL cut degrades forwarded queries."""
+        if self.admission is not None:
+            self.stage.response_observer = self._observe_response
         self._handlers: list[Callable[[Link, Frame, float], None]] = [self._on_unknown] * 256
         self._handlers[PING] = self._on_ping
         self._handlers[PONG] = self._on_pong
@@ -577,6 +584,8 @@ class GnutellaRouter:
                 return None
         hops = frame.hops
         room = self.max_ttl - hops
+        if self.admission is not None and self.admission.cut:
+            room = self._degraded_room(room, ttl)
         if ttl > room:
             ttl = room
         if relay:
@@ -590,6 +599,24 @@ class GnutellaRouter:
             # does), marked by TTL 0 here and sent with TTL 1, and to no ultrapeer.
             return _pack_header(frame.guid, QUERY, 0, hops + 1, len(payload)) + payload
         return _pack_header(frame.guid, QUERY, ttl - 1, hops + 1, len(payload)) + payload
+
+    def _observe_response(self, seconds: float, now: float, oldest: Frame) -> None:
+        assert self.admission is not None
+        link = self._connection_by_id(oldest.source)
+        from_leaf = link is not None and link.capabilities.ultrapeer is False
+        self.admission.observe(seconds, now, admission_class(oldest.payload_type, from_leaf))
+
+    def _degraded_room(self, room: int, ttl: int) -> int:
+        """Degradation: the most TTL a query may keep, less the controller's cut (never
+        under one: its last hop still reaches the leaves that match), counted when it
+        takes anything off this query."""
+        assert self.admission is not None
+        keeps = min(ttl, room)
+        degraded = max(1, keeps - self.admission.cut)
+        if degraded < keeps:
+            self.degraded += 1
+            self.degraded_hops += keeps - degraded
+        return degraded
 
     def _on_pong(self, connection: Link, frame: Frame, now: float) -> None:
         if not self._ttl_ok(connection, frame, now):
@@ -780,6 +807,8 @@ class GnutellaRouter:
             ttl_trimmed={message_type_name(t): n for t, n in sorted(self.ttl_trimmed.items())},
             dynamic_queries=self.dynamic.statistics(),
             relayed_higher_ttl=self.relayed_higher_ttl,
+            degraded_queries=self.degraded,
+            degraded_hops=self.degraded_hops,
         )
 
     def total_dropped(self) -> int:

@@ -35,6 +35,10 @@ class RouterStatistics:
     ``cancelled``)."""
     relayed_higher_ttl: int = 0
     """Duplicate queries relayed because they came with a higher TTL than the first copy."""
+    degraded_queries: int = 0
+    """Queries forwarded with less TTL under degradation (``[shedding] degrade_ttl_by``)."""
+    degraded_hops: int = 0
+    """The hops of TTL those lost, in all."""
 
 
 DROP_REASONS = (

@@ -13,8 +13,9 @@ soon as it listens, so the others can dial it.
 from __future__ import annotations
 
 import secrets
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 import trio
 
@@ -22,10 +23,17 @@ from gnutella_router.config import Config, load_config
 from gnutella_router.net.connection import format_address
 from gnutella_router.testnet.cache import HostCacheService
 from gnutella_router.testnet.children import ChildNode, ServentNode
+from gnutella_router.testnet.churn import LEAVE, ChurnSettings, churn_schedule
+from gnutella_router.testnet.leaves import leaves_per_node
 from gnutella_router.testnet.namespaces import NamespaceNetwork
 from gnutella_router.testnet.nodes import LocalNode, NetworkNode, NodeError, NodeFailure
 from gnutella_router.testnet.servents import ServentSet, free_port
-from gnutella_router.testnet.settings import STARTING_AT_ONCE, NetworkError, NetworkSettings
+from gnutella_router.testnet.settings import (
+    STARTING_AT_ONCE,
+    STOP_TIMEOUT,
+    NetworkError,
+    NetworkSettings,
+)
 from gnutella_router.testnet.topology import MAX_REMOTE_SINKS, Topology
 
 LOOPBACK = "127.0.0.1"
@@ -69,6 +77,10 @@ class Launcher:
         self.admin_token = secrets.token_hex(16) if namespaces is not None else ""
         """Admin interfaces beyond loopback (in namespaces) take requests with it only."""
         self.nodes: list[NetworkNode] = []
+        self.leaf_slots = dict.fromkeys(range(settings.nodes), 0) | leaves_per_node(
+            settings.leaf_count, settings.ultrapeers(topology)
+        )
+        """Leaves each node will take (:mod:`.leaves`): its leaf slots must hold them."""
 
     def node_dir(self, index: int) -> Path:
         return self.settings.results / f"node-{index}"
@@ -117,8 +129,10 @@ class Launcher:
                 # On loopback every peer of a test network comes from 127.0.0.1: the
                 # per-address limit on connection attempts must allow the whole network.
                 "network.connects_per_ip_per_minute": max(
-                    Config().network.connects_per_ip_per_minute, 4 * settings.nodes + 64
+                    Config().network.connects_per_ip_per_minute,
+                    4 * settings.nodes + settings.leaf_count + 64,
                 ),
+                "network.max_leaves": max(Config().network.max_leaves, self.leaf_slots[index]),
             },
         )
 
@@ -135,7 +149,14 @@ class Launcher:
             )
         return LocalNode(index, self.node_dir(index))
 
-    async def start_nodes(self, nursery: trio.Nursery) -> None:
+    async def start_nodes(
+        self,
+        nursery: trio.Nursery,
+        *,
+        before_open: Callable[[dict[int, tuple[str, int]]], Awaitable[None]] | None = None,
+    ) -> None:
+        """Start every node; ``before_open`` is given the started nodes' addresses before
+        the bootstrap cache answers anyone (the leaves join then)."""
         # A host cache saved by an earlier run would make the catchers dial
         # yesterday's ports; each run starts from the planned topology.
         for index in range(self.settings.nodes):
@@ -162,6 +183,10 @@ class Launcher:
         async with trio.open_nursery() as starting:
             for node in self.nodes:
                 starting.start_soon(start, node)
+        if before_open is not None:
+            await before_open(
+                {n.index: n.address for n in self.nodes if n.address is not None and n.running()}
+            )
         self.cache.open()  # every node started (or failed): all pages complete at once
         if errors and (self.settings.on_node_failure == "stop" or len(errors) == len(self.nodes)):
             raise NetworkError(
@@ -226,3 +251,42 @@ class Launcher:
         await node.restart(nursery, self.node_config(node.index, listen=node.address))
         assert node.address is not None
         self.cache.publish_node(node.index, node.address)
+
+    async def churn(
+        self,
+        churn: ChurnSettings,
+        steady: set[int],
+        length: float,
+        started: float,
+        log: list[dict[str, Any]],
+        nursery: trio.Nursery,
+    ) -> None:
+        """Carry out the churn schedule over ``length`` seconds, appending each event to
+        ``log`` (times from ``started``). The ``steady`` nodes stay up: the load client's
+        peers are there."""
+        churning = [n for n in range(self.settings.nodes) if n not in steady]
+        begun = trio.current_time()
+        for event in churn_schedule(churning, churn, length, self.settings.seed):
+            await trio.sleep_until(begun + event.at)
+            node = self.nodes[event.node]
+            if not isinstance(node, ChildNode):
+                continue
+            ok = True
+            if event.action == LEAVE:
+                if not node.running():
+                    continue
+                await self.take_down(node, kill=churn.kill, grace=STOP_TIMEOUT)
+            else:
+                try:
+                    await self.bring_back(node, nursery)
+                except NodeError as exc:
+                    ok = False
+                    self.on_failure(NodeFailure(node.index, f"did not come back: {exc}"))
+            log.append(
+                {
+                    "at": round(trio.current_time() - started, 3),
+                    "node": event.node,
+                    "action": "kill" if event.action == LEAVE and churn.kill else event.action,
+                    "ok": ok,
+                }
+            )

@@ -25,7 +25,9 @@ Theory of operation
    seeds). The cache learns each node's address as soon as it listens and holds a
    page until the nodes it lists listen, so the catchers, left to do their usual job,
    build the planned topology and nothing more. Any other page lists every node, in the
-   v2 format (``H|ip:port|age``), for servents outside the test network.
+   v2 format (``H|ip:port|age``), for servents outside the test network. Leaves
+   (:mod:`.leaves`) join their ultrapeers before the cache answers, and search during
+   the traffic.
 4. **Formation.** The run waits, bounded, until every planned link is up (the dialer
    holds an outgoing connection to the listener's address); if one never comes up the
    error names it.
@@ -53,8 +55,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import json
-import shutil
 import signal
 import sys
 from collections.abc import Callable
@@ -67,9 +69,9 @@ from gnutella_router import __version__
 from gnutella_router.net.connection import format_address
 from gnutella_router.testnet.cache import HostCacheService
 from gnutella_router.testnet.children import ChildNode, ServentNode, stop_children
-from gnutella_router.testnet.churn import LEAVE, ChurnSettings, churn_schedule
 from gnutella_router.testnet.console import Console
 from gnutella_router.testnet.launch import Launcher
+from gnutella_router.testnet.leaves import LeafPopulation, wait_for_tables
 from gnutella_router.testnet.measure import (
     LinkCounters,
     OverlayRecord,
@@ -89,20 +91,13 @@ from gnutella_router.testnet.report import (
     _write_json,
     final_text,
     node_summary,
+    prepare_results,
 )
 from gnutella_router.testnet.servents import ServentSet, resolve_seeds, unconnected_seeds
-from gnutella_router.testnet.settings import (
-    NetworkError,
-    NetworkSettings,
-)
+from gnutella_router.testnet.settings import STOP_TIMEOUT, NetworkError, NetworkSettings
 from gnutella_router.testnet.spread_load import SpreadLoadRun
-from gnutella_router.testnet.topology import (
-    sink_nodes,
-)
-from gnutella_router.traffic.load import (
-    LoadError,
-    LoadSettings,
-)
+from gnutella_router.testnet.topology import sink_nodes
+from gnutella_router.traffic.load import LoadError, LoadSettings
 from traffic_models.arrivals import ArrivalProcess, ConstantRate, parse_arrivals
 from traffic_models.generator import TrafficGenerator
 from traffic_models.latency import LoadReport
@@ -111,13 +106,10 @@ from traffic_models.mix import mix_by_name_or_path
 __all__ = ["LocalNetwork", "NetworkError", "NetworkOutcome", "run_network"]
 
 LOOPBACK = "127.0.0.1"
-STOP_TIMEOUT = 10.0
 SETTLE_SECONDS = 2.0
 """Longest wait, after the traffic, for the load client's connections to leave the
 nodes, so that the collected state shows the network itself."""
 STATUS_INTERVAL = 1.0
-RESULT_FILES = ("node-*", "summary.json", "*.csv", "*.png")
-"""What a run writes into its results folder, and so removes from an earlier run's."""
 SERVENT_LINK_SECONDS = 10.0
 CHURN_IDLE_HORIZON = 24 * 3600.0
 """With ``duration=0`` (up until Ctrl-C), churn is scheduled this far ahead."""
@@ -174,6 +166,16 @@ class LocalNetwork:
             note=self._note,
         )
         self.overlay = OverlayRecord(self.topology)
+        self.leaves = (
+            LeafPopulation(
+                settings.leaves,
+                settings.ultrapeers(self.topology),
+                user_agent=f"gnutella-router-testnet-leaf/{__version__}",
+            )
+            if settings.leaves is not None
+            else None
+        )
+        self._stats_pages: dict[int, Any] = {}
         self.churn_log: list[dict[str, Any]] = []
         self._connection_pages: dict[int, Any] = {}
         self.phase = "starting"
@@ -269,7 +271,8 @@ class LocalNetwork:
                 with trio.CancelScope() as self._work:
                     if self._stop.is_set():
                         self._work.cancel()
-                    await self.launcher.start_nodes(nursery)
+                    join = None if self.leaves is None else functools.partial(self._join, nursery)
+                    await self.launcher.start_nodes(nursery, before_open=join)
                     self.phase = "forming"
                     await self._form()
                     await self._drive(nursery)
@@ -277,6 +280,8 @@ class LocalNetwork:
                 self.error = self.error or str(exc)
             finally:
                 self.phase = "stopping"
+                if self.leaves is not None:
+                    await self.leaves.leave()
                 if self.nodes:
                     # Not shielded: a second Ctrl-C cancels this too and stops at once.
                     with trio.move_on_after(SETTLE_SECONDS):
@@ -289,22 +294,11 @@ class LocalNetwork:
         return collected, stopped_in
 
     def _prepare_results(self) -> None:
-        """A results folder holding this run only: what an earlier run left in it (its
-        ``node-*`` folders, ``summary.json``, CSV files and pictures; nothing else) is
-        removed, and said."""
-        results = self.settings.results
         try:
-            earlier = sorted(p for pattern in RESULT_FILES for p in results.glob(pattern))
-            for old in earlier:
-                if old.is_dir() and not old.is_symlink():
-                    shutil.rmtree(old)
-                else:
-                    old.unlink()
-            if earlier:
-                self._note(f"results: removed an earlier run's results from {results}")
-            results.mkdir(parents=True, exist_ok=True)
-            for index in range(self.settings.nodes):
-                self.node_dir(index).mkdir(exist_ok=True)
+            if prepare_results(self.settings.results, self.settings.nodes):
+                self._note(
+                    f"results: removed an earlier run's results from {self.settings.results}"
+                )
         except OSError as exc:
             raise NetworkError(f"cannot use results folder {self.settings.results}: {exc}") from exc
 
@@ -392,46 +386,33 @@ class LocalNetwork:
 
     # ------------------------------------------------------------------ traffic
 
+    async def _join(self, nursery: trio.Nursery, addresses: dict[int, tuple[str, int]]) -> None:
+        """The leaves join their ultrapeers, and the run waits until their tables are in."""
+        assert self.leaves is not None
+        self.phase = "leaves"
+        await self.leaves.join(addresses, nursery)
+        for node in await wait_for_tables(self.nodes, self.leaves.tables_expected()):
+            self._note(f"warning: node-{node} does not hold all its leaves' QRP tables")
+
     async def _drive(self, nursery: trio.Nursery) -> None:
-        """The traffic (or the idle wait), with churn alongside when asked for."""
+        """The traffic (or the idle wait), with churn and the leaves' searches alongside."""
         async with trio.open_nursery() as churning:
             if self.settings.churn is not None:
-                churning.start_soon(self._churn, self.settings.churn, nursery)
-            await self._drive_traffic()
+                steady = {0, *sink_nodes(self.topology)} if self.settings.duration else {0}
+                churning.start_soon(
+                    self.launcher.churn,
+                    self.settings.churn,
+                    steady,
+                    self.settings.duration or CHURN_IDLE_HORIZON,
+                    self._started,
+                    self.churn_log,
+                    nursery,
+                )
+            async with trio.open_nursery() as searching:
+                if self.leaves is not None and self.settings.duration:
+                    searching.start_soon(self.leaves.search, self.settings.duration)
+                await self._drive_traffic()
             churning.cancel_scope.cancel()
-
-    async def _churn(self, churn: ChurnSettings, nursery: trio.Nursery) -> None:
-        """Carry out the churn schedule. Node 0 and the nodes with sinks stay up: the
-        load client's peers are there."""
-        settings = self.settings
-        steady = {0, *sink_nodes(self.topology)} if settings.duration else {0}
-        churning = [n for n in range(settings.nodes) if n not in steady]
-        length = settings.duration or CHURN_IDLE_HORIZON
-        started = trio.current_time()
-        for event in churn_schedule(churning, churn, length, settings.seed):
-            await trio.sleep_until(started + event.at)
-            node = self.nodes[event.node]
-            if not isinstance(node, ChildNode):
-                continue
-            ok = True
-            if event.action == LEAVE:
-                if not node.running():
-                    continue
-                await self.launcher.take_down(node, kill=churn.kill, grace=STOP_TIMEOUT)
-            else:
-                try:
-                    await self.launcher.bring_back(node, nursery)
-                except NodeError as exc:
-                    ok = False
-                    self._node_failed(NodeFailure(node.index, f"did not come back: {exc}"))
-            self.churn_log.append(
-                {
-                    "at": round(trio.current_time() - self._started, 3),
-                    "node": event.node,
-                    "action": "kill" if event.action == LEAVE and churn.kill else event.action,
-                    "ok": ok,
-                }
-            )
 
     async def _drive_traffic(self) -> None:
         settings = self.settings
@@ -525,7 +506,7 @@ class LocalNetwork:
         async def read(node: NetworkNode) -> None:
             planned = self.topology.out_neighbours(node.index)
             try:
-                stats = await node.get("/stats")
+                stats = self._stats_pages[node.index] = await node.get("/stats")
                 connections = await node.get("/connections")
                 self.overlay.after[node.index] = link_counters(trio.current_time(), connections)
                 self._connection_pages[node.index] = connections
@@ -579,23 +560,7 @@ class LocalNetwork:
             row["links"] = self.overlay.rates(node.index)
         hits = self.load_run.query_hits if self.load_run is not None else {}
         return {
-            "settings": {
-                "nodes": settings.nodes,
-                "mode": self.mode,
-                "topology": settings.topology,
-                "degree": settings.degree,
-                "traffic": settings.traffic,
-                "rate": settings.rate,
-                "arrivals": settings.arrivals,
-                "duration": settings.duration,
-                "seeds": list(settings.seeds),
-                "base_port": settings.base_port,
-                "seed": settings.seed,
-                "on_node_failure": settings.on_node_failure,
-                "netns": settings.netns,
-                "servent": settings.servent,
-                "servents": settings.servent_count,
-            },
+            "settings": {"mode": self.mode, **settings.describe()},
             "topology": {
                 "kind": self.topology.kind,
                 "file": None if settings.topology_file is None else str(settings.topology_file),
@@ -617,6 +582,12 @@ class LocalNetwork:
             if settings.churn is None
             else {**dataclasses.asdict(settings.churn), "events": self.churn_log},
             "load": load,
+            "leaves": None
+            if self.leaves is None
+            else self.leaves.summary(
+                list(self._stats_pages.values()),
+                0 if self.report is None else self.report.sent.get("query", 0),
+            ),
             "interrupted": self.interrupted,
             "error": self.error,
             "stopped": not any(n.running() for n in self.nodes),
@@ -630,6 +601,8 @@ class LocalNetwork:
             _write_json(self.settings.results / "summary.json", summary)
             self.overlay.write(self.settings.results)
             write_csv(self.settings.results / "churn.csv", self.churn_log)
+            if self.leaves is not None:
+                write_csv(self.settings.results / "leaf-queries.csv", self.leaves.rows())
         except (OSError, TypeError, ValueError) as exc:
             self._note(f"warning: results not written: {exc}")
             return

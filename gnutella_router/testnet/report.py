@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import shutil
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,8 @@ from gnutella_router.testnet.children import ChildNode
 from gnutella_router.testnet.nodes import NetworkNode, NodeFailure, totals_from_stats
 from traffic_models.latency import LoadReport
 
+RESULT_FILES = ("node-*", "summary.json", "*.csv", "*.png")
+"""What a run writes into its results folder, and so removes from an earlier run's."""
 TABLE_ROWS = 32
 """Nodes shown in the final table; summary.json has them all."""
 
@@ -84,6 +87,26 @@ _EMPTY_COUNTS: dict[str, Any] = {
     "dropped_total": 0,
     "route_tables": {},
 }
+
+
+def prepare_results(results: Path, nodes: int) -> bool:
+    """Make ``results`` a folder for this run only, with a ``node-I`` folder per node:
+    what an earlier run left in it (its ``node-*`` folders, ``summary.json``, CSV files
+    and pictures; nothing else) is removed. Whether there was any.
+
+    Raises:
+        OSError: the folder cannot be made or cleared.
+    """
+    earlier = sorted(p for pattern in RESULT_FILES for p in results.glob(pattern))
+    for old in earlier:
+        if old.is_dir() and not old.is_symlink():
+            shutil.rmtree(old)
+        else:
+            old.unlink()
+    results.mkdir(parents=True, exist_ok=True)
+    for index in range(nodes):
+        (results / f"node-{index}").mkdir(exist_ok=True)
+    return bool(earlier)
 
 
 def _plain(value: object) -> Any:
@@ -158,6 +181,8 @@ def final_text(summary: dict[str, Any], report: LoadReport | None, results: Path
     overlay = summary.get("overlay")
     if overlay and overlay.get("queries"):
         lines += ["", overlay_text(overlay)]
+    if summary.get("leaves"):
+        lines += ["", leaves_text(summary["leaves"])]
     if summary["nodes"]:
         lines += ["", _node_table(summary["nodes"])]
     for servent in summary.get("servents") or []:
@@ -212,6 +237,33 @@ def overlay_text(overlay: dict[str, Any]) -> str:
             + (f", first hit median {first['median']:g} ms" if first else ""),
         ]
     )
+
+
+def leaves_text(leaves: dict[str, Any]) -> str:
+    """The leaves' figures: who joined, what they found, what it cost."""
+    lines = [
+        f"leaves: {leaves['joined']} of {leaves['leaves']} joined "
+        f"({leaves['files_per_leaf']} files each); "
+        + (
+            f"lost their ultrapeer: {leaves['lost_ultrapeer']}"
+            if leaves["lost_ultrapeer"]
+            else "all stayed"
+        )
+    ]
+    if leaves["queries"]:
+        first = leaves["first_file_ms_median"]
+        lines += [
+            f"leaf queries: {leaves['queries']:,}; {leaves['success_rate']:.1%} found a file on "
+            f"another leaf (an oracle: {leaves['oracle_success_rate']:.1%}; of those it "
+            f"could, {leaves['success_rate_of_answerable'] or 0:.1%})"
+            + (f", first file median {first:g} ms" if first is not None else ""),
+            f"cost: {leaves['query_copies_per_query']:g} query and "
+            f"{leaves['hit_copies_per_query']:g} hit copies per query in the overlay, "
+            f"{leaves['dynamic_copies_per_leaf_query']:g} dynamic-query copies per leaf query; "
+            f"leaves were passed {leaves['queries_passed_to_leaves']:,} queries, "
+            f"{leaves['passed_unmatched']:,} matching none of their files",
+        ]
+    return "\n".join(lines)
 
 
 def _count(number: int, noun: str) -> str:

@@ -13,6 +13,7 @@ import math
 from pathlib import Path
 
 from gnutella_router.testnet.churn import ChurnSettings
+from gnutella_router.testnet.leaves import LeafSettings
 from gnutella_router.testnet.topology import (
     TOPOLOGIES,
     Topology,
@@ -30,6 +31,8 @@ more get a process each (each has a core to itself, as far as the machine has co
 MAX_NODES = {"in-process": 500, "processes": 300}
 ON_NODE_FAILURE = ("stop", "continue")
 MAX_SERVENTS = 50
+STOP_TIMEOUT = 10.0
+"""Seconds a node is given to stop its own way before it is killed."""
 STARTING_AT_ONCE = 4
 """Child processes starting at the same time: Python's start-up is CPU work, and more at
 once only makes each slower to listen."""
@@ -76,6 +79,8 @@ class NetworkSettings:
     """Nodes leave and come back on a seeded schedule (implies processes)."""
     on_node_failure: str = "stop"
     """What a node process dying does to the run: ``stop`` it, or ``continue`` without it."""
+    leaves: LeafSettings | None = None
+    """Leaf servents of this process, attached to the ultrapeers (:mod:`.leaves`)."""
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -141,6 +146,35 @@ class NetworkSettings:
                 f"--topology-file {self.topology_file} has {planned.nodes} nodes, not {self.nodes}"
             )
         return planned
+
+    def describe(self) -> dict[str, object]:
+        """The settings as ``summary.json`` records them."""
+        return {
+            "nodes": self.nodes,
+            "topology": self.topology,
+            "degree": self.degree,
+            "traffic": self.traffic,
+            "rate": self.rate,
+            "arrivals": self.arrivals,
+            "duration": self.duration,
+            "seeds": list(self.seeds),
+            "base_port": self.base_port,
+            "seed": self.seed,
+            "on_node_failure": self.on_node_failure,
+            "netns": self.netns,
+            "servent": self.servent,
+            "servents": self.servent_count,
+            "leaves": None if self.leaves is None else dataclasses.asdict(self.leaves),
+        }
+
+    def ultrapeers(self, topology: Topology) -> list[int]:
+        """The nodes leaves attach to: all of them, but the nodes a two-tier plan made
+        leaves."""
+        return [n for n in range(self.nodes) if n not in topology.leaves]
+
+    @property
+    def leaf_count(self) -> int:
+        return 0 if self.leaves is None else self.leaves.count
 
     @property
     def servent_count(self) -> int:

@@ -174,9 +174,11 @@ async def open_client_peer(
     legacy: bool,
     user_agent: str,
     receive_buffer: int | None = None,
+    headers: Sequence[tuple[str, str]] | None = None,
 ) -> ClientPeer:
     """Connect and handshake as an ultrapeer (never announcing Pong-Caching, so that the
-    target broadcasts our pings instead of answering them from a cache).
+    target broadcasts our pings instead of answering them from a cache), or with
+    ``headers`` instead (a leaf's, for instance).
 
     ``receive_buffer`` sets SO_RCVBUF before connecting: a peer that reads slowly then
     backs the target up after a few kilobytes, not after the kernel's megabytes.
@@ -192,15 +194,19 @@ async def open_client_peer(
     except OSError as exc:
         raise LoadError(f"{name}: cannot connect to {address[0]}:{address[1]}: {exc}") from exc
     initiator = Initiator()
-    headers = [
-        ("User-Agent", user_agent),
-        ("X-Ultrapeer", "True"),
-        ("X-Degree", "32"),
-        ("X-Dynamic-Querying", "0.1"),
-        ("Bye-Packet", "0.1"),
-        ("GGEP", "0.5"),
-        ("GUID", random_guid().hex()),
-    ]
+    headers = (
+        list(headers)
+        if headers is not None
+        else [
+            ("User-Agent", user_agent),
+            ("X-Ultrapeer", "True"),
+            ("X-Degree", "32"),
+            ("X-Dynamic-Querying", "0.1"),
+            ("Bye-Packet", "0.1"),
+            ("GGEP", "0.5"),
+            ("GUID", random_guid().hex()),
+        ]
+    )
     try:
         with trio.fail_after(10):
             await stream.send_all(initiator.start(headers, version="0.4" if legacy else "0.6"))

@@ -7,7 +7,7 @@ import collections
 
 import trio
 
-from gnutella_router.config import Config
+from gnutella_router.config import Config, SheddingConfig
 from gnutella_router.control.abuse import Offence
 from gnutella_router.net.outqueue import Verdict
 from gnutella_router.net.threshold_queue import ThresholdQueue
@@ -99,11 +99,14 @@ class FakeLink:
 class Network:
     """A router and its fake links; ``send`` hands it frames as a reader would."""
 
-    def __init__(self, links: int = 3, **capabilities: object) -> None:
+    def __init__(
+        self, links: int = 3, *, shedding: SheddingConfig | None = None, **capabilities: object
+    ) -> None:
         self.links = [FakeLink(i + 1, **capabilities) for i in range(links)]
         config = Config()
         self.router = GnutellaRouter(
             config.router,
+            shedding=shedding,
             connections=lambda: tuple(self.links),
             connection_by_id=self.link,
             own_address=lambda: ("192.0.2.1", 6346),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -15,8 +16,8 @@ from protocol.framing import Frame, FrameDecoder
 from protocol.messages import Message, Ping, Query, random_guid
 
 
-def controller(**overrides: float) -> ResponseTimeController:
-    settings: dict[str, float] = {
+def controller(**overrides: Any) -> ResponseTimeController:
+    settings: dict[str, Any] = {
         "initial_rate": 100.0,
         "min_rate": 5.0,
         "max_rate": 1000.0,
@@ -71,7 +72,7 @@ def test_the_bucket_admits_the_rate_and_a_short_burst() -> None:
     control = controller(initial_rate=50.0)
     granted = sum(control.admit(10, now=t / 100) for t in range(1000))  # 10 s, 1,000/s asked
     assert 495 <= granted <= 506  # 50/s, plus the 5 held at the start
-    assert control.refused == 10_000 - granted
+    assert control.state().refused == 10_000 - granted
 
 
 def test_it_converges_below_capacity_against_a_simulated_server() -> None:

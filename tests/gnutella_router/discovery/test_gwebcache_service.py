@@ -133,6 +133,30 @@ def test_hosts_are_bounded_and_expire() -> None:
     assert lines(cache.answer("/?hostfile=1", "10.0.0.1")) == ["10.0.0.5:6346"]
 
 
+def test_seed_hosts_fill_short_answers_and_never_expire() -> None:
+    cache, clock = service(max_hosts=2, host_max_age=60, answer_hosts=2)
+    cache.add_seed(("192.0.2.1", 6346))
+    cache.add_seed(("192.0.2.2", 6346))
+    assert lines(cache.answer("/?hostfile=1", "10.0.0.1")) == ["192.0.2.1:6346", "192.0.2.2:6346"]
+    cache.answer("/?update=1&ip=10.0.0.7:6346", "10.0.0.7")
+    # A reported host comes first; seeds only fill what is left of the answer.
+    assert lines(cache.answer("/?hostfile=1", "10.0.0.1")) == ["10.0.0.7:6346", "192.0.2.1:6346"]
+    clock.now += 3600  # the reported host expired; the seeds did not
+    assert lines(cache.answer("/?hostfile=1", "10.0.0.1")) == ["192.0.2.1:6346", "192.0.2.2:6346"]
+    assert len(cache.hosts) == 0
+
+
+def test_seed_hosts_are_bounded() -> None:
+    from gnutella_router.discovery.gwebcache_service import MAX_SEEDS
+
+    cache, _ = service()
+    for n in range(MAX_SEEDS):
+        cache.add_seed((f"10.1.{n // 250}.{n % 250 + 1}", 6346))
+    cache.add_seed(("10.1.0.1", 6346))  # one it holds already: fine
+    with pytest.raises(ValueError, match="at most"):
+        cache.add_seed(("192.0.2.99", 6346))
+
+
 def test_a_client_that_comes_back_too_early_is_told_so() -> None:
     cache, clock = service(client_interval=60, trust_updates=True)
     cache.add_host(("10.0.0.5", 6346))
@@ -199,6 +223,17 @@ async def test_the_service_over_http_for_our_client_and_for_garbage() -> None:
         huge = b"GET /?" + b"a" * 9000 + b" HTTP/1.1\r\n"
         assert (await raw(huge)).startswith(b"HTTP/1.1 431")
         assert server.answered[200] == 1
+
+        def broken(target: str, client: str) -> bytes:
+            raise RuntimeError("a fault in the core")
+
+        answer = cache.answer
+        cache.answer = broken  # type: ignore[method-assign]
+        assert (await raw(b"GET /?get=1 HTTP/1.1\r\nHost: x\r\n\r\n")).startswith(b"HTTP/1.1 500")
+        cache.answer = answer  # type: ignore[method-assign]
+        reply = await fetch_hosts(url, timeout=5)  # the service is still there
+        assert ("127.0.0.5", 6346) in reply.hosts
+        assert server.answered[500] == 1
         nursery.cancel_scope.cancel()
 
 

@@ -156,5 +156,5 @@ async def test_the_response_time_controller_is_in_the_time_series(tmp_path: Path
         assert samples
         assert all(s.admission_rate == 200.0 for s in samples)  # its initial rate, idle
         header, first, *_ = profiler.to_csv().splitlines()
-        assert header.endswith("admission_rate,admission_p90_seconds")
-        assert first.endswith(",200.0,")
+        assert header.endswith("admission_rate,admission_p90_seconds,ttl_cut")
+        assert first.endswith(",200.0,,0")

@@ -567,11 +567,20 @@ async def test_a_leafs_query_probes_three_ultrapeers_at_ttl_1_then_widens(
         net.router.widen_dynamic_queries(trio.current_time())
         fresh = [f.ttl for u in ultrapeers for f in u.sent()]
         assert fresh == [expected_ttl]
+    # Every neighbour had it: those whose copy had less than the highest TTL the leaf's
+    # query allows (3) get it again, one a step, the lowest first, which makes them relay
+    # it to their ultrapeers.
+    for again in range(4):
+        await trio.sleep(STEP_SECONDS)
+        net.router.widen_dynamic_queries(trio.current_time())
+        sent = [[f.ttl for f in u.sent()] for u in ultrapeers]
+        assert sent == [[3] if n == again else [] for n in range(5)]
     await trio.sleep(STEP_SECONDS)
     net.router.widen_dynamic_queries(trio.current_time())
+    assert all(u.sent() == [] for u in ultrapeers)
     assert net.router.statistics().dynamic_queries == {
         "active": 0,
-        "copies": 5,
+        "copies": 9,
         "status-requests": 0,  # this leaf did not list Query Status
         "satisfied": 0,
         "exhausted": 1,
