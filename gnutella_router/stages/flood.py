@@ -18,8 +18,9 @@ the limits, payloads of the right shape (and no pre-0.6 query where those are
 dropped), every GUID new to its table and to the run, the link an ultrapeer that does
 not cache pongs and is not flow-controlled. Otherwise it changes nothing and answers 0,
 and the router routes the run message by message. So drop reasons, offences, relays of
-higher-TTL copies, leaves' dynamic querying and the query delay hook all stay on the
-per-message path, which is the reference behaviour.
+higher-TTL copies, leaves' dynamic querying, the query delay hook and the admission
+controller's TTL cut (degradation) all stay on the per-message path, which is the
+reference behaviour.
 
 Our pongs are offered one by one, in order, as the per-message path does, because each
 offer may change what follows: the link's queue may close it (a peer that does not read
@@ -64,6 +65,12 @@ class Limits(Protocol):
     @property
     def hard_ttl_limit(self) -> int: ...
 
+    @property
+    def degrading(self) -> bool:
+        """Whether forwarded queries lose TTL to the admission controller now (the
+        per-message path applies the cut and counts it)."""
+        ...
+
 
 class FloodPath:
     """Routes runs of new pings and queries from ultrapeers in bulk (see the module)."""
@@ -97,9 +104,12 @@ class FloodPath:
         capabilities = link.capabilities
         if capabilities.ultrapeer is False or capabilities.pong_caching or link.flow_controlled:
             return 0
-        hard = self.limits.hard_ttl_limit
-        drop_ancient = self.limits.config.drop_ancient_queries
-        max_ttl = self.limits.max_ttl
+        limits = self.limits
+        if limits.degrading:
+            return 0
+        hard = limits.hard_ttl_limit
+        drop_ancient = limits.config.drop_ancient_queries
+        max_ttl = limits.max_ttl
         last_hop = self.has_leaves()
         ping_guids: list[bytes] = []
         ping_details: list[int] = []

@@ -606,6 +606,11 @@ class GnutellaRouter:
         from_leaf = link is not None and link.capabilities.ultrapeer is False
         self.admission.observe(seconds, now, admission_class(oldest.payload_type, from_leaf))
 
+    @property
+    def degrading(self) -> bool:
+        """Whether the admission controller cuts forwarded queries' TTL now."""
+        return self.admission is not None and bool(self.admission.cut)
+
     def _degraded_room(self, room: int, ttl: int) -> int:
         """Degradation: the most TTL a query may keep, less the controller's cut (never
         under one: its last hop still reaches the leaves that match), counted when it
