@@ -263,6 +263,11 @@ class Connection:
                 break
         return refused
 
+    def send_all(self, datas: list[bytes], total_bytes: int, now: float) -> bool:
+        """Queue all of ``datas`` if the queue can without a decision; else none (see
+        :meth:`~gnutella_router.net.outqueue.OutgoingQueue.offer_bulk`)."""
+        return self.outgoing.offer_bulk(datas, total_bytes)
+
     def flush(self) -> None:
         """Send what is queued now if the writer is idle; otherwise leave it to the writer.
 

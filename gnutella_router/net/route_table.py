@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from itertools import islice
+from itertools import islice, repeat
 from typing import Generic, Literal, TypeVar
 
 __all__ = [
@@ -48,6 +48,7 @@ __all__ = [
     "RouteTableStatistics",
     "SeenTable",
     "SeenTableStatistics",
+    "pack_detail",
 ]
 
 V = TypeVar("V")
@@ -60,6 +61,11 @@ QUERY_GENERATION_SECONDS = 300.0
 PUSH_GENERATION_SECONDS = 420.0
 #: LimeWire's cap per generation; a table holds at most twice this.
 DEFAULT_CAPACITY = 50_000
+
+
+def pack_detail(ttl: int, hops: int) -> int:
+    """TTL and hops as a route entry keeps them: 4 bits each, each capped at 15."""
+    return (ttl if ttl < 15 else 15) << 4 | (hops if hops < 15 else 15)
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,6 +228,49 @@ class RouteTable(Generic[V]):
         self._current_detail[guid] = (ttl if ttl < 15 else 15) << 4 | (hops if hops < 15 else 15)
         self._recorded += 1
         return True
+
+    def record_new(self, guids: list[bytes], value: V, now: float, details: list[int]) -> bool:
+        """Record a batch of GUIDs that must all be new, or none of them.
+
+        The router's batch path: one membership pass per generation and three bulk
+        dict updates instead of a call per message, which is most of what recording
+        costs. True when every GUID was new (none held, none repeated within
+        ``guids``) and all were recorded, exactly as ``record`` one by one would have;
+        False when the table changed nothing and the caller must fall back to
+        ``record`` per message (a duplicate, a rotation due, or a generation that would
+        fill up mid-batch). ``details`` are the packed TTL/hops of each GUID (see
+        :func:`pack_detail`).
+        """
+        current = self._current
+        count = len(guids)
+        if now >= self._deadline or len(current) + count > self._capacity:
+            return False
+        previous = self._previous
+        if previous and not previous.keys().isdisjoint(guids):
+            return False
+        if not current.keys().isdisjoint(guids):
+            return False
+        size = len(current)
+        current.update(zip(guids, repeat(value)))
+        if len(current) - size != count:  # a GUID twice in the batch: undo, fall back
+            for guid in guids:
+                current.pop(guid, None)
+            return False
+        self._current_at.update(zip(guids, repeat(now)))
+        self._current_detail.update(zip(guids, details, strict=True))
+        self._recorded += count
+        return True
+
+    def unrecord(self, guids: list[bytes]) -> None:
+        """Take back entries just made by :meth:`record_new` (their messages were not
+        routed after all: their link closed part-way through the batch)."""
+        current = self._current
+        for guid in guids:
+            if guid in current:
+                del current[guid]
+                del self._current_at[guid]
+                self._current_detail.pop(guid, None)
+                self._recorded -= 1
 
     def note_hit(self, guid: bytes) -> None:
         """Count a reply routed back through ``guid``'s entry (for the dumps)."""

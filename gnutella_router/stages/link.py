@@ -68,6 +68,12 @@ class Link(Protocol):
         written before :meth:`flush`."""
         ...
 
+    def send_all(self, datas: list[bytes], total_bytes: int, now: float) -> bool:
+        """Queue all of ``datas`` if the outgoing queue takes them without a decision
+        of its policy (room for all, nothing to drop or evict, no verdict); otherwise
+        queue none and answer False, and the caller offers them one by one."""
+        ...
+
     def flush(self) -> None:
         """Start writing what was queued. The router calls it on every link once per
         batch, and after each message it originates outside a batch."""

@@ -41,6 +41,7 @@ one encoded copy is shared by every connection it is broadcast to.
 from __future__ import annotations
 
 import collections
+import itertools
 import operator
 import time
 from collections.abc import Callable, Iterator
@@ -59,6 +60,7 @@ from gnutella_router.stages import vendor_messages
 from gnutella_router.stages.admission import admit
 from gnutella_router.stages.destinations import DestinationFilter
 from gnutella_router.stages.dynamic_query import TICK_SECONDS, DynamicQuerying
+from gnutella_router.stages.flood import FloodPath
 from gnutella_router.stages.link import Link
 from gnutella_router.stages.pongs import CachedAnswers, OwnPong, PongCache
 from gnutella_router.stages.query_routing import QueryRouting
@@ -101,6 +103,7 @@ _TYPE_BYTE = operator.itemgetter(16)
 """The payload type's offset in an encoded message."""
 _TTL_BYTE = operator.itemgetter(17)
 """The TTL's offset in an encoded message."""
+_SOURCE = operator.attrgetter("source")
 
 
 LOCAL = 0
@@ -214,6 +217,16 @@ class GnutellaRouter:
         self.dynamic = DynamicQuerying(
             connections, connection_by_id, self.query_routing, self.forwarded
         )
+        self._flood = FloodPath(
+            ping_routes=self.ping_routes,
+            query_routes=self.query_routes,
+            own_pong=self.own_pong,
+            received=self.received,
+            generated=self.generated,
+            limits=self,
+            has_leaves=lambda: bool(self.query_routing.leaves),
+            broadcast=self._broadcast_many,
+        )
 
     # ------------------------------------------------------------------ admission
 
@@ -226,8 +239,53 @@ class GnutellaRouter:
 
     async def handle(self, batch: list[Frame]) -> int | None:
         """Route a batch; returns how many frames were handled when some were handed
-        back to the queue (see :meth:`_delayed_broadcast`), else None for all."""
+        back to the queue (see :meth:`_delayed_broadcast`), else None for all.
+
+        A batch holds runs of frames from one link. Each run is offered to the batch
+        path (:mod:`.flood`) first, which routes new pings and queries from ultrapeers
+        in bulk; whatever it leaves is routed message by message. With the query delay
+        hook on, every frame goes the per-message way (:meth:`_handle_each`).
+        """
         now = trio.current_time()
+        if self.query_delay:
+            return await self._handle_each(batch, now)
+        by_id = self._connection_by_id
+        flood = self._flood.route
+        for source, frames in itertools.groupby(batch, _SOURCE):
+            run = list(frames)
+            connection = by_id(source)
+            routed = 0
+            if connection is not None and not connection.closing:
+                routed = flood(connection, run, now)
+            if routed < len(run):
+                self._route_each(connection, run[routed:] if routed else run, now)
+            if connection is not None:
+                connection.frames_done(len(run))
+        self._flush_broadcasts(now)
+        return None
+
+    def _route_each(self, connection: Link | None, frames: list[Frame], now: float) -> None:
+        """Route one link's frames message by message (the reference rules)."""
+        received = self.received
+        handlers = self._handlers
+        for frame in frames:
+            message_type = frame.payload_type
+            received[message_type] += 1
+            if connection is None or connection.closing:
+                self.dropped["connection-closing", message_type] += 1
+                continue
+            if message_type == QUERY:
+                data = self._accept_query(connection, frame, now)
+                if data is not None:
+                    if connection.capabilities.ultrapeer is False:
+                        self._start_dynamic_query(connection, data, now)
+                    else:
+                        self._broadcast(connection, data)
+            else:
+                handlers[message_type](connection, frame, now)
+
+    async def _handle_each(self, batch: list[Frame], now: float) -> int | None:
+        """Route a batch message by message, with the query delay hook."""
         received = self.received
         handlers = self._handlers
         by_id = self._connection_by_id
@@ -343,6 +401,19 @@ class GnutellaRouter:
         if self._relay_not_to_leaves:  # a copy seen before, with a higher TTL
             self._relay_not_to_leaves = False
             self._fan_not_leaves.add(data)
+
+    def _broadcast_many(self, source: Link, datas: list[bytes], queries: list[bytes]) -> None:
+        """:meth:`_broadcast` for a run the batch path routed: ``datas`` in order, of
+        which ``queries`` are the queries (pings need no bookkeeping)."""
+        self._fan_datas.extend(datas)
+        self._fan_sources.extend(itertools.repeat(source, len(datas)))
+        if queries:
+            self._fan_queries += len(queries)
+            for data in queries:
+                if data[23] == 0 and data[24] == 0:  # flags 0: the pre-0.6 form
+                    self._fan_ancient.add(data)
+                if data[17] == 0:  # for leaves only
+                    self._fan_last_hop.add(data)
 
     def _flush_broadcasts(self, now: float) -> None:
         """Hand the batch's broadcasts to every connection, then wake the writers."""
@@ -534,6 +605,11 @@ class GnutellaRouter:
         link = self._connection_by_id(oldest.source)
         from_leaf = link is not None and link.capabilities.ultrapeer is False
         self.admission.observe(seconds, now, admission_class(oldest.payload_type, from_leaf))
+
+    @property
+    def degrading(self) -> bool:
+        """Whether the admission controller cuts forwarded queries' TTL now."""
+        return self.admission is not None and bool(self.admission.cut)
 
     def _degraded_room(self, room: int, ttl: int) -> int:
         """Degradation: the most TTL a query may keep, less the controller's cut (never

@@ -37,6 +37,18 @@ def _us(value: float | None) -> str:
     return "n/a" if value is None else f"{value:,.0f} µs"
 
 
+def _us_fine(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.2f} µs"
+
+
+def cpu_per_message(run: ThroughputRun) -> float | None:
+    """Microseconds of the server's CPU per message it took from the source (each one
+    routed to every sink): what routing one message costs, whatever the window."""
+    if run.cpu.server is None or not run.accepted:
+        return None
+    return run.cpu.server / run.accepted * 1e6
+
+
 def _share(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.0%}"
 
@@ -90,6 +102,17 @@ def build_rows(
             cpu_cell(base_tp) if base else "n/a",
             "",
             "share of one core",
+        )
+    )
+    cost = median_of(ours.throughput, cpu_per_message)
+    bcost = median_of(base_tp, cpu_per_message)
+    rows.append(
+        (
+            "server CPU per routed message",
+            _us_fine(cost),
+            _us_fine(bcost),
+            _ratio(cost, bcost),
+            "server CPU time / messages taken from the source",
         )
     )
 

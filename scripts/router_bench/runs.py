@@ -82,10 +82,15 @@ class MemoryRun:
 
 
 async def throughput_run(
-    address: tuple[str, int], pid: int | None, wire: Wire, blast: Blast, args: argparse.Namespace
+    address: tuple[str, int],
+    pid: int | None,
+    wire: Wire,
+    blast: Blast,
+    args: argparse.Namespace,
+    sink_count: int = SINKS,
 ) -> ThroughputRun:
     with trio.fail_after(args.warmup + args.duration + 30):
-        sinks = [await connect(address, f"sink {i}") for i in range(1, SINKS + 1)]
+        sinks = [await connect(address, f"sink {i}") for i in range(1, sink_count + 1)]
         source = await connect(address, "source")
         peers = [*sinks, source]
         sent = [0]

@@ -56,6 +56,9 @@ class FakeLink:
     def send_batch(self, datas: list[bytes], total_bytes: int, now: float) -> list[bytes]:
         return [data for data in datas if not self.send(data, data[16], data[18], now)]
 
+    def send_all(self, datas: list[bytes], total_bytes: int, now: float) -> bool:
+        return self.outgoing.offer_bulk(datas, total_bytes)
+
     def flush(self) -> None:
         self.flushes += 1
 

@@ -1,0 +1,261 @@
+"""The router's batch path: a run of pings and queries from one link, routed at once.
+
+Theory of operation
+-------------------
+Under a flood almost every frame the router takes is a new ping or query from an
+ultrapeer, and the per-message rules (:mod:`.router`) then do the same few things for
+each: check TTL and hops, check the payload's shape, record the reverse route (which is
+also the duplicate check), answer a ping with our pong, and queue a copy with TTL - 1
+and hops + 1 for the broadcast. Done one message at a time, a good half of that is the
+interpreter calling methods. Here the frames of one link's run in a batch are checked
+in one pass, their routes recorded in bulk (:meth:`.RouteTable.record_new`: one
+membership pass per generation and three bulk dict updates), and their copies built in
+a second pass, with no call per message except the pong's send.
+
+The batch path takes a run only when the per-message rules would give it exactly the
+same outcome with no special case: every frame a ping or a query, TTL and hops within
+the limits, payloads of the right shape (and no pre-0.6 query where those are
+dropped), every GUID new to its table and to the run, the link an ultrapeer that does
+not cache pongs and is not flow-controlled. Otherwise it changes nothing and answers 0,
+and the router routes the run message by message. So drop reasons, offences, relays of
+higher-TTL copies, leaves' dynamic querying, the query delay hook and the admission
+controller's TTL cut (degradation) all stay on the per-message path, which is the
+reference behaviour.
+
+Our pongs are offered one by one, in order, as the per-message path does, because each
+offer may change what follows: the link's queue may close it (a peer that does not read
+its pongs) or put it in flow control (its queries are then dropped). When that happens
+the batch path stops right after that ping, takes back the routes recorded for the rest
+of the run, and says how far it got; the router routes the rest message by message,
+which drops it as the per-message rules would.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Protocol
+
+from gnutella_router.config import RouterConfig
+from gnutella_router.net.route_table import RouteTable
+from gnutella_router.stages.link import Link
+from gnutella_router.stages.pongs import OwnPong
+from protocol.constants import MessageType
+from protocol.framing import Frame
+from protocol.header import HEADER_STRUCT
+
+PING = MessageType.PING
+PONG = MessageType.PONG
+QUERY = MessageType.QUERY
+
+_pack_header = HEADER_STRUCT.pack
+
+Broadcast = Callable[[Link, list[bytes], list[bytes]], None]
+"""Takes the copies to broadcast from one link, in order, and which of them are queries."""
+
+
+class Limits(Protocol):
+    """The router's limits, read on every run (they may be changed while it runs)."""
+
+    @property
+    def config(self) -> RouterConfig: ...
+
+    @property
+    def max_ttl(self) -> int: ...
+
+    @property
+    def hard_ttl_limit(self) -> int: ...
+
+    @property
+    def degrading(self) -> bool:
+        """Whether forwarded queries lose TTL to the admission controller now (the
+        per-message path applies the cut and counts it)."""
+        ...
+
+
+class FloodPath:
+    """Routes runs of new pings and queries from ultrapeers in bulk (see the module)."""
+
+    def __init__(
+        self,
+        *,
+        ping_routes: RouteTable[int],
+        query_routes: RouteTable[int],
+        own_pong: OwnPong,
+        received: list[int],
+        generated: list[int],
+        limits: Limits,
+        has_leaves: Callable[[], bool],
+        broadcast: Broadcast,
+    ) -> None:
+        self.ping_routes = ping_routes
+        self.query_routes = query_routes
+        self.own_pong = own_pong
+        self.received = received
+        self.generated = generated
+        self.limits = limits
+        self.has_leaves = has_leaves
+        self.broadcast = broadcast
+        self.runs = 0
+        """Runs routed here (for tests and profiles)."""
+
+    def route(self, link: Link, frames: list[Frame], now: float) -> int:
+        """Route ``frames`` (one link's run, the link not closing) if the batch path can;
+        return how many it routed, from the front: 0 when it changed nothing."""
+        capabilities = link.capabilities
+        if capabilities.ultrapeer is False or capabilities.pong_caching or link.flow_controlled:
+            return 0
+        limits = self.limits
+        if limits.degrading:
+            return 0
+        hard = limits.hard_ttl_limit
+        drop_ancient = limits.config.drop_ancient_queries
+        max_ttl = limits.max_ttl
+        last_hop = self.has_leaves()
+        ping_guids: list[bytes] = []
+        ping_details: list[int] = []
+        query_guids: list[bytes] = []
+        query_details: list[int] = []
+        # The copies are built in the same pass, before it is known whether the run
+        # qualifies: reading each frame once is worth more than the copies thrown away
+        # on the rare run that does not.
+        out: list[bytes] = []
+        queries: list[bytes] = []
+        for frame in frames:
+            ttl = frame.ttl
+            hops = frame.hops
+            if not ttl or ttl + hops > hard:
+                return 0
+            guid = frame.guid
+            payload = frame.payload
+            detail = ttl << 4 | hops  # both below 16: ttl + hops <= 15
+            room = max_ttl - hops
+            if ttl > room:
+                ttl = room
+            message_type = frame.payload_type
+            if message_type == PING:
+                if payload and payload[0] != 0xC3:
+                    return 0
+                ping_guids.append(guid)
+                ping_details.append(detail)
+                if ttl > 1:
+                    out.append(_pack_header(guid, PING, ttl - 1, hops + 1, len(payload)) + payload)
+            elif message_type == QUERY:
+                if len(payload) < 3 or payload.find(b"\x00", 2) < 0:
+                    return 0
+                if drop_ancient and payload[0] == 0 and payload[1] == 0:
+                    return 0
+                query_guids.append(guid)
+                query_details.append(detail)
+                if ttl > 1:
+                    data = _pack_header(guid, QUERY, ttl - 1, hops + 1, len(payload)) + payload
+                elif last_hop:
+                    # Its last hop: for the leaves that match only, marked by TTL 0 here.
+                    data = _pack_header(guid, QUERY, 0, hops + 1, len(payload)) + payload
+                else:
+                    continue
+                out.append(data)
+                queries.append(data)
+            else:
+                return 0
+        link_id = link.id
+        if ping_guids and not self.ping_routes.record_new(ping_guids, link_id, now, ping_details):
+            return 0
+        if query_guids and not self.query_routes.record_new(
+            query_guids, link_id, now, query_details
+        ):
+            if ping_guids:
+                self.ping_routes.unrecord(ping_guids)
+            return 0
+        self.runs += 1
+        routed = self._answer(link, frames, ping_guids, ping_details, now)
+        received = self.received
+        if routed == len(frames):
+            received[PING] += len(ping_guids)
+            received[QUERY] += len(query_guids)
+            if out:
+                self.broadcast(link, out, queries)
+            return routed
+        self._take_back(frames[routed:])
+        for frame in frames[:routed]:
+            received[frame.payload_type] += 1
+        self._forward(link, frames[:routed])
+        return routed
+
+    def _answer(
+        self,
+        link: Link,
+        frames: list[Frame],
+        guids: list[bytes],
+        details: list[int],
+        now: float,
+    ) -> int:
+        """Our pong for every ping; how many frames may be routed after that.
+
+        All at once when the link's queue takes them without a decision; otherwise one
+        by one, as the per-message path does, stopping after a ping whose pong closed
+        the link or put it in flow control (see the module).
+        """
+        if not guids:
+            return len(frames)
+        pong = self.own_pong.payload(link.capabilities.ggep, now)
+        tails: dict[int, bytes] = {}
+        for detail in set(details):
+            hops = detail & 0x0F
+            if hops not in tails:
+                tails[hops] = _pack_header(bytes(16), PONG, hops + 1, 0, len(pong))[16:] + pong
+        if len(tails) == 1:
+            tail = tails.popitem()[1]
+            pongs = [guid + tail for guid in guids]
+        else:
+            pairs = zip(guids, details, strict=True)
+            pongs = [guid + tails[detail & 0x0F] for guid, detail in pairs]
+        generated = self.generated
+        if link.send_all(pongs, len(pongs) * len(pongs[0]), now):
+            generated[PONG] += len(pongs)
+            return len(frames)
+        send = link.send
+        answered = iter(pongs)
+        for index, frame in enumerate(frames):
+            if frame.payload_type != PING:
+                continue
+            if send(next(answered), PONG, 0, now):
+                generated[PONG] += 1
+            if link.closing or link.flow_controlled:
+                return index + 1
+        return len(frames)
+
+    def _forward(self, link: Link, frames: list[Frame]) -> None:
+        """The broadcast copies of routed frames, TTL - 1 and hops + 1 (clamped to
+        ``max_ttl``), queries at their last hop marked TTL 0 for the leaves."""
+        max_ttl = self.limits.max_ttl
+        last_hop = self.has_leaves()
+        out: list[bytes] = []
+        queries: list[bytes] = []
+        for frame in frames:
+            ttl = frame.ttl
+            hops = frame.hops
+            room = max_ttl - hops
+            if ttl > room:
+                ttl = room
+            payload = frame.payload
+            if frame.payload_type == PING:
+                if ttl > 1:
+                    out.append(
+                        _pack_header(frame.guid, PING, ttl - 1, hops + 1, len(payload)) + payload
+                    )
+            elif ttl > 1:
+                data = _pack_header(frame.guid, QUERY, ttl - 1, hops + 1, len(payload)) + payload
+                out.append(data)
+                queries.append(data)
+            elif last_hop:
+                # Its last hop: for the leaves that match only, marked by TTL 0 here.
+                data = _pack_header(frame.guid, QUERY, 0, hops + 1, len(payload)) + payload
+                out.append(data)
+                queries.append(data)
+        if out:
+            self.broadcast(link, out, queries)
+
+    def _take_back(self, frames: list[Frame]) -> None:
+        """Forget the routes of frames the batch path will not route after all."""
+        self.ping_routes.unrecord([f.guid for f in frames if f.payload_type == PING])
+        self.query_routes.unrecord([f.guid for f in frames if f.payload_type == QUERY])

@@ -1,0 +1,190 @@
+"""Queries flooded through the router, beside a naive router and the plain forwarder.
+
+Run from the repository root, in the project's virtual environment:
+
+    python scripts/bench_query_flood.py            # print the figures
+    python scripts/bench_query_flood.py --write    # also update docs/benchmarks.md
+
+One source peer and two sink peers (ultrapeers, 0.6 handshake) on each server; the
+source writes pre-encoded 64 KiB chunks of queries (TTL 2, hops 0, every GUID unique)
+as fast as the server reads them, and the sinks only count bytes, so the client costs
+almost nothing and the server is the limit. The figure is the queries per second each
+sink receives over a window after a warm-up, and the server's CPU time per query taken
+from the source. The servers, each its own process on a free loopback port:
+
+* ``gnutella-router`` from this checkout, on its defaults (the per-IP connection limit
+  lifted, as in ``scripts/bench_router.py``);
+* ``scripts/reference_router.py``, a naive single-file asyncio router (route tables,
+  duplicates, TTL, replies routed back; no stages, queues, counters or policies);
+* ``scripts/baseline_forwarder.py``, the plain asyncio forwarder (no routing tables).
+
+Their runs are interleaved repetition by repetition, so the ratios hold on a shared
+machine; each figure is the median of ``--repeats`` runs. A client that parsed every
+message would be the limit here (near 300,000 messages/s on this machine) and hide the
+difference between the servers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import sys
+import tempfile
+from collections.abc import Sequence
+from functools import partial
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import trio
+from benchdocs import machine, replace_section
+from router_bench.peers import BLAST_MESSAGES, BenchError, Blast, Wire, message_kinds
+from router_bench.processes import (
+    Problems,
+    Server,
+    baseline_argv,
+    describe_cpu,
+    free_port,
+    router_argv,
+    started,
+    stop_server,
+)
+from router_bench.report import cpu_per_message
+from router_bench.runs import ThroughputRun, attempt, median_of, throughput_run
+
+SINKS = 2
+RATIO_FLOOR = 1.3
+"""gnutella-router's queries per sink over the naive router's: the aim."""
+
+
+def reference_argv(port: int) -> list[str]:
+    script = Path(__file__).resolve().parent / "reference_router.py"
+    return [sys.executable, str(script), "--listen", f"127.0.0.1:{port}"]
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--repeats", type=int, default=5, metavar="N", help="runs per server (5)")
+    parser.add_argument(
+        "--duration", type=float, default=3.0, metavar="SECONDS", help="window (3 s)"
+    )
+    parser.add_argument(
+        "--warmup", type=float, default=1.0, metavar="SECONDS", help="before each window (1 s)"
+    )
+    parser.add_argument("--write", action="store_true", help="update docs/benchmarks.md")
+    args = parser.parse_args(argv)
+    if args.repeats < 1 or args.duration <= 0 or args.warmup < 0:
+        parser.error("--repeats and --duration must be positive")
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    wire = Wire.build()
+    blast = Blast(wire, message_kinds(BLAST_MESSAGES, 1.0, 1))
+    problems = Problems()
+    load = os.getloadavg()[0]
+    names = ("gnutella-router", "naive router", "plain forwarder")
+    runs: dict[str, list[ThroughputRun]] = {name: [] for name in names}
+    print(f"{wire.size}-byte queries, 1 source, {SINKS} sinks; {args.repeats} runs per server")
+    with tempfile.TemporaryDirectory(prefix="bench-query-flood-") as tmp:
+        workdir = Path(tmp)
+        try:
+            with contextlib.ExitStack() as stack:
+                servers: list[tuple[str, Server]] = []
+                state = workdir / "state"
+                state.mkdir()
+                for name in names:
+                    port = free_port()
+                    argv_of = {
+                        "gnutella-router": router_argv(port, state, None),
+                        "naive router": reference_argv(port),
+                        "plain forwarder": baseline_argv(port),
+                    }[name]
+                    servers.append(
+                        (name, stack.enter_context(started(name, argv_of, port, workdir)))
+                    )
+                for rep in range(1, args.repeats + 1):
+                    for name, server in servers:
+                        what = f"{name} run {rep}"
+                        run = attempt(
+                            problems,
+                            what,
+                            partial(
+                                trio.run,
+                                throughput_run,
+                                server.address,
+                                server.pid,
+                                wire,
+                                blast,
+                                args,
+                                SINKS,
+                            ),
+                        )
+                        if run is not None:
+                            runs[name].append(run)
+                            cost = cpu_per_message(run)
+                            print(
+                                f"  {what}: {run.per_sink:,.0f} queries/s per sink, "
+                                f"{'n/a' if cost is None else f'{cost:.2f}'} µs of server CPU "
+                                f"per query; {describe_cpu(run.cpu)}"
+                            )
+                for _, server in servers:
+                    stop_server(server, problems)
+        except BenchError as exc:
+            problems.fail(str(exc))
+            print(f"FAILED: {exc}")
+
+    rates = {name: median_of(runs[name], lambda r: r.per_sink) for name in names}
+    costs = {name: median_of(runs[name], cpu_per_message) for name in names}
+    ours = rates["gnutella-router"]
+    rows = []
+    for name in names:
+        rate, cost = rates[name], costs[name]
+        ratio = "" if ours is None or not rate else f"{ours / rate:.2f}x"
+        rows.append(
+            (
+                name,
+                "n/a" if rate is None else f"{rate:,.0f}",
+                "n/a" if cost is None else f"{cost:.2f}",
+                ratio,
+            )
+        )
+    print()
+    print(f"{'server':<18}{'queries/s per sink':>20}{'µs CPU per query':>18}{'ours / it':>11}")
+    for name, rate_text, cost_text, ratio in rows:
+        print(f"{name:<18}{rate_text:>20}{cost_text:>18}{ratio:>11}")
+    naive = rates["naive router"]
+    met = ours is not None and naive is not None and ours >= RATIO_FLOOR * naive
+    verdict = f"{ours / naive:.2f}x the naive router" if ours and naive else "no ratio"
+    print(f"gnutella-router: {verdict} (aim {RATIO_FLOOR}x: {'met' if met else 'not met'})")
+    if args.write:
+        lines = [
+            "## Query flood (`scripts/bench_query_flood.py`)",
+            "",
+            f"Measured on {machine()}; load average before the runs {load:.2f}. One source "
+            f"and {SINKS} sinks per server over loopback TCP; the source writes pre-encoded "
+            f"{wire.size}-byte queries (TTL 2, hops 0, every GUID unique) as fast as the "
+            "server reads them, the sinks only count bytes. Each figure is the median of "
+            f"{args.repeats} runs of {args.duration:g} s after {args.warmup:g} s of warm-up, "
+            "the servers' runs interleaved. The naive router is "
+            "`scripts/reference_router.py` (route tables, duplicates, TTL, replies routed "
+            "back, one write per destination per read; no stages, queues, counters or "
+            "policies); the plain forwarder is `scripts/baseline_forwarder.py`.",
+            "",
+            "| server | queries/s per sink | µs of server CPU per query | gnutella-router / it |",
+            "|---|---:|---:|---:|",
+            *(f"| {a} | {b} | {c} | {d} |" for a, b, c, d in rows),
+            "",
+            f"gnutella-router: {verdict} (aim: {RATIO_FLOOR}x, {'met' if met else 'not met'}).",
+            "",
+            "Rerun: `.venv/bin/python scripts/bench_query_flood.py --write` (about a minute).",
+        ]
+        print(f"wrote {replace_section('query_flood', lines)}")
+    return 1 if problems.failures else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,240 @@
+"""A naive asyncio Gnutella router: the yardstick for ``scripts/bench_query_flood.py``.
+
+Where ``scripts/baseline_forwarder.py`` is the least a process can do to pass the
+benchmark's traffic, this is what a straightforward single-file router does: the
+routing a Gnutella servent needs and nothing more, written the obvious way, with no
+stages, no bounded queues of its own, no counters, no admission or slow-peer policy.
+``gnutella-router`` is measured against it to see what its staged design and its
+bookkeeping cost (or save) over the plain thing.
+
+Per connection:
+
+* The 0.6 handshake, minimally (as the baseline forwarder): the client's head, ``200
+  OK``, the client's step 3.
+* Per read: cut the bytes into messages with ``struct``; drop TTL 0 and TTL + hops over
+  15; pings and queries are looked up by GUID in a route table (a dict per type, GUID ->
+  the connection it came from): a GUID seen before is a duplicate and dropped, a new one
+  is recorded, answered with a pong (pings), and forwarded with TTL - 1 and hops + 1
+  (clamped to 7) to every other connection unless its TTL runs out. Pongs and query hits
+  are sent back to the connection their ping or query came from, if it is still open.
+  Everything else is dropped. Each destination gets one ``transport.write`` per read.
+* The tables are simply cleared when they reach 100,000 entries.
+* The standard asyncio flow control: while any destination's buffer is over its high
+  mark, every connection stops reading.
+
+Run (loopback only):
+
+    python scripts/reference_router.py --listen 127.0.0.1:6347
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import struct
+import sys
+from collections.abc import Sequence
+
+from baseline_forwarder import ANSWER, MAX_HEAD, MAX_PAYLOAD, loopback_address
+
+HEADER = struct.Struct("<16sBBBI")
+HEADER_SIZE = HEADER.size
+TABLE_LIMIT = 100_000
+MAX_TTL = 7
+HARD_TTL = 15
+PING, PONG, QUERY, QUERY_HIT = 0x00, 0x01, 0x80, 0x81
+# Our pong: port 6346, IP 127.0.0.1, no files.
+PONG_PAYLOAD = struct.pack("<H4sII", 6346, bytes((127, 0, 0, 1)), 0, 0)
+
+
+class Router:
+    """Shared state: live connections, route tables, the flow-control gate."""
+
+    def __init__(self) -> None:
+        self.peers: set[Peer] = set()
+        self.routes: dict[int, dict[bytes, Peer]] = {PING: {}, QUERY: {}}
+        self.blocked_writers = 0
+
+    def pause_all(self) -> None:
+        for peer in self.peers:
+            peer.pause_reading()
+
+    def resume_all(self) -> None:
+        for peer in self.peers:
+            peer.resume_reading()
+
+
+class Peer(asyncio.Protocol):
+    def __init__(self, router: Router) -> None:
+        self.router = router
+        self.transport: asyncio.Transport | None = None
+        self.buffer = bytearray()
+        self.step = 1  # 1: reading the request, 3: reading the confirmation, 0: messages
+        self.writing_blocked = False
+        self.reading_paused = False
+        self.open = True
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.open = False
+        router = self.router
+        router.peers.discard(self)
+        if self.writing_blocked:
+            self.writing_blocked = False
+            router.blocked_writers -= 1
+            if router.blocked_writers == 0:
+                router.resume_all()
+
+    def pause_writing(self) -> None:
+        self.writing_blocked = True
+        self.router.blocked_writers += 1
+        if self.router.blocked_writers == 1:
+            self.router.pause_all()
+
+    def resume_writing(self) -> None:
+        self.writing_blocked = False
+        self.router.blocked_writers -= 1
+        if self.router.blocked_writers == 0:
+            self.router.resume_all()
+
+    def data_received(self, data: bytes) -> None:
+        if self.step:
+            self.handshake(data)
+        else:
+            self.route(data)
+
+    def handshake(self, data: bytes) -> None:
+        assert self.transport is not None
+        self.buffer += data
+        end = self.buffer.find(b"\r\n\r\n")
+        if end < 0:
+            if len(self.buffer) > MAX_HEAD:
+                self.transport.close()
+            return
+        head = bytes(self.buffer[:end])
+        rest = bytes(self.buffer[end + 4 :])
+        self.buffer.clear()
+        if self.step == 1:
+            if not head.startswith(b"GNUTELLA CONNECT/0.6"):
+                self.transport.close()
+                return
+            self.transport.write(ANSWER)
+            self.step = 3
+            if rest:
+                self.handshake(rest)
+            return
+        if not head.startswith(b"GNUTELLA/0.6 200"):
+            self.transport.close()
+            return
+        self.step = 0
+        self.router.peers.add(self)
+        if self.router.blocked_writers:
+            self.pause_reading()
+        if rest:
+            self.route(rest)
+
+    def route(self, data: bytes) -> None:
+        """Route every whole message of this read."""
+        buffer = self.buffer
+        if buffer:
+            buffer += data
+            data = bytes(buffer)
+            buffer.clear()
+        routes = self.router.routes
+        broadcast: list[bytes] = []
+        replies: dict[Peer, list[bytes]] = {}
+        position = 0
+        available = len(data)
+        while available - position >= HEADER_SIZE:
+            guid, kind, ttl, hops, length = HEADER.unpack_from(data, position)
+            if length > MAX_PAYLOAD:
+                assert self.transport is not None
+                self.transport.close()
+                return
+            start = position + HEADER_SIZE
+            end = start + length
+            if end > available:
+                break
+            position = end
+            if ttl == 0 or ttl + hops > HARD_TTL:
+                continue
+            payload = data[start:end]
+            if kind in (PING, QUERY):
+                table = routes[kind]
+                if guid in table:
+                    continue
+                if len(table) >= TABLE_LIMIT:
+                    table.clear()
+                table[guid] = self
+                if kind == PING:
+                    pong = HEADER.pack(guid, PONG, hops + 1, 0, len(PONG_PAYLOAD))
+                    replies.setdefault(self, []).append(pong + PONG_PAYLOAD)
+                ttl = min(ttl, MAX_TTL - hops)
+                if ttl > 1:
+                    broadcast.append(HEADER.pack(guid, kind, ttl - 1, hops + 1, length) + payload)
+            elif kind in (PONG, QUERY_HIT):
+                back = routes[PING if kind == PONG else QUERY].get(guid)
+                if back is not None and back.open and ttl > 1:
+                    message = HEADER.pack(guid, kind, ttl - 1, hops + 1, length) + payload
+                    replies.setdefault(back, []).append(message)
+        if position < available:
+            buffer += data[position:]
+        for peer, messages in replies.items():
+            if peer.transport is not None:
+                peer.transport.write(b"".join(messages))
+        if broadcast:
+            chunk = b"".join(broadcast)
+            for peer in self.router.peers:
+                if peer is not self and peer.transport is not None:
+                    peer.transport.write(chunk)
+
+    def pause_reading(self) -> None:
+        if not self.reading_paused and self.transport is not None:
+            self.reading_paused = True
+            self.transport.pause_reading()
+
+    def resume_reading(self) -> None:
+        if self.reading_paused and self.transport is not None:
+            self.reading_paused = False
+            self.transport.resume_reading()
+
+
+async def serve(host: str, port: int) -> None:
+    router = Router()
+    loop = asyncio.get_running_loop()
+    server = await loop.create_server(lambda: Peer(router), host, port)
+    stop = asyncio.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    async with server:
+        await stop.wait()
+    for peer in list(router.peers):
+        if peer.transport is not None:
+            peer.transport.abort()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument(
+        "--listen",
+        type=loopback_address,
+        default=("127.0.0.1", 6347),
+        metavar="HOST:PORT",
+        help="loopback address to accept peers on (default 127.0.0.1:6347)",
+    )
+    args = parser.parse_args(argv)
+    host, port = args.listen
+    try:
+        asyncio.run(serve(host, port))
+    except OSError as exc:
+        print(f"reference_router: cannot start: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

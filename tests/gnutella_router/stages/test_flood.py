@@ -1,0 +1,139 @@
+"""The router's batch path routes exactly as the per-message rules do.
+
+Each test drives two routers with the same frames: one as it is, one whose batch path
+always declines (so every frame goes the per-message way, the reference), and compares
+what every link was sent, the counters and the route tables. Hypothesis draws mixes of
+pings and queries with duplicates, bad TTLs, repeats within a batch and several links.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import trio
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gnutella_router.net.route_table import RouteTable, pack_detail
+from protocol.codec import encode_message
+from protocol.framing import Frame, FrameDecoder
+from protocol.messages import Message, Ping, Pong, Query
+from tests.support.links import Network
+
+
+def reference(network: Network) -> Network:
+    """``network`` with its router's batch path switched off."""
+    network.router._flood.route = lambda link, frames, now: 0  # type: ignore[method-assign]
+    return network
+
+
+def frames_of(link_id: int, messages: Sequence[Message]) -> list[Frame]:
+    data = b"".join(encode_message(m) for m in messages)
+    return FrameDecoder(source=link_id).receive_data(data)
+
+
+def outcome(network: Network) -> tuple[object, ...]:
+    router = network.router
+    return (
+        [link.sent() for link in network.links],
+        [link.closing for link in network.links],
+        list(router.received),
+        list(router.forwarded),
+        list(router.generated),
+        dict(router.dropped),
+        len(router.ping_routes),
+        len(router.query_routes),
+        sorted(e.guid for e in router.query_routes.entries(trio.current_time())),
+        [dict(link.offences) for link in network.links],
+    )
+
+
+GUIDS = [bytes([i]) * 15 + b"\x00" for i in range(1, 7)]
+
+message = st.builds(
+    lambda guid, is_query, ttl, hops: Message(
+        guid, ttl, hops, Query(b"flood test") if is_query else Ping()
+    ),
+    st.sampled_from(GUIDS),
+    st.booleans(),
+    st.integers(0, 9),
+    st.integers(0, 9),
+)
+batch = st.lists(st.tuples(st.integers(1, 3), message), min_size=1, max_size=12)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(batch, min_size=1, max_size=4))
+def test_batch_path_matches_the_per_message_rules(batches: list[list[tuple[int, Message]]]) -> None:
+    async def run() -> None:
+        ours, theirs = Network(), reference(Network())
+        for drawn in batches:
+            for network in (ours, theirs):
+                frames: list[Frame] = []
+                for link_id, m in drawn:
+                    frames += frames_of(link_id, [m])
+                await network.router.handle(frames)
+        assert outcome(ours) == outcome(theirs)
+
+    trio.run(run)
+
+
+async def test_a_flood_of_new_messages_takes_the_batch_path() -> None:
+    network = Network()
+    messages = [
+        Message(bytes([i, j]) + bytes(14), 3, 1, Query(b"jazz") if j % 7 == 0 else Ping())
+        for i in range(1, 4)
+        for j in range(50)
+    ]
+    await network.router.handle(frames_of(1, messages))
+    assert network.router._flood.runs == 1
+    assert network.router.received[0x00] + network.router.received[0x80] == 150
+    # Every ping answered with our pong; every message forwarded to both other links.
+    sent_back = network.links[0].sent()
+    assert sum(isinstance(f.message().payload, Pong) for f in sent_back) == len(
+        [m for m in messages if isinstance(m.payload, Ping)]
+    )
+    for link in network.links[1:]:
+        copies = link.sent()
+        assert [(f.guid, f.ttl, f.hops) for f in copies] == [(m.guid, 2, 2) for m in messages]
+
+
+async def test_a_duplicate_in_the_run_leaves_it_to_the_per_message_rules() -> None:
+    network = Network()
+    first = Message(b"a" * 16, 3, 0, Ping())
+    await network.router.handle(frames_of(1, [first, Message(b"b" * 16, 3, 0, Ping()), first]))
+    assert network.router._flood.runs == 0
+    assert network.router.dropped["duplicate", 0x00] == 1
+
+
+async def test_a_pong_that_closes_its_link_stops_the_batch_where_it_did() -> None:
+    network = Network()
+    source = network.links[0]
+    source.outgoing = type(source.outgoing)(max_messages=2)
+    messages = [Message(bytes([j]) + bytes(15), 3, 0, Ping()) for j in range(1, 6)]
+    theirs = reference(Network())
+    theirs.links[0].outgoing = type(source.outgoing)(max_messages=2)
+    for net in (network, theirs):
+        await net.router.handle(frames_of(1, messages))
+    assert source.closing
+    assert network.router.dropped["connection-closing", 0x00] == 2
+    assert outcome(network) == outcome(theirs)
+
+
+def test_record_new_is_all_or_nothing() -> None:
+    table: RouteTable[int] = RouteTable("t", 60.0, 10)
+    assert table.record_new([b"a" * 16, b"b" * 16], 1, 0.0, [pack_detail(3, 1)] * 2)
+    assert table.first(b"a" * 16) == (1, 3)
+    # One known GUID: nothing recorded.
+    assert not table.record_new([b"c" * 16, b"a" * 16], 2, 0.0, [0, 0])
+    assert b"c" * 16 not in table
+    # Twice in the batch: nothing recorded.
+    assert not table.record_new([b"d" * 16, b"d" * 16], 2, 0.0, [0, 0])
+    assert b"d" * 16 not in table
+    # Past the generation's capacity, or a rotation due: left to record().
+    assert not table.record_new([bytes([i]) * 16 for i in range(9)], 2, 0.0, [0] * 9)
+    assert not table.record_new([b"e" * 16], 2, 61.0, [0])
+    assert table.statistics(0.0).recorded == 2
+    table.unrecord([b"b" * 16])
+    assert b"b" * 16 not in table
+    assert table.statistics(0.0).recorded == 1

@@ -1,0 +1,49 @@
+"""The query-flood benchmark as a user runs it, cut short, and the profile reader that
+splits a routed message's cost by part of the path."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "scripts"))
+
+from profile_budget import budget  # noqa: E402
+
+
+@pytest.mark.e2e
+def test_a_short_query_flood_runs_all_three_servers_to_its_table() -> None:
+    script = str(ROOT / "scripts" / "bench_query_flood.py")
+    run = subprocess.run(
+        [sys.executable, script, "--repeats", "1", "--duration", "0.5", "--warmup", "0.2"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert run.returncode in (0, 1), run.stderr
+    assert "Traceback" not in run.stderr
+    for server in ("gnutella-router", "naive router", "plain forwarder"):
+        assert f"{server} run 1:" in run.stdout
+        assert f"{server}: stopped by SIGTERM, exit status 0" in run.stdout
+
+
+def test_each_sample_is_charged_to_its_innermost_recognised_part() -> None:
+    lines = [
+        "main (x.py:1);Stage._work (s.py:2);GnutellaRouter._flush_broadcasts (r.py:3);"
+        "Connection.flush (c.py:4) 5",
+        "main (x.py:1);FloodPath.route (f.py:9);RouteTable.record_new (t.py:3) 3",
+        "main (x.py:1);Connection._read_loop (c.py:1);FrameDecoder.receive_data (f.py:2) 2",
+        "main (x.py:1);something_else (y.py:1) 1",
+        "not a sample line",
+    ]
+    counts, total = budget(lines)
+    assert total == 11
+    assert counts["writes (one os.write per destination per batch)"] == 5
+    assert counts["duplicates and reverse routes (route tables)"] == 3
+    assert counts["framing (the decoder, a Frame per message)"] == 2
+    assert counts["other"] == 1
