@@ -47,7 +47,7 @@ from gnutella_router.config import config_as_dict
 from gnutella_router.net.connection import Connection, format_address
 from gnutella_router.net.route_table import RouteEntry, RouteTable
 from gnutella_router.observe.view import RouterView
-from gnutella_router.stages.router import LOCAL
+from gnutella_router.stages.replies import LOCAL
 from gnutella_router.stages.server import ConnectionTable
 from protocol.constants import message_type_name
 from protocol.qrp import QrpReceiver, qrp_hashcode, query_words

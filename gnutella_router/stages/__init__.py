@@ -13,6 +13,8 @@
 The router stage's parts, each a module of its own: :mod:`.admission` (its door),
 :mod:`.destinations` (what one destination of a broadcast may get), :mod:`.pongs`,
 :mod:`.query_routing` (QRP tables), :mod:`.dynamic_query` (leaf queries),
+:mod:`.flood` (the batch path for runs of new pings and queries), :mod:`.replies`
+(pongs, hits and pushes back along their routes; the messages that stop here),
 :mod:`.vendor_messages` and :mod:`.router_statistics`. It sees connections only as a
 :class:`~.link.Link`.
 

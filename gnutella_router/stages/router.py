@@ -53,7 +53,6 @@ from gnutella_router.config import RouterConfig, SheddingConfig
 from gnutella_router.control.abuse import Offence
 from gnutella_router.control.response_time import admission_class
 from gnutella_router.control.shedding import Shedder
-from gnutella_router.discovery.host_cache import classify_address
 from gnutella_router.net.route_table import RouteTable, SeenTable
 from gnutella_router.runtime.stage import Stage
 from gnutella_router.stages import vendor_messages
@@ -64,26 +63,19 @@ from gnutella_router.stages.flood import FloodPath
 from gnutella_router.stages.link import Link
 from gnutella_router.stages.pongs import CachedAnswers, OwnPong, PongCache
 from gnutella_router.stages.query_routing import QueryRouting
+from gnutella_router.stages.replies import LOCAL, HostLearned, ReplyRouting
 from gnutella_router.stages.router_statistics import RouterStatistics
-from protocol.codec import encode_message, parse_payload
+from protocol.codec import encode_message
 from protocol.constants import (
-    GUID_SIZE,
     MessageType,
     counts_by_type_name,
     message_type_name,
 )
-from protocol.errors import MalformedPayloadError
 from protocol.framing import Frame
 from protocol.header import HEADER_STRUCT
 from protocol.messages import (
-    Bye,
     Message,
-    Payload,
     Ping,
-    Pong,
-    QrpPatch,
-    QrpReset,
-    VendorMessage,
     random_guid,
 )
 from protocol.qrp import QrpReceiver
@@ -106,13 +98,7 @@ _TTL_BYTE = operator.itemgetter(17)
 _SOURCE = operator.attrgetter("source")
 
 
-LOCAL = 0
-"""The route of a message this router originated (connection ids start at 1)."""
-
-HostLearned = Callable[[str, int, str], None]
-
-
-class GnutellaRouter:
+class GnutellaRouter(ReplyRouting):
     """Routing tables and forwarding decisions; the handler of the router stage."""
 
     def __init__(
@@ -350,18 +336,6 @@ class GnutellaRouter:
         for frame in frames:
             self.dropped[reason, frame.payload_type] += 1
 
-    def _ttl_ok(self, connection: Link, frame: Frame, now: float) -> bool:
-        ttl = frame.ttl
-        if ttl == 0:
-            self.dropped["ttl-zero", frame.payload_type] += 1
-            connection.offended(Offence.TTL_ZERO, now)
-            return False
-        if ttl + frame.hops > self.hard_ttl_limit:
-            self.dropped["hard-ttl-limit", frame.payload_type] += 1
-            connection.offended(Offence.HIGH_TTL, now)
-            return False
-        return True
-
     def _duplicate(
         self, table: RouteTable[int], connection: Link, frame: Frame, now: float
     ) -> None:
@@ -502,27 +476,6 @@ class GnutellaRouter:
             forwarded[message_type] -= count
             self.dropped["outgoing-queue", message_type] += count
 
-    def _forward_reply(self, route_id: int, frame: Frame, now: float) -> None:
-        """Send a pong, query hit or push one hop further along its recorded path."""
-        message_type = frame.payload_type
-        if route_id == LOCAL:
-            self.consumed[message_type] += 1
-            return
-        route = self._connection_by_id(route_id)
-        if route is None or route.closing:
-            self.dropped["route-closed", message_type] += 1
-            return
-        ttl = frame.ttl - 1
-        if ttl <= 0:
-            self.dropped["ttl-expired", message_type] += 1
-            return
-        payload = frame.payload
-        data = _pack_header(frame.guid, message_type, ttl, frame.hops + 1, len(payload)) + payload
-        if route.send(data, message_type, frame.hops + 1, now):
-            self.forwarded[message_type] += 1
-        else:
-            self.dropped["outgoing-queue", message_type] += 1
-
     # ------------------------------------------------------------------ per type
 
     def _on_ping(self, connection: Link, frame: Frame, now: float) -> None:
@@ -623,102 +576,6 @@ class GnutellaRouter:
             self.degraded_hops += keeps - degraded
         return degraded
 
-    def _on_pong(self, connection: Link, frame: Frame, now: float) -> None:
-        if not self._ttl_ok(connection, frame, now):
-            return
-        pong = self._parsed(connection, frame, now)
-        if not isinstance(pong, Pong):
-            return
-        if pong.port:
-            _, problem = classify_address(pong.ip)
-            if problem is None or (problem == "private" and self.allow_private):
-                self.pong_cache.add(pong.ip, pong.port, frame.payload, frame.hops, now)
-            else:
-                # Still routed back to whoever pinged; just not handed out again.
-                self.pongs_not_cached[problem] += 1
-            if self.on_host_learned is not None:
-                self.on_host_learned(pong.ip, pong.port, "pong")
-        route = self.ping_routes.lookup(frame.guid, now)
-        if route is None:
-            self.dropped["no-route", PONG] += 1
-            connection.offended(Offence.UNROUTABLE, now)
-            return
-        self.ping_routes.note_hit(frame.guid)
-        self._forward_reply(route, frame, now)
-
-    def _on_query_hit(self, connection: Link, frame: Frame, now: float) -> None:
-        if not self._ttl_ok(connection, frame, now):
-            return
-        payload = frame.payload
-        if len(payload) < 11 + GUID_SIZE:
-            self._malformed(connection, frame, now)
-            return
-        self.push_routes.refresh(payload[-GUID_SIZE:], connection.id, now)
-        route = self.query_routes.lookup(frame.guid, now)
-        if route is not None and self.dynamic.queries:
-            self.dynamic.note_hit(frame.guid, route, payload[0])  # its result count
-        if route is None:
-            # Only a hit we drop is parsed whole (routed ones are passed on untouched):
-            # garbage sent as hits is then the offence it is, not a lost route.
-            try:
-                parse_payload(QUERY_HIT, payload)
-            except MalformedPayloadError:
-                self._malformed(connection, frame, now)
-                return
-            self.dropped["no-route", QUERY_HIT] += 1
-            connection.offended(Offence.UNROUTABLE, now)
-            return
-        self.query_routes.note_hit(frame.guid)
-        self._forward_reply(route, frame, now)
-
-    def _on_push(self, connection: Link, frame: Frame, now: float) -> None:
-        if not self._ttl_ok(connection, frame, now):
-            return
-        payload = frame.payload
-        if len(payload) < 26:
-            self._malformed(connection, frame, now)
-            return
-        if not self.push_seen.add(frame.guid, now):
-            self.dropped["duplicate", PUSH] += 1
-            return
-        servent = payload[:GUID_SIZE]
-        if servent == self.own_guid:
-            self.consumed[PUSH] += 1
-            return
-        route = self.push_routes.lookup(servent, now)
-        if route is None:
-            self.dropped["no-route", PUSH] += 1
-            connection.offended(Offence.UNROUTABLE, now)
-            return
-        self.push_routes.note_hit(servent)
-        self._forward_reply(route, frame, now)
-
-    def _on_bye(self, connection: Link, frame: Frame, now: float) -> None:
-        try:
-            bye = parse_payload(BYE, frame.payload)
-        except MalformedPayloadError:
-            bye = None
-        if not isinstance(bye, Bye):
-            connection.close("peer sent a malformed Bye")
-            return
-        if frame.hops != 0 or frame.ttl > 1:
-            # The spec asks receivers to ignore a Bye that was relayed.
-            self.dropped["bye-relayed", BYE] += 1
-            return
-        self.consumed[BYE] += 1
-        connection.received_bye(bye.code, bye.reason)
-
-    def _on_hop_by_hop(self, connection: Link, frame: Frame, now: float) -> None:
-        self.consumed[frame.payload_type] += 1
-
-    def _on_qrp(self, connection: Link, frame: Frame, now: float) -> None:
-        """A leaf's table, or an ultrapeer's last-hop table, message by message."""
-        message = self._parsed(connection, frame, now)
-        if not isinstance(message, QrpReset | QrpPatch):
-            return
-        self.consumed[QRP] += 1
-        self.query_routing.receive(connection, message, len(self._connections()))
-
     def send_last_hop_tables(self, now: float) -> None:
         """Our leaves' keywords to the ultrapeers that take last-hop tables and are due
         them (see :mod:`.query_routing`)."""
@@ -727,37 +584,6 @@ class GnutellaRouter:
     def qrp_receiver(self, link_id: int) -> QrpReceiver | None:
         """A link's QRP receiver (its table, how many it sent), for dumps."""
         return self.query_routing.receiver(link_id)
-
-    def _on_vendor(self, connection: Link, frame: Frame, now: float) -> None:
-        message = self._parsed(connection, frame, now)
-        if not isinstance(message, VendorMessage):
-            return
-        try:
-            kept = vendor_messages.query_status(message)
-            if kept is not None:  # a leaf's guidance for one of its queries
-                self.dynamic.note_status(frame.guid, connection.id, kept)
-            else:
-                vendor_messages.handle(connection, message)
-        except MalformedPayloadError:  # a body we act on that does not parse
-            self._malformed(connection, frame, now)
-            return
-        self.consumed[VENDOR] += 1
-
-    def _parsed(self, connection: Link, frame: Frame, now: float) -> Payload | None:
-        """The frame's payload parsed whole, or None after counting it malformed."""
-        try:
-            return parse_payload(frame.payload_type, frame.payload)
-        except MalformedPayloadError:
-            self._malformed(connection, frame, now)
-            return None
-
-    def _malformed(self, connection: Link, frame: Frame, now: float) -> None:
-        self.dropped["malformed", frame.payload_type] += 1
-        connection.offended(Offence.MALFORMED, now)
-
-    def _on_unknown(self, connection: Link, frame: Frame, now: float) -> None:
-        self.dropped["unknown-type", frame.payload_type] += 1
-        connection.offended(Offence.UNKNOWN_TYPE, now)
 
     # ------------------------------------------------------------------ originating
 

@@ -1,0 +1,225 @@
+"""The router's replies and hop-by-hop messages: pongs, hits and pushes back along their
+recorded paths; Bye, QRP and vendor messages acted on where they arrive; the checks
+every routed message passes.
+
+:class:`ReplyRouting` is a part of :class:`~.router.GnutellaRouter` (its base class),
+apart so that the flooding side of the router (pings, queries, their broadcasts and
+the batch path) and the reverse side can each be read whole. It holds no state of its
+own: the tables and counters it names are the router's, made in its ``__init__``.
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Callable
+
+from gnutella_router.control.abuse import Offence
+from gnutella_router.discovery.host_cache import classify_address
+from gnutella_router.net.route_table import RouteTable, SeenTable
+from gnutella_router.stages import vendor_messages
+from gnutella_router.stages.dynamic_query import DynamicQuerying
+from gnutella_router.stages.link import Link
+from gnutella_router.stages.pongs import PongCache
+from gnutella_router.stages.query_routing import QueryRouting
+from protocol.codec import parse_payload
+from protocol.constants import GUID_SIZE, MessageType
+from protocol.errors import MalformedPayloadError
+from protocol.framing import Frame
+from protocol.header import HEADER_STRUCT
+from protocol.messages import Bye, Payload, Pong, QrpPatch, QrpReset, VendorMessage
+
+PONG = MessageType.PONG
+BYE = MessageType.BYE
+PUSH = MessageType.PUSH
+QUERY_HIT = MessageType.QUERY_HIT
+VENDOR = MessageType.VENDOR
+QRP = MessageType.QRP
+LOCAL = 0
+"""The route of a message this router originated (connection ids start at 1)."""
+
+_pack_header = HEADER_STRUCT.pack
+
+HostLearned = Callable[[str, int, str], None]
+
+
+class ReplyRouting:
+    """Reverse-path routing and the messages that stop here (see the module docstring)."""
+
+    # The router's, made in GnutellaRouter.__init__:
+    own_guid: bytes
+    hard_ttl_limit: int
+    allow_private: bool
+    on_host_learned: HostLearned | None
+    pongs_not_cached: collections.Counter[str]
+    ping_routes: RouteTable[int]
+    query_routes: RouteTable[int]
+    push_routes: RouteTable[int]
+    push_seen: SeenTable
+    pong_cache: PongCache
+    query_routing: QueryRouting
+    dynamic: DynamicQuerying
+    forwarded: list[int]
+    consumed: list[int]
+    dropped: collections.Counter[tuple[str, int]]
+    _connections: Callable[[], tuple[Link, ...]]
+    _connection_by_id: Callable[[int], Link | None]
+
+    def _ttl_ok(self, connection: Link, frame: Frame, now: float) -> bool:
+        ttl = frame.ttl
+        if ttl == 0:
+            self.dropped["ttl-zero", frame.payload_type] += 1
+            connection.offended(Offence.TTL_ZERO, now)
+            return False
+        if ttl + frame.hops > self.hard_ttl_limit:
+            self.dropped["hard-ttl-limit", frame.payload_type] += 1
+            connection.offended(Offence.HIGH_TTL, now)
+            return False
+        return True
+
+    def _forward_reply(self, route_id: int, frame: Frame, now: float) -> None:
+        """Send a pong, query hit or push one hop further along its recorded path."""
+        message_type = frame.payload_type
+        if route_id == LOCAL:
+            self.consumed[message_type] += 1
+            return
+        route = self._connection_by_id(route_id)
+        if route is None or route.closing:
+            self.dropped["route-closed", message_type] += 1
+            return
+        ttl = frame.ttl - 1
+        if ttl <= 0:
+            self.dropped["ttl-expired", message_type] += 1
+            return
+        payload = frame.payload
+        data = _pack_header(frame.guid, message_type, ttl, frame.hops + 1, len(payload)) + payload
+        if route.send(data, message_type, frame.hops + 1, now):
+            self.forwarded[message_type] += 1
+        else:
+            self.dropped["outgoing-queue", message_type] += 1
+
+    def _on_pong(self, connection: Link, frame: Frame, now: float) -> None:
+        if not self._ttl_ok(connection, frame, now):
+            return
+        pong = self._parsed(connection, frame, now)
+        if not isinstance(pong, Pong):
+            return
+        if pong.port:
+            _, problem = classify_address(pong.ip)
+            if problem is None or (problem == "private" and self.allow_private):
+                self.pong_cache.add(pong.ip, pong.port, frame.payload, frame.hops, now)
+            else:
+                # Still routed back to whoever pinged; just not handed out again.
+                self.pongs_not_cached[problem] += 1
+            if self.on_host_learned is not None:
+                self.on_host_learned(pong.ip, pong.port, "pong")
+        route = self.ping_routes.lookup(frame.guid, now)
+        if route is None:
+            self.dropped["no-route", PONG] += 1
+            connection.offended(Offence.UNROUTABLE, now)
+            return
+        self.ping_routes.note_hit(frame.guid)
+        self._forward_reply(route, frame, now)
+
+    def _on_query_hit(self, connection: Link, frame: Frame, now: float) -> None:
+        if not self._ttl_ok(connection, frame, now):
+            return
+        payload = frame.payload
+        if len(payload) < 11 + GUID_SIZE:
+            self._malformed(connection, frame, now)
+            return
+        self.push_routes.refresh(payload[-GUID_SIZE:], connection.id, now)
+        route = self.query_routes.lookup(frame.guid, now)
+        if route is not None and self.dynamic.queries:
+            self.dynamic.note_hit(frame.guid, route, payload[0])  # its result count
+        if route is None:
+            # Only a hit we drop is parsed whole (routed ones are passed on untouched):
+            # garbage sent as hits is then the offence it is, not a lost route.
+            try:
+                parse_payload(QUERY_HIT, payload)
+            except MalformedPayloadError:
+                self._malformed(connection, frame, now)
+                return
+            self.dropped["no-route", QUERY_HIT] += 1
+            connection.offended(Offence.UNROUTABLE, now)
+            return
+        self.query_routes.note_hit(frame.guid)
+        self._forward_reply(route, frame, now)
+
+    def _on_push(self, connection: Link, frame: Frame, now: float) -> None:
+        if not self._ttl_ok(connection, frame, now):
+            return
+        payload = frame.payload
+        if len(payload) < 26:
+            self._malformed(connection, frame, now)
+            return
+        if not self.push_seen.add(frame.guid, now):
+            self.dropped["duplicate", PUSH] += 1
+            return
+        servent = payload[:GUID_SIZE]
+        if servent == self.own_guid:
+            self.consumed[PUSH] += 1
+            return
+        route = self.push_routes.lookup(servent, now)
+        if route is None:
+            self.dropped["no-route", PUSH] += 1
+            connection.offended(Offence.UNROUTABLE, now)
+            return
+        self.push_routes.note_hit(servent)
+        self._forward_reply(route, frame, now)
+
+    def _on_bye(self, connection: Link, frame: Frame, now: float) -> None:
+        try:
+            bye = parse_payload(BYE, frame.payload)
+        except MalformedPayloadError:
+            bye = None
+        if not isinstance(bye, Bye):
+            connection.close("peer sent a malformed Bye")
+            return
+        if frame.hops != 0 or frame.ttl > 1:
+            # The spec asks receivers to ignore a Bye that was relayed.
+            self.dropped["bye-relayed", BYE] += 1
+            return
+        self.consumed[BYE] += 1
+        connection.received_bye(bye.code, bye.reason)
+
+    def _on_hop_by_hop(self, connection: Link, frame: Frame, now: float) -> None:
+        self.consumed[frame.payload_type] += 1
+
+    def _on_qrp(self, connection: Link, frame: Frame, now: float) -> None:
+        """A leaf's table, or an ultrapeer's last-hop table, message by message."""
+        message = self._parsed(connection, frame, now)
+        if not isinstance(message, QrpReset | QrpPatch):
+            return
+        self.consumed[QRP] += 1
+        self.query_routing.receive(connection, message, len(self._connections()))
+
+    def _on_vendor(self, connection: Link, frame: Frame, now: float) -> None:
+        message = self._parsed(connection, frame, now)
+        if not isinstance(message, VendorMessage):
+            return
+        try:
+            kept = vendor_messages.query_status(message)
+            if kept is not None:  # a leaf's guidance for one of its queries
+                self.dynamic.note_status(frame.guid, connection.id, kept)
+            else:
+                vendor_messages.handle(connection, message)
+        except MalformedPayloadError:  # a body we act on that does not parse
+            self._malformed(connection, frame, now)
+            return
+        self.consumed[VENDOR] += 1
+
+    def _parsed(self, connection: Link, frame: Frame, now: float) -> Payload | None:
+        """The frame's payload parsed whole, or None after counting it malformed."""
+        try:
+            return parse_payload(frame.payload_type, frame.payload)
+        except MalformedPayloadError:
+            self._malformed(connection, frame, now)
+            return None
+
+    def _malformed(self, connection: Link, frame: Frame, now: float) -> None:
+        self.dropped["malformed", frame.payload_type] += 1
+        connection.offended(Offence.MALFORMED, now)
+
+    def _on_unknown(self, connection: Link, frame: Frame, now: float) -> None:
+        self.dropped["unknown-type", frame.payload_type] += 1
+        connection.offended(Offence.UNKNOWN_TYPE, now)
