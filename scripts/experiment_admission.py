@@ -180,13 +180,18 @@ def dropped(profile: dict[str, Any]) -> dict[str, dict[str, int]]:
 # --- the experiments ---------------------------------------------------------------
 
 
+def timing(args: argparse.Namespace, full: float, quick: float) -> tuple[float, float]:
+    """The run's duration and when the load steps (a third of the way in, at most 20 s)."""
+    duration = args.duration or (quick if args.quick else full)
+    return duration, min(20.0, duration / 3)
+
+
 def step_arrivals(before: float, after: float, at: float) -> ArrivalProcess:
     return Schedule([(at, before), (0, after)])
 
 
 def experiment_step(args: argparse.Namespace, out: Path) -> dict[str, Any]:
-    duration = 30.0 if args.quick else 60.0
-    at = 10.0 if args.quick else 20.0
+    duration, at = timing(args, 60.0, 30.0)
     runs: dict[str, Any] = {}
     for policy in ("response-time", "backpressure", "drop-tail"):
         process, port, state = start(out / f"step-{policy}", config_text(policy))
@@ -210,7 +215,7 @@ def experiment_step(args: argparse.Namespace, out: Path) -> dict[str, Any]:
 
 
 def experiment_classes(args: argparse.Namespace, out: Path) -> dict[str, Any]:
-    duration = 20.0 if args.quick else 40.0
+    duration = args.duration or (20.0 if args.quick else 40.0)
     runs: dict[str, Any] = {}
     policies = {
         "response-time, classes": ("response-time", "response_time_classes = true\n"),
@@ -241,8 +246,7 @@ def experiment_classes(args: argparse.Namespace, out: Path) -> dict[str, Any]:
 
 
 def experiment_degrade(args: argparse.Namespace, out: Path) -> dict[str, Any]:
-    duration = 30.0 if args.quick else 60.0
-    at = 10.0 if args.quick else 20.0
+    duration, at = timing(args, 60.0, 30.0)
     runs: dict[str, Any] = {}
     for cut in (5, 0):
         label = f"degrade_ttl_by = {cut}"
@@ -328,7 +332,7 @@ def median(values: list[float]) -> float | None:
 
 def report_step(result: dict[str, Any], folder: Path) -> tuple[list[str], list[Path]]:
     runs, at, seconds = result["runs"], int(result["step_at"]), int(result["duration"])
-    settle = at + 10  # the last part of the run: after the controller has settled
+    settle = min(at + 10, seconds - 1)  # the last part of the run: after the controller has settled
     figure, (top, middle, bottom) = plt.subplots(3, 1, figsize=(8, 9), sharex=True)
     for policy, run in runs.items():
         top.plot(range(seconds), run["queries"], label=policy)
@@ -393,7 +397,7 @@ def report_step(result: dict[str, Any], folder: Path) -> tuple[list[str], list[P
 
 def report_classes(result: dict[str, Any], folder: Path) -> tuple[list[str], list[Path]]:
     runs, seconds = result["runs"], int(result["duration"])
-    settle = 10
+    settle = min(10, seconds - 1)
     figure, axes = plt.subplots(3, 1, figsize=(8, 9), sharex=True)
     for label, run in runs.items():
         axes[0].plot(range(seconds), run["hit"], label=label)
@@ -503,6 +507,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("experiment", choices=sorted(EXPERIMENTS))
     parser.add_argument("--write", action="store_true", help="figures, CSV and docs")
     parser.add_argument("--quick", action="store_true", help="shorter runs (a smoke test)")
+    parser.add_argument("--duration", type=float, help="seconds a run (overrides --quick)")
     parser.add_argument("--out", type=Path, help="raw results (default: a temporary folder)")
     args = parser.parse_args(argv)
     out = args.out or Path(tempfile.mkdtemp(prefix="admission-"))
@@ -519,7 +524,7 @@ def main(argv: list[str] | None = None) -> int:
     folder = FIGURES if args.write else out
     lines, paths = report(result, folder)
     command = f"python scripts/experiment_admission.py {args.experiment}" + (
-        " --quick" if args.quick else ""
+        f" --duration {args.duration:g}" if args.duration else " --quick" if args.quick else ""
     )
     header = [
         f"Measured {datetime.date.today().isoformat()} on {machine()}, `nproc` = "

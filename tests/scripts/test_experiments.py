@@ -33,3 +33,25 @@ def test_fig14_without_write_leaves_the_published_figures_alone(tmp_path: Path) 
     assert list(tmp_path.glob("*.png")), "the figures go to the results folder instead"
     assert _tracked_figures() == before
     assert (ROOT / "docs" / "experiments.md").read_bytes() == experiments_doc
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("experiment", ["step", "classes", "degrade"])
+def test_the_admission_experiments_finish_and_leave_docs_alone(
+    tmp_path: Path, experiment: str
+) -> None:
+    before = _tracked_figures()
+    experiments_doc = (ROOT / "docs" / "experiments.md").read_bytes()
+    script = str(ROOT / "scripts" / "experiment_admission.py")
+    run = subprocess.run(
+        [sys.executable, script, experiment, "--duration", "3", "--out", str(tmp_path)],
+        capture_output=True,
+        timeout=120,
+        check=False,
+    )
+    assert run.returncode == 0, run.stderr
+    assert (tmp_path / f"result-{experiment}.json").is_file()
+    assert (tmp_path / f"admission-{experiment}.png").is_file()
+    assert (tmp_path / f"admission-{experiment}.csv").is_file()
+    assert _tracked_figures() == before
+    assert (ROOT / "docs" / "experiments.md").read_bytes() == experiments_doc
