@@ -37,8 +37,11 @@ controller lowers the quality of service: forwarded queries lose up to ``max_ttl
 of their TTL (less reach: less work for every router downstream, and the query still
 lives). An overloaded update first degrades (quality divided by ``decrease_factor``;
 the TTL cut is the share of quality lost, rounded up, in whole hops); only once the cut
-is at its most are rates divided. An update under 0.9 x target first raises the rate
-of a class that was refusing, else restores quality (additively), else raises the rate.
+is at its most are rates divided. An update under 0.9 x target, while any class has
+refused something since that class's own last update, raises the updating class's rate
+(so a refusing class gets its room back first, from its own samples); only when no class
+is refusing does it restore quality (additively, ``degrade_recovery`` x error), and at
+full quality it raises the rate.
 What degradation does not do is make this router's own work cheaper: a query costs
 the same here whatever TTL it leaves with, so when the overload is local the quality
 reaches its floor within a few updates and admission control takes over, as the
@@ -239,7 +242,9 @@ class ResponseTimeController:
         self.updates += 1
         p90 = window[max(0, -(-len(window) * 9 // 10) - 1)]  # the ceil(0.9 n)-th sample
         klass.p90 = self.p90 = p90
-        refusing = klass.refused > klass.refused_at_update
+        # Any class refusing (since its own last update) holds quality down: rates come
+        # back before quality does, the reverse of the way down.
+        refusing = any(c.refused > c.refused_at_update for c in self.classes.values())
         klass.refused_at_update = klass.refused
         quality = self.quality
         if p90 > self.target:
