@@ -7,6 +7,7 @@ shared lock):
     python scripts/experiment_admission.py step --write      # (a) a load step
     python scripts/experiment_admission.py classes --write   # (b) hits kept flowing
     python scripts/experiment_admission.py degrade --write   # (c) TTL and reach
+    python scripts/experiment_admission.py floor --write     # the documented figure
     python scripts/experiment_admission.py step --quick      # shorter runs, a smoke test
 
 Every router is a child process on a free loopback port (the helpers of
@@ -29,6 +30,10 @@ paper's mix (85 % pings, 15 % queries, TTL 7). What each experiment compares:
   classes, with ``degrade_ttl_by = 5`` or without degradation; the step of ``step``.
   Per second: the TTL cut of the first, and the queries the second and third receive
   (reach: a query that leaves the first with TTL 1 stops at the second).
+
+* ``floor``: the single-class controller's documented figure: 200 queries/s (queries
+  only) for 30 s, the last 10 s timed; exit status 1 when fewer than 15 queries/s were
+  delivered or their p90 was over 300 ms.
 
 The figures (``--write``): docs/figures/admission-step.png, admission-classes.png,
 admission-degrade.png; the per-second series as CSV beside them
@@ -68,7 +73,7 @@ from protocol.framing import Frame
 from traffic_models.arrivals import ArrivalProcess, ConstantRate, Schedule
 from traffic_models.generator import TrafficGenerator
 from traffic_models.latency import read_stamp
-from traffic_models.mix import PAPER_MIX
+from traffic_models.mix import PAPER_MIX, MessageMix, load_mix
 
 DOC = ROOT / "docs" / "experiments.md"
 FIGURES = ROOT / "docs" / "figures"
@@ -149,7 +154,13 @@ def finish(process: Any, state: Path, out: Path, name: str) -> dict[str, Any]:
     return profile
 
 
-def run_load(port: int, arrivals: ArrivalProcess, duration: float, respond: bool) -> SeriesLoad:
+def run_load(
+    port: int,
+    arrivals: ArrivalProcess,
+    duration: float,
+    respond: bool,
+    mix: MessageMix = PAPER_MIX,
+) -> SeriesLoad:
     settings = LoadSettings(
         target=("127.0.0.1", port),
         peers=4,
@@ -158,7 +169,7 @@ def run_load(port: int, arrivals: ArrivalProcess, duration: float, respond: bool
         respond=respond,
         drain=2.0,
     )
-    load = SeriesLoad(settings, TrafficGenerator(mix=PAPER_MIX, arrivals=arrivals, seed=1))
+    load = SeriesLoad(settings, TrafficGenerator(mix=mix, arrivals=arrivals, seed=1))
     trio.run(load.run)
     return load
 
@@ -285,6 +296,7 @@ def experiment_degrade(args: argparse.Namespace, out: Path) -> dict[str, Any]:
                 hop: profiles[f"degrade-{cut}-{hop}"]["router"]["received"].get("query", 0)
                 for hop in ("r1", "r2", "r3")
             },
+            "shed": first["router"]["dropped"].get("shed-admission", {}).get("query", 0),
             "degraded": (
                 first["router"].get("degraded_queries", 0),
                 first["router"].get("degraded_hops", 0),
@@ -292,6 +304,29 @@ def experiment_degrade(args: argparse.Namespace, out: Path) -> dict[str, Any]:
         }
         print(f"degrade {label}: queries received {runs[label]['received']}", flush=True)
     return {"duration": duration, "step_at": at, "runs": runs}
+
+
+def experiment_floor(args: argparse.Namespace, out: Path) -> dict[str, Any]:
+    """The documented figure of the single-class controller: 200 queries/s offered to
+    one thread at 20 ms a query, the last 10 s timed."""
+    duration = args.duration or 30.0
+    mix = load_mix(ROOT / "traffic_models" / "mixes" / "queries-only.toml")
+    process, port, state = start(out / "floor", config_text("response-time"))
+    try:
+        load = run_load(port, ConstantRate(200), duration, respond=False, mix=mix)
+    finally:
+        profile = finish(process, state, out, "floor")
+    last = range(max(0, int(duration) - 10), int(duration))
+    latencies = [v for s in last for v in load.latencies.get(("query", s), [])]
+    delivered = sum(load.counts.get(("query", s), 0) for s in last)
+    result = {
+        "duration": duration,
+        "delivered_per_second": delivered / len(last),
+        "p90_ms": p90(latencies),
+        "shed": profile["router"]["dropped"].get("shed-admission", {}).get("query", 0),
+    }
+    print(f"floor: {result}", flush=True)
+    return result
 
 
 # --- figures, CSV and the written section ------------------------------------------
@@ -424,7 +459,7 @@ def report_classes(result: dict[str, Any], folder: Path) -> tuple[list[str], lis
         f"Medians of the seconds from {settle} s to the end:",
         "",
         "| policy | hits back/s | hit round trip p90 | pongs back/s | pong round trip p90 "
-        "| queries delivered/s | shed at the door (by class) |",
+        "| queries delivered/s | shed (reason, type) |",
         "|---|---:|---:|---:|---:|---:|---|",
     ]
     for label, run in runs.items():
@@ -487,12 +522,26 @@ def report_degrade(result: dict[str, Any], folder: Path) -> tuple[list[str], lis
         degraded, hops = run["degraded"]
         lines.append(
             f"| {label} | {received['r1']:,} | {received['r2']:,} | {received['r3']:,} "
-            f"| {degraded:,} ({hops:,}) | - |"
+            f"| {degraded:,} ({hops:,}) | {run['shed']:,} |"
         )
     return lines, paths
 
 
+def report_floor(result: dict[str, Any], folder: Path) -> tuple[list[str], list[Path]]:
+    rate, tail = result["delivered_per_second"], result["p90_ms"]
+    result["held"] = held = rate >= 15 and tail is not None and tail <= 300
+    verdict = "held" if held else "MISSED"
+    lines = [
+        "| delivered in the last 10 s | their p90 | shed at the door "
+        "| floor (>= 15/s, p90 <= 300 ms) |",
+        "|---:|---:|---:|---|",
+        f"| {rate:.1f}/s | {ms(tail)} | {result['shed']:,} queries | {verdict} |",
+    ]
+    return lines, []
+
+
 EXPERIMENTS = {
+    "floor": (experiment_floor, report_floor),
     "step": (experiment_step, report_step),
     "classes": (experiment_classes, report_classes),
     "degrade": (experiment_degrade, report_degrade),
@@ -539,10 +588,9 @@ def main(argv: list[str] | None = None) -> int:
         print("wrote", path)
     if args.write:
         names = ", ".join(f"`{p.relative_to(ROOT)}`" for p in paths)
-        replace_section(
-            f"admission-{args.experiment}", [*header, *lines, "", f"Files: {names}."], DOC
-        )
-    return 0
+        files = ["", f"Files: {names}."] if paths else []
+        replace_section(f"admission-{args.experiment}", [*header, *lines, *files], DOC)
+    return 1 if result.get("held") is False else 0
 
 
 if __name__ == "__main__":
