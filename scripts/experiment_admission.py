@@ -1,59 +1,50 @@
-"""Response-time admission control, class-based admission and degradation, measured.
+"""SEDA's admission controllers on this router under a load step: response time, classes,
+degradation, against backpressure and drop-tail.
 
-Run from the repository root, in the project's virtual environment (unattended; each
-experiment is its own invocation of about 3 to 4 minutes, so each fits one turn of the
-shared lock):
+Run from the repository root, in the project's virtual environment (unattended, about
+five minutes):
 
-    python scripts/experiment_admission.py step --write      # (a) a load step
-    python scripts/experiment_admission.py classes --write   # (b) hits kept flowing
-    python scripts/experiment_admission.py degrade --write   # (c) TTL and reach
-    python scripts/experiment_admission.py floor --write     # the documented figure
-    python scripts/experiment_admission.py step --quick      # shorter runs, a smoke test
+    python scripts/experiment_admission.py            # print the table
+    python scripts/experiment_admission.py --write    # also docs/experiments.md + figures
 
-Every router is a child process on a free loopback port (the helpers of
-``experiment_fig14.py``), with ``router.threads = 1``, ``router.query_delay_ms = 20``
-(about 50 queries/s of capacity), the governor off and the profiler sampling every
-0.1 s; the load client runs in this process with one injector and three sinks and the
-paper's mix (85 % pings, 15 % queries, TTL 7). What each experiment compares:
+What is run. Five routers, one after the other, each a fresh ``gnutella-router run``
+child on a free loopback port with the paper's bottleneck (``router.threads = 1``,
+``router.query_delay_ms = 20``: a capacity of about 50 queries/s) and the profiler at
+0.1 s, differing only in ``[shedding]``:
 
-* ``step``: the offered load steps from 100 to 1000 msgs/s after 20 s. Policies
-  ``response-time`` (target 100 ms), ``backpressure`` and ``drop-tail``. Per second:
-  queries delivered to the sinks, their one-hop latency p90 (from each query's
-  scheduled time), and the controller's rate and p90 (profiler) against its target.
-* ``classes``: 1000 msgs/s throughout, the sinks answer (pongs to pings, hits to a
-  share of the queries), so replies cross the router on their way back to the
-  injector. Policies ``response-time`` with ``response_time_classes`` (weights at their
-  defaults), ``backpressure`` and ``drop-tail``. Per second: pongs and hits back at the
-  injector and their round-trip p90, queries delivered, and the rate of each class.
-* ``degrade``: a chain of three routers, the load on the first (overloaded: 20 ms a
-  query), the second and third with no delay. The first runs ``response-time`` with
-  classes, with ``degrade_ttl_by = 5`` or without degradation; the step of ``step``.
-  Per second: the TTL cut of the first, and the queries the second and third receive
-  (reach: a query that leaves the first with TTL 1 stops at the second).
+* ``backpressure`` (the default) and ``drop-tail``, the fixed policies;
+* ``response-time`` (target p90 100 ms), one class: queries through the controller's
+  bucket, everything else admitted;
+* the same with ``response_time_classes = true``: everything but queries, leaf queries
+  and ultrapeers' queries each a class, weights 4, 2, 1;
+* the same with ``degrade_ttl_by = 3``: forwarded queries lose up to 3 hops of TTL
+  before any rate is cut.
 
-* ``floor``: the single-class controller's documented figure: 200 queries/s (queries
-  only) for 30 s, the last 10 s timed; exit status 1 when fewer than 15 queries/s were
-  delivered or their p90 was over 300 ms.
+Against each, the load client offers the paper's mix (85 % pings, 15 % queries) in a
+step: ``--low`` messages/s (100) for ``--before`` seconds (15), then ``--high`` (1000)
+for ``--after`` seconds (35); its sinks answer queries with hits (and pings with pongs),
+so replies flow back through the router. Latency is measured from each message's
+scheduled time, so a router that stops reading shows it; the steady state is the last
+``--after - 10`` seconds of overload.
 
-The figures (``--write``): docs/figures/admission-step.png, admission-classes.png,
-admission-degrade.png; the per-second series as CSV beside them
-(admission-step.csv, ...), and a table per experiment in docs/experiments.md. Raw
-profiler exports and router logs stay in ``--out`` (a fresh temporary directory by
-default).
+What is shown: per run, the one-hop latency of pings and queries and the round-trip of
+hits in the steady state, queries and hits delivered per second there, and what was
+shed; over time (the profiler's samples), the router queue, the controller's p90 with
+its target and its admitted query rate, and the TTL cut. Figures:
+``admission-step.png`` (queue and p90), ``admission-rate.png`` (admitted rate, TTL
+cut), CSV of each run's time series next to the raw results in ``--out``.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import datetime
 import json
-import os
 import shutil
 import sys
 import tempfile
-import time
-from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
@@ -64,273 +55,176 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import trio
 from benchdocs import machine, replace_section
-from experiment_fig14 import ROOT, ExperimentError, launch_router, stop_router
+from experiment_fig14 import DOC, FIGURES, ExperimentError, launch_router, stop_router, summary
 from router_bench.processes import free_port
 
 from gnutella_router.traffic.load import LoadRun, LoadSettings
-from protocol.constants import MessageType
-from protocol.framing import Frame
-from traffic_models.arrivals import ArrivalProcess, ConstantRate, Schedule
+from traffic_models.arrivals import parse_arrivals
 from traffic_models.generator import TrafficGenerator
-from traffic_models.latency import read_stamp
-from traffic_models.mix import PAPER_MIX, MessageMix, load_mix
+from traffic_models.mix import PAPER_MIX
 
-DOC = ROOT / "docs" / "experiments.md"
-FIGURES = ROOT / "docs" / "figures"
 TARGET_MS = 100.0
-QUERY, PING, PONG, HIT = (
-    int(MessageType.QUERY),
-    int(MessageType.PING),
-    int(MessageType.PONG),
-    int(MessageType.QUERY_HIT),
+RUNS: tuple[tuple[str, str], ...] = (
+    ("backpressure", 'policy = "backpressure"'),
+    ("drop-tail", 'policy = "drop-tail"'),
+    ("response-time", f'policy = "response-time"\nresponse_time_target_ms = {TARGET_MS}'),
+    (
+        "classes",
+        f'policy = "response-time"\nresponse_time_target_ms = {TARGET_MS}\n'
+        "response_time_classes = true",
+    ),
+    (
+        "classes + degradation",
+        f'policy = "response-time"\nresponse_time_target_ms = {TARGET_MS}\n'
+        "response_time_classes = true\ndegrade_ttl_by = 3",
+    ),
 )
-NAMES = {QUERY: "query", PING: "ping", PONG: "pong", HIT: "hit"}
+COLOURS = ("tab:grey", "tab:brown", "tab:blue", "tab:green", "tab:purple")
 
 
-class SeriesLoad(LoadRun):
-    """The load client, also bucketing each arrival by second: counts and latencies,
-    at the sinks (queries, pings) and back at the injector (pongs, hits)."""
-
-    def __init__(self, settings: LoadSettings, generator: TrafficGenerator) -> None:
-        super().__init__(settings, generator)
-        self.counts: dict[tuple[str, int], int] = defaultdict(int)
-        self.latencies: dict[tuple[str, int], list[float]] = defaultdict(list)
-
-    def _account(self, frames: list[Frame], arrived: int, sink: bool, run: int, *rest: Any) -> None:
-        super()._account(frames, arrived, sink, run, *rest)
-        started = getattr(self, "started_ns", None)
-        if started is None:
-            return
-        second = max(0, (arrived - started) // 1_000_000_000)
-        for frame in frames:
-            kind = frame.payload_type
-            if kind not in NAMES or (sink and kind not in (QUERY, PING)):
-                continue
-            due = read_stamp(frame.guid, run, self.marker)
-            if not due:
-                continue
-            key = (NAMES[kind], int(second))
-            self.counts[key] += 1
-            self.latencies[key].append((arrived - due) / 1e6)
-
-
-def p90(values: list[float]) -> float | None:
-    if not values:
-        return None
-    ordered = sorted(values)
-    return ordered[max(0, -(-len(ordered) * 9 // 10) - 1)]
-
-
-def config_text(policy: str, *, delay: bool = True, extra: str = "", seeds: str = "") -> str:
-    text = "[router]\nthreads = 1\n"
-    if delay:
-        text += "query_delay_ms = 20\n"
-    text += "\n[governor]\nenabled = false\n\n[profiler]\nenabled = true\ninterval = 0.1\n\n"
-    text += f'[shedding]\npolicy = "{policy}"\n'
-    if policy == "response-time":
-        text += f"response_time_target_ms = {TARGET_MS}\n"
-    text += extra
-    text += f"\n[catcher]\nmin_connections = {1 if seeds else 0}\nseeds = [{seeds}]\n"
-    return text
-
-
-def start(workdir: Path, text: str) -> tuple[Any, int, Path]:
+def one_run(key: str, shedding: str, args: argparse.Namespace, out: Path) -> dict[str, Any]:
+    workdir = out / key.replace(" + ", "-")
     if workdir.exists():
         shutil.rmtree(workdir)
     workdir.mkdir(parents=True)
-    (workdir / "router.toml").write_text(text)
-    port = free_port()
-    process, state = launch_router(workdir, workdir / "router.toml", port)
-    return process, port, state
-
-
-def finish(process: Any, state: Path, out: Path, name: str) -> dict[str, Any]:
-    status = stop_router(process)
-    path = state / "profile.json"
-    if not path.exists():
-        raise ExperimentError(f"{name}: no profiler export (router exit status {status})")
-    shutil.copy(path, out / f"profile-{name}.json")
-    profile: dict[str, Any] = json.loads(path.read_text())
-    return profile
-
-
-def run_load(
-    port: int,
-    arrivals: ArrivalProcess,
-    duration: float,
-    respond: bool,
-    mix: MessageMix = PAPER_MIX,
-) -> SeriesLoad:
-    settings = LoadSettings(
-        target=("127.0.0.1", port),
-        peers=4,
-        injectors=1,
-        duration=duration,
-        respond=respond,
-        drain=2.0,
+    config = workdir / "router.toml"
+    config.write_text(
+        "[router]\nquery_delay_ms = 20\nthreads = 1\n\n"
+        f"[shedding]\n{shedding}\n\n[profiler]\nenabled = true\ninterval = 0.1\n"
     )
-    load = SeriesLoad(settings, TrafficGenerator(mix=mix, arrivals=arrivals, seed=1))
-    trio.run(load.run)
-    return load
-
-
-def per_second(load: SeriesLoad, kind: str, seconds: int) -> tuple[list[int], list[float | None]]:
-    counts = [load.counts.get((kind, s), 0) for s in range(seconds)]
-    tails = [p90(load.latencies.get((kind, s), [])) for s in range(seconds)]
-    return counts, tails
-
-
-def controller_series(profile: dict[str, Any]) -> list[dict[str, Any]]:
-    return [s for s in profile["samples"] if s.get("admission_rate") is not None]
-
-
-def dropped(profile: dict[str, Any]) -> dict[str, dict[str, int]]:
-    return {k: v for k, v in profile["router"]["dropped"].items() if k != "connection-closing"}
-
-
-# --- the experiments ---------------------------------------------------------------
-
-
-def timing(args: argparse.Namespace, full: float, quick: float) -> tuple[float, float]:
-    """The run's duration and when the load steps (a third of the way in, at most 20 s)."""
-    duration = args.duration or (quick if args.quick else full)
-    return duration, min(20.0, duration / 3)
-
-
-def step_arrivals(before: float, after: float, at: float) -> ArrivalProcess:
-    return Schedule([(at, before), (0, after)])
-
-
-def experiment_step(args: argparse.Namespace, out: Path) -> dict[str, Any]:
-    duration, at = timing(args, 60.0, 30.0)
-    runs: dict[str, Any] = {}
-    for policy in ("response-time", "backpressure", "drop-tail"):
-        process, port, state = start(out / f"step-{policy}", config_text(policy))
-        try:
-            load = run_load(port, step_arrivals(100, 1000, at), duration, respond=False)
-        finally:
-            profile = finish(process, state, out, f"step-{policy}")
-        seconds = int(duration)
-        queries, query_p90 = per_second(load, "query", seconds)
-        pings, ping_p90 = per_second(load, "ping", seconds)
-        runs[policy] = {
-            "queries": queries,
-            "query_p90": query_p90,
-            "pings": pings,
-            "ping_p90": ping_p90,
-            "controller": controller_series(profile),
-            "dropped": dropped(profile),
-        }
-        print(f"step {policy}: {sum(queries)} queries, {sum(pings)} pings delivered", flush=True)
-    return {"duration": duration, "step_at": at, "runs": runs}
-
-
-def experiment_classes(args: argparse.Namespace, out: Path) -> dict[str, Any]:
-    duration = args.duration or (20.0 if args.quick else 40.0)
-    runs: dict[str, Any] = {}
-    policies = {
-        "response-time, classes": ("response-time", "response_time_classes = true\n"),
-        "backpressure": ("backpressure", ""),
-        "drop-tail": ("drop-tail", ""),
-    }
-    for label, (policy, extra) in policies.items():
-        name = "classes-" + policy
-        process, port, state = start(out / name, config_text(policy, extra=extra))
-        try:
-            load = run_load(port, ConstantRate(1000), duration, respond=True)
-        finally:
-            profile = finish(process, state, out, name)
-        seconds = int(duration)
-        series = {kind: per_second(load, kind, seconds) for kind in ("query", "pong", "hit")}
-        runs[label] = {
-            **{kind: counts for kind, (counts, _) in series.items()},
-            **{f"{kind}_p90": tails for kind, (_, tails) in series.items()},
-            "controller": controller_series(profile),
-            "dropped": dropped(profile),
-        }
-        print(
-            f"classes {label}: {sum(series['query'][0])} queries, "
-            f"{sum(series['pong'][0])} pongs, {sum(series['hit'][0])} hits",
-            flush=True,
-        )
-    return {"duration": duration, "runs": runs}
-
-
-def experiment_degrade(args: argparse.Namespace, out: Path) -> dict[str, Any]:
-    duration, at = timing(args, 60.0, 30.0)
-    runs: dict[str, Any] = {}
-    for cut in (5, 0):
-        label = f"degrade_ttl_by = {cut}"
-        chain: list[tuple[Any, int, Path, str]] = []
-        try:
-            seeds = ""
-            for hop in (3, 2):
-                name = f"degrade-{cut}-r{hop}"
-                process, port, state = start(
-                    out / name, config_text("backpressure", delay=False, seeds=seeds)
-                )
-                chain.append((process, port, state, name))
-                seeds = f'"127.0.0.1:{port}"'
-            extra = "response_time_classes = true\n" + (f"degrade_ttl_by = {cut}\n" if cut else "")
-            name = f"degrade-{cut}-r1"
-            process, port, state = start(
-                out / name, config_text("response-time", extra=extra, seeds=seeds)
-            )
-            chain.append((process, port, state, name))
-            time.sleep(3.0)  # the chain links up (each router dials its seed at once)
-            run_load(port, step_arrivals(100, 1000, at), duration, respond=False)
-        finally:
-            profiles = {n: finish(p, s, out, n) for p, _, s, n in reversed(chain)}
-        first = profiles[f"degrade-{cut}-r1"]
-        runs[label] = {
-            "cut": [(s["at"], s.get("ttl_cut") or 0) for s in first["samples"]],
-            "r1_rate": [(s["at"], s["admission_rate"]) for s in controller_series(first)],
-            "reach": {
-                hop: [
-                    (s["at"], s["rates"].get("query", 0.0))
-                    for s in profiles[f"degrade-{cut}-{hop}"]["samples"]
-                ]
-                for hop in ("r1", "r2", "r3")
-            },
-            "received": {
-                hop: profiles[f"degrade-{cut}-{hop}"]["router"]["received"].get("query", 0)
-                for hop in ("r1", "r2", "r3")
-            },
-            "shed": first["router"]["dropped"].get("shed-admission", {}).get("query", 0),
-            "degraded": (
-                first["router"].get("degraded_queries", 0),
-                first["router"].get("degraded_hops", 0),
-            ),
-        }
-        print(f"degrade {label}: queries received {runs[label]['received']}", flush=True)
-    return {"duration": duration, "step_at": at, "runs": runs}
-
-
-def experiment_floor(args: argparse.Namespace, out: Path) -> dict[str, Any]:
-    """The documented figure of the single-class controller: 200 queries/s offered to
-    one thread at 20 ms a query, the last 10 s timed."""
-    duration = args.duration or 30.0
-    mix = load_mix(ROOT / "traffic_models" / "mixes" / "queries-only.toml")
-    process, port, state = start(out / "floor", config_text("response-time"))
+    port = free_port()
+    process, state = launch_router(workdir, config, port)
+    steps = f"steps:{args.before:g}s@{args.low:g},{args.after:g}s@{args.high:g}"
     try:
-        load = run_load(port, ConstantRate(200), duration, respond=False, mix=mix)
+        settings = LoadSettings(
+            target=("127.0.0.1", port),
+            peers=4,
+            injectors=1,
+            duration=args.before + args.after,
+            warmup=args.before + 10,
+            respond=True,
+        )
+        traffic = TrafficGenerator(mix=PAPER_MIX, arrivals=parse_arrivals(steps, seed=1), seed=1)
+        report = trio.run(LoadRun(settings, traffic).run)
     finally:
-        profile = finish(process, state, out, "floor")
-    last = range(max(0, int(duration) - 10), int(duration))
-    latencies = [v for s in last for v in load.latencies.get(("query", s), [])]
-    sinks = 3  # run_load's four peers, one injecting: every query is a copy at each sink
-    delivered = sum(load.counts.get(("query", s), 0) for s in last) / sinks
-    result = {
-        "duration": duration,
-        "delivered_per_second": delivered / len(last),
-        "p90_ms": p90(latencies),
-        "shed": profile["router"]["dropped"].get("shed-admission", {}).get("query", 0),
+        status = stop_router(process)
+    profile_path = state / "profile.json"
+    if not profile_path.exists():
+        raise ExperimentError(f"{key}: no profiler export (router exit status {status})")
+    profile = json.loads(profile_path.read_text())
+    series = [
+        {
+            "at": s["at"],
+            "queue": s["queues"].get("router", 0),
+            "admission_rate": s.get("admission_rate"),
+            "admission_p90_ms": None
+            if s.get("admission_p90") is None
+            else 1000.0 * s["admission_p90"],
+            "ttl_cut": s.get("ttl_cut"),
+            "queries_in_per_s": s["rates"].get("query", 0.0),
+            "hits_in_per_s": s["rates"].get("query_hit", 0.0),
+        }
+        for s in profile["samples"]
+    ]
+    with (workdir / "series.csv").open("w", newline="") as file:
+        writer = csv.DictWriter(file, fieldnames=list(series[0]))
+        writer.writeheader()
+        writer.writerows(series)
+    drops = profile["router"]["dropped"]
+    shed = {reason: sum(by_type.values()) for reason, by_type in drops.items() if "shed" in reason}
+    latency = report.latency
+    steady_seconds = args.after - 10
+    overloaded = [row for row in series if row["at"] >= args.before + 10]
+    return {
+        "key": key,
+        "ping": summary(latency.get("one-hop", {}).get("ping")),
+        "query": summary(latency.get("one-hop", {}).get("query")),
+        "hit": summary(latency.get("round-trip", {}).get("query_hit")),
+        "queries_delivered_per_s": (
+            latency.get("one-hop", {}).get("query").count  # type: ignore[union-attr]
+            / 3
+            / steady_seconds
+        )  # three sinks each get a copy
+        if latency.get("one-hop", {}).get("query")
+        else 0.0,
+        "hits_per_s": latency["round-trip"]["query_hit"].count / steady_seconds
+        if latency.get("round-trip", {}).get("query_hit")
+        else 0.0,
+        "shed": shed,
+        "degraded": profile["router"].get("degraded_queries", 0),
+        "max_ttl_cut": max((row["ttl_cut"] or 0 for row in series), default=0),
+        "peak_queue": max((row["queue"] for row in series), default=0),
+        "median_queue_overloaded": sorted(r["queue"] for r in overloaded)[len(overloaded) // 2]
+        if overloaded
+        else None,
+        "series": series,
     }
-    print(f"floor: {result}", flush=True)
-    return result
 
 
-# --- figures, CSV and the written section ------------------------------------------
+def cell(entry: dict[str, float] | None) -> str:
+    if entry is None:
+        return "-"
+    return f"{entry['mean_ms']:,.1f} / {entry['p99_ms']:,.0f}"
+
+
+def table(results: list[dict[str, Any]]) -> list[str]:
+    lines = [
+        "| shedding | ping mean / p99 ms | query mean / p99 ms | hit round trip mean / p99 ms "
+        "| queries delivered /s | hits back /s | shed (whole run) | queries degraded "
+        "| router queue, median / peak |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in results:
+        shed = ", ".join(f"{k} {v:,}" for k, v in sorted(r["shed"].items())) or "0"
+        lines.append(
+            f"| {r['key']} | {cell(r['ping'])} | {cell(r['query'])} | {cell(r['hit'])} "
+            f"| {r['queries_delivered_per_s']:.1f} | {r['hits_per_s']:.1f} | {shed} "
+            f"| {r['degraded']:,} (cut up to {r['max_ttl_cut']}) "
+            f"| {r['median_queue_overloaded']} / {r['peak_queue']} |"
+        )
+    return lines
+
+
+def plot(results: list[dict[str, Any]], args: argparse.Namespace, figures: Path) -> list[Path]:
+    paths = []
+    figure, (queue_axes, p90_axes) = plt.subplots(2, 1, figsize=(8, 6.5), sharex=True)
+    for r, colour in zip(results, COLOURS, strict=False):
+        times = [s["at"] for s in r["series"]]
+        queue_axes.plot(times, [s["queue"] for s in r["series"]], color=colour, label=r["key"])
+        p90 = [(s["at"], s["admission_p90_ms"]) for s in r["series"] if s["admission_p90_ms"]]
+        if p90:
+            p90_axes.plot(*zip(*p90, strict=True), color=colour, label=r["key"])
+    for axes in (queue_axes, p90_axes):
+        axes.axvline(args.before, color="black", linestyle=":", linewidth=1)
+        axes.grid(alpha=0.3)
+    p90_axes.axhline(TARGET_MS, color="red", linestyle="--", linewidth=1, label="target")
+    queue_axes.set_ylabel("router queue (events)")
+    p90_axes.set_ylabel("controller's p90 (ms)")
+    p90_axes.set_xlabel(f"time (s); the load steps from {args.low:g} to {args.high:g} msgs/s")
+    queue_axes.legend(fontsize=8)
+    p90_axes.legend(fontsize=8)
+    queue_axes.set_title("One thread, 20 ms a query, a load step: the router queue and p90")
+    paths.append(save(figure, figures / "admission-step.png"))
+
+    figure, (rate_axes, cut_axes) = plt.subplots(2, 1, figsize=(8, 5.5), sharex=True)
+    for r, colour in zip(results, COLOURS, strict=False):
+        rate = [(s["at"], s["admission_rate"]) for s in r["series"] if s["admission_rate"]]
+        if rate:
+            rate_axes.plot(*zip(*rate, strict=True), color=colour, label=r["key"])
+        cut = [(s["at"], s["ttl_cut"]) for s in r["series"] if s["ttl_cut"] is not None]
+        if cut and r["max_ttl_cut"]:
+            cut_axes.step(*zip(*cut, strict=True), where="post", color=colour, label=r["key"])
+    rate_axes.set_yscale("log")
+    rate_axes.set_ylabel("queries admitted /s (bucket)")
+    cut_axes.set_ylabel("TTL cut (hops)")
+    cut_axes.set_xlabel("time (s)")
+    for axes in (rate_axes, cut_axes):
+        axes.axvline(args.before, color="black", linestyle=":", linewidth=1)
+        axes.grid(alpha=0.3)
+        axes.legend(fontsize=8)
+    rate_axes.set_title("The controller's admitted rate and the degradation it chose")
+    paths.append(save(figure, figures / "admission-rate.png"))
+    return paths
 
 
 def save(figure: Any, path: Path) -> Path:
@@ -341,258 +235,71 @@ def save(figure: Any, path: Path) -> Path:
     return path
 
 
-def write_csv(path: Path, header: list[str], rows: list[list[Any]]) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", newline="") as handle:
-        writer = csv.writer(handle)
-        writer.writerow(header)
-        writer.writerows([["" if v is None else v for v in row] for row in rows])
-    return path
-
-
-def ms(value: float | None) -> str:
-    return "-" if value is None else f"{value:,.0f} ms"
-
-
-def after(values: list[Any], start: int) -> list[Any]:
-    return [v for v in values[start:] if v is not None]
-
-
-def median(values: list[float]) -> float | None:
-    if not values:
-        return None
-    ordered = sorted(values)
-    middle = len(ordered) // 2
-    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
-
-
-def report_step(result: dict[str, Any], folder: Path) -> tuple[list[str], list[Path]]:
-    runs, at, seconds = result["runs"], int(result["step_at"]), int(result["duration"])
-    settle = min(at + 10, seconds - 1)  # the last part of the run: after the controller has settled
-    figure, (top, middle, bottom) = plt.subplots(3, 1, figsize=(8, 9), sharex=True)
-    for policy, run in runs.items():
-        top.plot(range(seconds), run["queries"], label=policy)
-        middle.plot(range(seconds), run["query_p90"], label=policy)
-    top.axhline(450, color="grey", linestyle=":", label="offered after the step (x 3 sinks)")
-    top.set_ylabel("query copies at 3 sinks / s")
-    top.legend(fontsize=8)
-    middle.axhline(TARGET_MS, color="black", linestyle="--", label="target")
-    middle.set_yscale("log")
-    middle.set_ylabel("query one-hop p90 (ms)")
-    middle.legend(fontsize=8)
-    control = runs["response-time"]["controller"]
-    bottom.plot([s["at"] for s in control], [s["admission_rate"] for s in control], label="rate")
-    bottom.set_ylabel("admitted queries / s")
-    twin = bottom.twinx()
-    twin.plot(
-        [s["at"] for s in control],
-        [(s["admission_p90"] or 0) * 1000 for s in control],
-        color="tab:red",
-        linewidth=0.8,
-        label="controller p90",
-    )
-    twin.axhline(TARGET_MS, color="black", linestyle="--")
-    twin.set_ylabel("controller p90 (ms)", color="tab:red")
-    bottom.set_xlabel(f"seconds (load steps 100 -> 1000 msgs/s at {at} s)")
-    for axes in (top, middle, bottom):
-        axes.axvline(at, color="grey", linewidth=0.5)
-    figure.suptitle("response-time admission under a load step (1 thread, 20 ms a query)")
-    paths = [save(figure, folder / "admission-step.png")]
-    header, rows = ["second"], [[s] for s in range(seconds)]
-    for policy, run in runs.items():
-        header += [f"{policy} queries", f"{policy} query p90 ms", f"{policy} pings"]
-        for s in range(seconds):
-            rows[s] += [run["queries"][s], run["query_p90"][s], run["pings"][s]]
-    paths.append(write_csv(folder / "admission-step.csv", header, rows))
-    paths.append(
-        write_csv(
-            folder / "admission-step-controller.csv",
-            ["at", "rate", "p90_ms", "target_ms"],
-            [
-                [s["at"], s["admission_rate"], (s["admission_p90"] or 0) * 1000, TARGET_MS]
-                for s in control
-            ],
-        )
-    )
+def write_docs(results: list[dict[str, Any]], args: argparse.Namespace) -> None:
     lines = [
-        f"Per second from {settle} s to the end ({seconds - settle} s; the step is at {at} s):",
+        f"Measured {datetime.date.today().isoformat()} on {machine()}; "
+        f"`python scripts/experiment_admission.py --write` (one router per row, one after "
+        f"the other; the paper's mix at {args.low:g} msgs/s for {args.before:g} s, then "
+        f"{args.high:g} msgs/s for {args.after:g} s; `router.threads = 1`, "
+        "`router.query_delay_ms = 20`; sinks answer queries with hits). Latencies from "
+        f"each message's scheduled time, over the last {args.after - 10:g} s of overload.",
         "",
-        "| policy | query copies delivered/s (3 sinks, median) "
-        "| query p90 (median of the seconds) | ping copies delivered/s | queries shed |",
-        "|---|---:|---:|---:|---:|",
-    ]
-    for policy, run in runs.items():
-        shed = sum(v.get("query", 0) for v in run["dropped"].values())
-        lines.append(
-            f"| {policy} | {median(after(run['queries'], settle)) or 0:.0f} "
-            f"| {ms(median(after(run['query_p90'], settle)))} "
-            f"| {median(after(run['pings'], settle)) or 0:.0f} | {shed:,} |"
-        )
-    return lines, paths
-
-
-def report_classes(result: dict[str, Any], folder: Path) -> tuple[list[str], list[Path]]:
-    runs, seconds = result["runs"], int(result["duration"])
-    settle = min(10, seconds - 1)
-    figure, axes = plt.subplots(3, 1, figsize=(8, 9), sharex=True)
-    for label, run in runs.items():
-        axes[0].plot(range(seconds), run["hit"], label=label)
-        axes[1].plot(range(seconds), run["hit_p90"], label=label)
-        axes[2].plot(range(seconds), run["query"], label=label)
-    axes[0].set_ylabel("hits back / s")
-    axes[1].set_ylabel("hit round-trip p90 (ms)")
-    axes[1].set_yscale("log")
-    axes[2].set_ylabel("query copies at 3 sinks / s")
-    axes[2].set_xlabel("seconds (1000 msgs/s, sinks answering)")
-    for ax in axes:
-        ax.legend(fontsize=8)
-    figure.suptitle("class-based admission: replies keep flowing while queries are shed")
-    paths = [save(figure, folder / "admission-classes.png")]
-    header, rows = ["second"], [[s] for s in range(seconds)]
-    for label, run in runs.items():
-        for kind in ("query", "pong", "hit"):
-            header += [f"{label} {kind}", f"{label} {kind} p90 ms"]
-        for s in range(seconds):
-            for kind in ("query", "pong", "hit"):
-                rows[s] += [run[kind][s], run[f"{kind}_p90"][s]]
-    paths.append(write_csv(folder / "admission-classes.csv", header, rows))
-    lines = [
-        f"Medians of the seconds from {settle} s to the end:",
+        *table(results),
         "",
-        "| policy | hits back/s | hit round trip p90 | pongs back/s | pong round trip p90 "
-        "| query copies delivered/s (3 sinks) | shed (reason, type) |",
-        "|---|---:|---:|---:|---:|---:|---|",
+        "![Router queue and the controller's p90 through the load step]"
+        "(figures/admission-step.png)",
+        "",
+        "![The admitted query rate and the TTL cut](figures/admission-rate.png)",
     ]
-    for label, run in runs.items():
-        shed = ", ".join(
-            f"{reason} {kind} {count:,}"
-            for reason, by_type in run["dropped"].items()
-            for kind, count in by_type.items()
-            if reason.startswith("shed")
-        )
-        lines.append(
-            f"| {label} | {median(after(run['hit'], settle)) or 0:.0f} "
-            f"| {ms(median(after(run['hit_p90'], settle)))} "
-            f"| {median(after(run['pong'], settle)) or 0:.0f} "
-            f"| {ms(median(after(run['pong_p90'], settle)))} "
-            f"| {median(after(run['query'], settle)) or 0:.0f} | {shed or '-'} |"
-        )
-    return lines, paths
-
-
-def report_degrade(result: dict[str, Any], folder: Path) -> tuple[list[str], list[Path]]:
-    runs, at = result["runs"], result["step_at"]
-    figure, axes = plt.subplots(len(runs) + 1, 1, figsize=(8, 9), sharex=True)
-    for index, (label, run) in enumerate(runs.items()):
-        ax = axes[index]
-        for hop in ("r1", "r2", "r3"):
-            series = run["reach"][hop]
-            ax.plot([t for t, _ in series], [v for _, v in series], label=f"queries/s at {hop}")
-        ax.set_ylabel("queries received / s")
-        ax.set_title(label, fontsize=9)
-        ax.legend(fontsize=8)
-        cut = run["cut"]
-        axes[-1].step([t for t, _ in cut], [7 - 1 - v for _, v in cut], where="post", label=label)
-    axes[-1].set_ylabel("TTL r1 forwards with")
-    axes[-1].set_xlabel(f"seconds (load on r1 steps 100 -> 1000 msgs/s at {at:.0f} s)")
-    axes[-1].legend(fontsize=8)
-    figure.suptitle("degradation: a chain r1 -> r2 -> r3, r1 overloaded")
-    paths = [save(figure, folder / "admission-degrade.png")]
-    rows: list[list[Any]] = []
-    for label, run in runs.items():
-        cuts = dict(run["cut"])
-        reach = {hop: dict(run["reach"][hop]) for hop in ("r1", "r2", "r3")}
-        rows.extend(
-            [label, t, 6 - cuts[t], *(reach[hop].get(t, "") for hop in ("r1", "r2", "r3"))]
-            for t in sorted(cuts)
-        )
-    paths.append(
-        write_csv(
-            folder / "admission-degrade.csv",
-            ["run", "at", "forwarded_ttl", "r1 queries/s", "r2 queries/s", "r3 queries/s"],
-            rows,
-        )
-    )
-    lines = [
-        "| r1 | queries received by r1 | by r2 | by r3 | queries degraded (hops taken off) "
-        "| r1 queries shed |",
-        "|---|---:|---:|---:|---:|---:|",
-    ]
-    for label, run in runs.items():
-        received = run["received"]
-        degraded, hops = run["degraded"]
-        lines.append(
-            f"| {label} | {received['r1']:,} | {received['r2']:,} | {received['r3']:,} "
-            f"| {degraded:,} ({hops:,}) | {run['shed']:,} |"
-        )
-    return lines, paths
-
-
-def report_floor(result: dict[str, Any], folder: Path) -> tuple[list[str], list[Path]]:
-    rate, tail = result["delivered_per_second"], result["p90_ms"]
-    result["held"] = held = rate >= 15 and tail is not None and tail <= 300
-    verdict = "held" if held else "MISSED"
-    lines = [
-        "| delivered in the last 10 s | their p90 | shed at the door "
-        "| floor (>= 15/s, p90 <= 300 ms) |",
-        "|---:|---:|---:|---|",
-        f"| {rate:.1f}/s | {ms(tail)} | {result['shed']:,} queries | {verdict} |",
-    ]
-    return lines, []
-
-
-EXPERIMENTS = {
-    "floor": (experiment_floor, report_floor),
-    "step": (experiment_step, report_step),
-    "classes": (experiment_classes, report_classes),
-    "degrade": (experiment_degrade, report_degrade),
-}
+    replace_section("admission-step", lines, path=DOC)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__.split("\n\n")[0],
-        epilog="See the module docstring for what is run and measured.",
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--low", type=float, default=100.0, help="msgs/s before the step")
+    parser.add_argument("--high", type=float, default=1000.0, help="msgs/s after it")
+    parser.add_argument("--before", type=float, default=15.0, help="seconds before the step")
+    parser.add_argument("--after", type=float, default=35.0, help="seconds after it (> 10)")
+    parser.add_argument(
+        "--only", action="append", choices=[key for key, _ in RUNS], help="run only these"
     )
-    parser.add_argument("experiment", choices=sorted(EXPERIMENTS))
-    parser.add_argument("--write", action="store_true", help="figures, CSV and docs")
-    parser.add_argument("--quick", action="store_true", help="shorter runs (a smoke test)")
-    parser.add_argument("--duration", type=float, help="seconds a run (overrides --quick)")
     parser.add_argument("--out", type=Path, help="raw results (default: a temporary folder)")
+    parser.add_argument("--write", action="store_true", help="update docs/experiments.md")
+    parser.add_argument("--from-results", type=Path, help="redraw from an earlier --out")
     args = parser.parse_args(argv)
-    out = args.out or Path(tempfile.mkdtemp(prefix="admission-"))
-    out.mkdir(parents=True, exist_ok=True)
-    run, report = EXPERIMENTS[args.experiment]
-    load_before = os.getloadavg()[0]
-    try:
-        result = run(args, out)
-    except ExperimentError as exc:
-        print(f"experiment_admission: {exc}", file=sys.stderr)
-        return 1
-    load_after = os.getloadavg()[0]
-    (out / f"result-{args.experiment}.json").write_text(json.dumps(result, indent=2))
-    folder = FIGURES if args.write else out
-    lines, paths = report(result, folder)
-    command = f"python scripts/experiment_admission.py {args.experiment}" + (
-        f" --duration {args.duration:g}" if args.duration else " --quick" if args.quick else ""
-    )
-    header = [
-        f"Measured {datetime.date.today().isoformat()} on {machine()}, `nproc` = "
-        f"{os.cpu_count()}; 1-minute load average {load_before:.2f} at the start, "
-        f"{load_after:.2f} at the end. Rerun with `{command} --write` "
-        "(under `flock /tmp/gr-bench.lock`).",
-        "",
-    ]
-    print("\n".join(header + lines))
-    print("raw results in", out)
-    for path in paths:
-        print("wrote", path)
+    if args.after <= 10:
+        parser.error("--after must be above 10 s (the steady state is what follows 10 s)")
+    if args.write and args.only:
+        parser.error("--write publishes every policy side by side: drop --only")
+    if args.from_results:
+        out = args.from_results
+        results = json.loads((out / "results.json").read_text())
+    else:
+        out = args.out or Path(tempfile.mkdtemp(prefix="admission-"))
+        out.mkdir(parents=True, exist_ok=True)
+        print(f"raw results in {out}", flush=True)
+        results = []
+        for key, shedding in RUNS:
+            if args.only and key not in args.only:
+                continue
+            result = one_run(key, shedding, args, out)
+            print(
+                f"{key}: query {cell(result['query'])} ms, "
+                f"{result['queries_delivered_per_s']:.1f} queries/s, hits "
+                f"{cell(result['hit'])} ms, shed {result['shed']}",
+                flush=True,
+            )
+            results.append(result)
+        (out / "results.json").write_text(json.dumps(results))
+    print("\n".join(table(results)))
+    for path in plot(results, args, FIGURES if args.write else out):
+        print(path)
     if args.write:
-        names = ", ".join(f"`{p.relative_to(ROOT)}`" for p in paths)
-        files = ["", f"Files: {names}."] if paths else []
-        replace_section(f"admission-{args.experiment}", [*header, *lines, *files], DOC)
-    return 1 if result.get("held") is False else 0
+        write_docs(results, args)
+        print(DOC)
+    return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    with contextlib.suppress(KeyboardInterrupt):
+        sys.exit(main())

@@ -443,6 +443,10 @@ def parse_arrivals(text: str, *, seed: int = 0) -> ArrivalProcess:
         Poisson arrivals at 500 messages/s (random source seeded with ``seed``).
     ``bursts:10x5ms``
         10 messages at once every 5 ms (the quals proposal's n and d).
+    ``trace:179``
+        The calibrated trace model's arrivals at a mean of 179 messages/s: bursty at
+        every time scale, like the papers' 37-hour trace
+        (:class:`traffic_models.trace_model.TraceArrivals`, seeded with ``seed``).
     ``steps:10s@100,10s@1000``
         100 messages/s for 10 s, then 1000 messages/s (held after the last step).
     ``ramp:30s@100-1000``
@@ -461,7 +465,7 @@ def parse_arrivals(text: str, *, seed: int = 0) -> ArrivalProcess:
     if not colon or not body:
         raise ValueError(
             f"arrival process {text!r} must be KIND:PARAMETERS, e.g. constant:1000, "
-            "poisson:500, bursts:10x5ms, steps:10s@100,10s@1000, ramp:30s@100-1000"
+            "poisson:500, bursts:10x5ms, trace:179, steps:10s@100,10s@1000, ramp:30s@100-1000"
         )
     if kind == "constant":
         return ConstantRate(parse_rate(body))
@@ -472,6 +476,11 @@ def parse_arrivals(text: str, *, seed: int = 0) -> ArrivalProcess:
         if not x or not size.strip().isdigit():
             raise ValueError(f"bursts {body!r} must be SIZExINTERVAL, e.g. 10x5ms")
         return Bursts(int(size), parse_duration(interval))
+    if kind == "trace":
+        # Imported here: the trace model builds on this module.
+        from .trace_model import TraceArrivals
+
+        return TraceArrivals(parse_rate(body), seed=seed)
     poisson = kind.startswith("poisson-")
     shape = kind.removeprefix("poisson-")
     if shape == "steps":
@@ -479,6 +488,6 @@ def parse_arrivals(text: str, *, seed: int = 0) -> ArrivalProcess:
     if shape == "ramp":
         return Schedule(_parse_ramp(body), ramp=True, seed=seed if poisson else None)
     raise ValueError(
-        f"unknown arrival process {kind!r}: use constant, poisson, bursts, steps, ramp, "
+        f"unknown arrival process {kind!r}: use constant, poisson, bursts, trace, steps, ramp, "
         "poisson-steps or poisson-ramp"
     )

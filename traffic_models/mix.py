@@ -212,14 +212,16 @@ PAPER_MIX = MessageMix("paper", {MessageType.QUERY: 0.15, MessageType.PING: 0.85
 TRACE_LIKE_MIX = MessageMix(
     "trace",
     {
-        MessageType.PONG: 0.52,
+        MessageType.PONG: 0.55,
         MessageType.PING: 0.25,
-        MessageType.QUERY: 0.13,
-        MessageType.QUERY_HIT: 0.08,
-        MessageType.PUSH: 0.02,
+        MessageType.QUERY: 0.12,
+        MessageType.QUERY_HIT: 0.065,
+        MessageType.PUSH: 0.015,
     },
 )
-"""Quals proposal, Fig. 13: pongs are more than half of all packets on the live network."""
+"""Quals proposal, Fig. 13: pongs are more than half of all packets on the live network.
+The other shares are assumptions, chosen so that the generator's payloads average the
+papers' 32 bytes (see :mod:`traffic_models.trace_model`)."""
 
 MIXES: Mapping[str, MessageMix] = MappingProxyType({m.name: m for m in (PAPER_MIX, TRACE_LIKE_MIX)})
 """The built-in mixes by name, for the command line."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
+import sys
 import urllib.parse
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal
@@ -192,10 +193,14 @@ class SlowPeerConfig(Section, frozen=True):
             )
 
 
+UNBOUNDED_QUEUE = sys.maxsize
+"""The router queue's bound with ``queue_threshold = 0``: no bound memory could reach."""
+
+
 class RouterConfig(Section, frozen=True):
     """The routing stage: its queue, its workers and its tables."""
 
-    queue_threshold: Annotated[int, Meta(ge=1, le=1_000_000)] = 1000
+    queue_threshold: Annotated[int, Meta(ge=0, le=1_000_000)] = 1000
     batch_size: Annotated[int, Meta(ge=1, le=65536)] = 250
     threads: Annotated[int, Meta(ge=1, le=1024)] = 1
     max_threads: Annotated[int, Meta(ge=1, le=1024)] = 20
@@ -207,12 +212,27 @@ class RouterConfig(Section, frozen=True):
     pong_cache_seconds: Annotated[float, Meta(gt=0, le=3600)] = 20.0
     pongs_per_ping: Annotated[int, Meta(ge=1, le=255)] = 10
     drop_ancient_queries: bool = False
+    unbounded_experiment: bool = False
+    """Allows ``queue_threshold = 0``: a router queue bounded by memory alone, as the
+    paper's single-threaded router had (it ran out of memory at 1000 packets/s). For
+    overload experiments only; an explicit second key, so a typo cannot unbound a router."""
 
     def _check(self) -> None:
         most = self.max_threads
         self._require(
             self.threads <= most, "threads", f"must not exceed router.max_threads ({most})"
         )
+        if self.queue_threshold == 0 and not self.unbounded_experiment:
+            raise self._fail(
+                "queue_threshold",
+                "0 (no limit) needs router.unbounded_experiment = true; otherwise 1 or more",
+            )
+
+    @property
+    def queue_bound(self) -> int:
+        """The router queue's bound: :attr:`queue_threshold`, or :data:`UNBOUNDED_QUEUE`
+        for 0."""
+        return self.queue_threshold or UNBOUNDED_QUEUE
 
 
 class CatcherConfig(Section, frozen=True):
@@ -416,7 +436,7 @@ class Config(Section, frozen=True):
         most, batch, queue = (
             self.network.max_connections,
             self.router.batch_size,
-            self.router.queue_threshold,
+            self.router.queue_bound,
         )
         self._require(
             self.catcher.min_connections <= most,
@@ -428,6 +448,12 @@ class Config(Section, frozen=True):
             "governor.threshold",
             f"must not exceed router.queue_threshold ({queue}): the queue never gets longer, "
             "so the governor would never act",
+        )
+        # Shedding thresholds are shares of the queue's bound, meaningless without one.
+        self._require(
+            self.router.queue_threshold > 0 or self.shedding.policy == "backpressure",
+            "shedding.policy",
+            "must be backpressure when router.queue_threshold is 0 (no bound to shed at)",
         )
         # One router batch can land on a connection between two of its writes; a threshold
         # below two batches would close healthy, fast peers.

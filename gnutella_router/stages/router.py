@@ -189,7 +189,7 @@ class GnutellaRouter:
         self.stage: Stage[Frame] = Stage(
             "router",
             self.handle,
-            threshold=config.queue_threshold,
+            threshold=config.queue_bound,
             pool_size=config.threads,
             max_pool_size=config.max_threads,
             batch_size=config.batch_size,

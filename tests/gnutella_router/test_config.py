@@ -262,7 +262,9 @@ BAD_VALUES: list[tuple[str, object, str]] = [
     ("slow_peer.flow_control_leave", 0, "above 0"),
     ("slow_peer.flow_control_timeout", 0, "above 0"),
     ("slow_peer.unbounded_experiment", 0, "true or false"),
-    ("router.queue_threshold", 0, "from 1"),
+    ("router.queue_threshold", 0, "router.unbounded_experiment"),
+    ("router.queue_threshold", -1, "integer from 0"),
+    ("router.unbounded_experiment", 0, "true or false"),
     ("router.batch_size", 0, "from 1"),
     ("router.threads", 0, "from 1"),
     ("router.threads", 21, "must not exceed router.max_threads (20)"),
@@ -353,6 +355,36 @@ class TestValidation:
             overrides={"slow_peer.threshold_messages": 0, "slow_peer.unbounded_experiment": True}
         )
         assert config.slow_peer.threshold_messages == 0
+
+    def test_an_unbounded_router_queue_is_for_experiments_only(self) -> None:
+        config = load_config(
+            overrides={"router.queue_threshold": 0, "router.unbounded_experiment": True}
+        )
+        # The stage gets a bound no memory could reach; the governor's threshold, which
+        # must not exceed the bound, is then free.
+        assert config.router.queue_bound > 2**40
+        assert load_config().router.queue_bound == 1000
+        enabled = load_config(
+            overrides={
+                "router.queue_threshold": 0,
+                "router.unbounded_experiment": True,
+                "governor.enabled": True,
+                "governor.threshold": 1_000_000,
+            }
+        )
+        assert enabled.governor.threshold == 1_000_000
+
+    def test_shedding_needs_a_bounded_router_queue(self) -> None:
+        with pytest.raises(ConfigError) as caught:
+            load_config(
+                overrides={
+                    "router.queue_threshold": 0,
+                    "router.unbounded_experiment": True,
+                    "shedding.policy": "red",
+                }
+            )
+        assert caught.value.key == "shedding.policy"
+        assert "router.queue_threshold is 0" in str(caught.value)
 
     def test_limits_inside_the_ranges_are_accepted(self) -> None:
         config = load_config(

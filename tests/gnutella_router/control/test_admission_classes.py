@@ -73,6 +73,8 @@ def test_a_class_over_target_cuts_the_lighter_classes_not_itself() -> None:
 
 def test_a_class_under_target_grows_by_its_weight() -> None:
     control = controller()
+    control.admit(10_000, now=0.0, name=QUERIES)  # both refuse: their rates limit
+    control.admit(10_000, now=0.0, name=LEAF_QUERIES)
     update(control, QUERIES, 0.05, now=0.0)  # error 0.5: + 20 x 0.5 x 1
     update(control, LEAF_QUERIES, 0.05, now=0.1)  # + 20 x 0.5 x 2
     assert rates(control) == {OTHERS: 10_000.0, LEAF_QUERIES: 120.0, QUERIES: 110.0}

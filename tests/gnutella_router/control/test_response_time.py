@@ -37,9 +37,21 @@ def test_a_p90_over_target_divides_the_rate_by_1_2() -> None:
 
 def test_a_p90_well_under_target_adds_in_proportion_to_the_error() -> None:
     control = controller()
+    control.admit(1000, now=0.0)  # more is asked than the bucket lets in
     for _ in range(100):
         control.observe(0.05, now=0.5)  # half the target: error 0.5
     assert control.rate == pytest.approx(100 + 20 * 0.5)
+
+
+def test_a_rate_that_refuses_nothing_is_not_raised() -> None:
+    """No wind-up: under a light load the rate is not what limits, and raising it would
+    only take the controller longer to cut when the load steps up."""
+    control = controller()
+    for second in range(1, 31):
+        control.admit(1, now=float(second))  # one query a second: far under the rate
+        for _ in range(100):
+            control.observe(0.01, now=float(second))
+    assert control.rate == 100
 
 
 def test_near_the_target_the_rate_holds() -> None:
@@ -64,6 +76,7 @@ def test_the_rate_stays_within_its_bounds() -> None:
         control.observe(9.0, now=float(second + 1))
     assert control.rate == 5.0
     for second in range(100, 1000):
+        control.admit(100_000, now=float(second + 1))  # always more asked than let in
         control.observe(0.0, now=float(second + 1))
     assert control.rate == 1000.0
 
