@@ -45,6 +45,16 @@ def test_fig14_without_write_leaves_the_published_figures_alone(tmp_path: Path) 
             ["admission-step.png", "admission-rate.png", "response-time/series.csv"],
         ),
         (
+            "experiment_admission_classes.py",
+            ["classes", "--duration", "3"],
+            ["admission-classes.png", "admission-classes.csv", "result-classes.json"],
+        ),
+        (
+            "experiment_admission_classes.py",
+            ["degrade", "--duration", "3"],
+            ["admission-degrade.png", "admission-degrade.csv", "result-degrade.json"],
+        ),
+        (
             "experiment_governor.py",
             ["--steps", "3s@100,5s@400"],
             ["governor-steps.png", "governor-steps.csv"],

@@ -161,6 +161,19 @@ def test_recovery_raises_a_refusing_class_first_then_restores_quality() -> None:
     assert control.ttl_cut == 0
 
 
+def test_quality_stays_down_while_another_class_is_still_refusing() -> None:
+    control = controller(QualityLevel(2, recovery=0.5, decrease_factor=1.2))
+    for n in range(5):  # quality to its floor, then the query classes cut
+        update(control, OTHERS, 0.5, now=n * 0.1)
+    assert control.admit(1000, now=1.0, name=QUERIES) < 1000  # queries are being refused
+    update(control, OTHERS, 0.0, now=1.1)  # the heaviest class is fast again ...
+    assert control.ttl_cut == 2  # ... but quality waits for the refusing class
+    update(control, QUERIES, 0.0, now=1.2)  # the queries' own update: their rate first
+    assert control.ttl_cut == 2
+    update(control, OTHERS, 0.0, now=1.3)  # nothing refused since: now quality returns
+    assert control.ttl_cut == 1
+
+
 async def test_a_degraded_router_forwards_queries_with_less_ttl_and_counts_them(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
