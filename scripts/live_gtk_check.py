@@ -66,7 +66,7 @@ import trio
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from live_gtk.checks import Figures, random_word, run_checks
+from live_gtk.checks import Figures, Interrupted, random_word, run_checks
 from live_gtk.network import ROOT, CheckFailed, Network, Settings
 
 from gnutella_router import __version__
@@ -176,6 +176,16 @@ def terminated_by_signals() -> Iterator[None]:
             signal.signal(s, handler)
 
 
+@contextlib.contextmanager
+def signals_ignored() -> Iterator[None]:
+    old = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, handler in old.items():
+            signal.signal(s, handler)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     if args.gtk is None:
@@ -212,12 +222,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except trio.TooSlowError:
         failure = "the run took too long"
         figures.check("run", False, failure)
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, Interrupted):
         print("interrupted: stopping everything", file=sys.stderr)
-        network.stop()
         return 130
     finally:
-        network.stop()
+        with signals_ignored():  # a second Ctrl-C must not leave servents behind
+            network.stop()
         if settings.keep or failure:
             print(f"run folder kept: {work}")
         else:

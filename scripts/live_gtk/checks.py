@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import itertools
 import random
+import signal
 import string
 import subprocess
 import time
@@ -23,6 +25,7 @@ from gnutella_router import __version__
 from gnutella_router.traffic.load import ClientPeer, open_client_peer
 from live_gtk.network import (
     EXPECTED_DROPS,
+    OTHER_WORDS,
     CheckFailed,
     Network,
     drop_total,
@@ -220,7 +223,7 @@ async def search(
     nursery.start_soon(read_hits, searcher, hits)
     nursery.start_soon(read_hits, relay, hits)
     await trio.sleep(2)
-    guid, data = query(f"{network.word} quokka", 4)
+    guid, data = query(network.word, 4)
     sent = trio.current_time()
     await searcher.send(data)
 
@@ -284,7 +287,10 @@ async def hold(
 ) -> None:
     """Keep the links up for ``duration`` seconds with a search a minute; watch them."""
     start = time.monotonic()
-    texts = [f"quokka {network.word}", f"gtkcheck {network.word}", f"{network.word}"]
+    others = ("gtkcheck", *OTHER_WORDS)
+    extra: list[tuple[str, ...]] = [(w,) for w in others]
+    extra += list(itertools.combinations(others, 2))
+    texts = [" ".join((*words, network.word)) for words in extra]
     sent: list[bytes] = []
     rng = random.Random()
     round_ = 0
@@ -345,7 +351,30 @@ def gather_end(network: Network, figures: Figures) -> None:
     )
 
 
+class Interrupted(Exception):
+    """SIGTERM or SIGHUP came during the checks."""
+
+
 async def run_checks(network: Network, figures: Figures) -> None:
+    """Every check in turn, within the run's time bound; SIGTERM and SIGHUP cancel them
+    (and raise :class:`Interrupted`) as Ctrl-C does, so the caller cleans up."""
+    signalled: list[int] = []
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGHUP) as signals:
+        async with trio.open_nursery() as outer:
+
+            async def watch() -> None:
+                async for signum in signals:
+                    signalled.append(signum)
+                    outer.cancel_scope.cancel()
+
+            outer.start_soon(watch)
+            await _checks(network, figures)
+            outer.cancel_scope.cancel()
+    if signalled:
+        raise Interrupted(signal.Signals(signalled[0]).name)
+
+
+async def _checks(network: Network, figures: Figures) -> None:
     settings = network.settings
     with trio.fail_after(settings.duration + 600):
         peers = await bring_up(network, figures)

@@ -27,6 +27,10 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
+OTHER_WORDS = ("quokka", "interop", "live", "checked")
+"""The shared file's name: gtkcheck, a random word, and these; searches name the random
+word and one or two of these, each search another set, since gtk-gnutella drops a
+leaf's query whose text it has seen from it lately ("Message throttle")."""
 ROUTER_AGENT = "gnutella-router/"
 """How the router's user agent begins (our scripted searchers' does not)."""
 EXPECTED_DROPS = {"Unusable Pong"}
@@ -137,7 +141,7 @@ class Network:
     def __init__(self, settings: Settings, word: str) -> None:
         self.settings = settings
         self.word = word
-        self.file_name = f"gtkcheck {word} quokka.txt"
+        self.file_name = f"gtkcheck {word} {' '.join(OTHER_WORDS)}.txt"
         self.router_port = free_port_pair()
         self.admin = f"http://127.0.0.1:{self.router_port + 1}"
         self.router: subprocess.Popen[bytes] | None = None
