@@ -87,11 +87,17 @@ def machine() -> str:
     return f"{os.cpu_count()} cores ({model}), {platform.system()} {platform.release()}"
 
 
-def report(figures: Figures, command: str) -> str:
+def load_average() -> str:
+    one, five, fifteen = os.getloadavg()
+    return f"load average {one:.2f} {five:.2f} {fifteen:.2f}"
+
+
+def report(figures: Figures, command: str, load_at_start: str) -> str:
     ok = all(passed for _, passed, _ in figures.checks) and bool(figures.checks)
     lines = [
         f"Run {figures.started} on {machine()}: gnutella-router {__version__} "
-        f"against {figures.gtk_version or 'gtk-gnutella (version unknown)'}.",
+        f"against {figures.gtk_version or 'gtk-gnutella (version unknown)'}; "
+        f"{load_at_start} at the start, {load_average()} at the end.",
         "",
         "| check | result | figures |",
         "|---|---|---|",
@@ -204,6 +210,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     settings = Settings(args.gtk, binary, args.gtk_user, args.duration, args.keep, args.write, work)
     word = random_word(random.Random())
     network = Network(settings, word)
+    load_at_start = load_average()
     figures = Figures(started=datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"))
     command = "sudo .venv/bin/python scripts/live_gtk_check.py --gtk " + str(args.gtk)
     if args.duration != 600:
@@ -232,7 +239,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"run folder kept: {work}")
         else:
             shutil.rmtree(work, ignore_errors=True)
-    text = report(figures, command)
+    text = report(figures, command, load_at_start)
     print()
     print(text)
     passed = all(p for _, p, _ in figures.checks) and bool(figures.checks)

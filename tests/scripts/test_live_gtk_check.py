@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
 
 from live_gtk.network import drops_from_router, parse_drop_stats, router_flags
@@ -31,6 +33,7 @@ ROUTER_QUERY = (
 )
 
 
+@pytest.mark.e2e
 def test_without_a_servent_it_is_skipped_and_exits_0() -> None:
     env = {"PATH": "/usr/bin:/bin"}
     done = subprocess.run(
@@ -45,6 +48,7 @@ def test_without_a_servent_it_is_skipped_and_exits_0() -> None:
     assert done.stdout.startswith("skipped: no gtk-gnutella given")
 
 
+@pytest.mark.e2e
 def test_a_servent_that_is_not_there_is_skipped_too(tmp_path: Path) -> None:
     done = subprocess.run(
         [sys.executable, str(ROOT / "scripts" / "live_gtk_check.py"), "--gtk", str(tmp_path / "x")],
