@@ -121,17 +121,43 @@ def report(figures: Figures, command: str, load_at_start: str) -> str:
     return "\n".join(lines)
 
 
-def write_doc(text: str) -> None:
+READING = """\
+## Reading the figures
+
+- **Our leaves' table** goes to an ultrapeer that announced `X-Ultrapeer-Query-Routing`
+  when it connects (empty here: the leaf comes later) and then, when our leaves changed,
+  at most once a minute; so the leaf's words reach the gtk ultrapeers up to 60 s after
+  the leaf's table reached the router. gtk-gnutella's `nodes` flags for the router show
+  `Q` in the fifth place once it holds a table from us, `X` in the sixth once it sent
+  us its own.
+- **The search** enters at `up1` from a scripted leaf of it; `up1` widens it by dynamic
+  querying and must pass it to the router by our last-hop table, the router to the gtk
+  leaf by the leaf's table; the hit comes back the same way (hops 2 at the searcher:
+  relayed by the router and `up1`).
+- **`qrp-miss`** counts copies a table kept back: for a query matching nothing, one for
+  the leaf and one for `up1` at its last hop (its table is empty), so twice the queries.
+- **Unusable Pong** is gtk-gnutella's drop of every pong for 127.0.0.1 (not routable to
+  it), whoever sends it: the router's own pong in answer to a ping, and the pongs of its
+  cache. It is loopback's doing; on a routable network these pongs are usable. Every
+  other drop logged against the router's user agent fails the check.
+- **Not checked live:** a gtk leaf's own searches (gtk-gnutella without its GUI cannot
+  search), so the router's dynamic querying of a gtk leaf's query was not seen live;
+  Hops Flow and flow control (nothing clogged). Deflate was in use both ways on the
+  ultrapeer links (flags `Z`).
+"""
+
+
+def write_doc(text: str, notes: str = "") -> None:
     DOC.write_text(
         "# Live interoperability: gtk-gnutella\n\n"
         "`scripts/live_gtk_check.py` starts a router and three gtk-gnutella 1.2 servents on\n"
         "loopback (a leaf sharing one file, an ultrapeer that dials the router, one the\n"
         "router dials), sends searches into the gtk ultrapeers from two scripted peers, and\n"
-        "reads the router's admin interface and gtk-gnutella's shell (see the script's\n"
-        "docstring for each check). It needs a gtk-gnutella build and root (gtk-gnutella runs\n"
-        "as its own user); without one it prints `skipped` and exits 0. gtk-gnutella\n"
-        "without its GUI cannot search, hence the scripted searchers.\n\n"
-        "## Last run\n\n" + text + "\n"
+        "reads the router's admin interface and gtk-gnutella's shell and log (the script's\n"
+        "docstring says what each check reads). It needs a gtk-gnutella build and root\n"
+        "(gtk-gnutella runs as its own user); without one it prints `skipped` and exits 0.\n"
+        "gtk-gnutella without its GUI cannot search, hence the scripted searchers.\n\n"
+        "## Last run\n\n" + text + "\n\n" + notes + READING
     )
     print(f"wrote {DOC.relative_to(ROOT)}")
 

@@ -285,7 +285,9 @@ async def hold(
     hits: dict[bytes, list[tuple[float, Message]]],
     duration: float,
 ) -> None:
-    """Keep the links up for ``duration`` seconds with a search a minute; watch them."""
+    """Keep the links up for ``duration`` seconds with a search and an unmatched query a
+    minute; watch them."""
+    before = await trio.to_thread.run_sync(network.get, "/stats")
     start = time.monotonic()
     others = ("gtkcheck", *OTHER_WORDS)
     extra: list[tuple[str, ...]] = [(w,) for w in others]
@@ -312,12 +314,19 @@ async def hold(
         round_ += 1
         await trio.sleep(min(30.0, max(0.0, duration - (time.monotonic() - start))))
     figures.held_seconds = time.monotonic() - start
+    after = await trio.to_thread.run_sync(network.get, "/stats")
+    received = after["router"]["received"].get("query", 0)
+    received -= before["router"]["received"].get("query", 0)
+    misses = drop_total(after, "qrp-miss") - drop_total(before, "qrp-miss")
     found = sum(1 for g in sent if hits.get(g))
     ids = sorted(peers.values())
     figures.check(
         f"links stayed up for {duration:.0f} s",
         not broken,
-        broken or f"same connection ids {ids}; {found}/{len(sent)} later searches answered",
+        broken
+        or f"same connection ids {ids}; {found}/{len(sent)} later searches answered; of "
+        f"{len(sent)} searches and {len(sent)} unmatched queries sent meanwhile, "
+        f"{received} reached the router, qrp-miss rose by {misses}",
     )
 
 
