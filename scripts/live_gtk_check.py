@@ -97,7 +97,7 @@ def report(figures: Figures, command: str, load_at_start: str) -> str:
     lines = [
         f"Run {figures.started} on {machine()}: gnutella-router {__version__} "
         f"against {figures.gtk_version or 'gtk-gnutella (version unknown)'}; "
-        f"{load_at_start} at the start, {load_average()} at the end.",
+        f"{load_at_start} at the start, {load_average().split(' ', 2)[2]} at the end.",
         "",
         "| check | result | figures |",
         "|---|---|---|",
