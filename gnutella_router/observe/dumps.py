@@ -248,6 +248,17 @@ def _qrp(receiver: QrpReceiver | None) -> dict[str, object] | None:
     }
 
 
+def _last_hop_sent(daemon: RouterView, link_id: int, now: float) -> dict[str, object] | None:
+    """Our leaves' table as last sent to an ultrapeer: how long ago, and whether it is
+    still what our leaves share; None if it was never sent one (it did not announce
+    ``X-Ultrapeer-Query-Routing``, or not yet)."""
+    sent = daemon.router.query_routing.last_hop_sent(link_id)
+    if sent is None:
+        return None
+    current, sent_at = sent
+    return {"seconds_ago": _seconds(now - sent_at), "current": current}
+
+
 def _connection(
     connection: Connection, now: float, qrp: QrpReceiver | None = None
 ) -> dict[str, object]:
@@ -320,6 +331,7 @@ def dump_qrp(daemon: RouterView, *, keyword: str | None = None) -> dict[str, obj
     query's last hop only; a peer without a table: leaves get nothing, ultrapeers all)."""
     words = query_words(keyword) if keyword else []
     codes = [qrp_hashcode(word) for word in words]
+    now = _now(None)
     peers: list[dict[str, object]] = []
     for connection in sorted(daemon.server.connections.snapshot(), key=lambda c: c.id):
         leaf = connection.capabilities.ultrapeer is False
@@ -331,6 +343,8 @@ def dump_qrp(daemon: RouterView, *, keyword: str | None = None) -> dict[str, obj
             "leaf": leaf,
             **(_qrp(receiver) or {"tables_received": 0, "slots": None, "filled": None}),
         }
+        if not leaf:
+            entry["last_hop_table_sent"] = _last_hop_sent(daemon, connection.id, now)
         if keyword is not None:
             matches = table.matches_hashcodes(codes) if table is not None else not leaf
             entry["would_receive"] = bool(codes) and matches

@@ -158,6 +158,15 @@ class QueryRouting:
         if self._hashcodes:
             self._hashcodes = {}
 
+    def last_hop_sent(self, link_id: int) -> tuple[bool, float] | None:
+        """Whether an ultrapeer has our leaves' table as it is now, and when it was last
+        sent one (on the clock :meth:`send_tables` was given); None if never sent one."""
+        sent = self._sent.get(link_id)
+        if sent is None:
+            return None
+        version, sent_at = sent
+        return version == self._version, sent_at
+
     # ------------------------------------------------------------------ our table
 
     def leaves_table(self) -> QrpTable:

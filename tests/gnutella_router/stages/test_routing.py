@@ -470,6 +470,17 @@ async def test_an_ultrapeer_that_takes_last_hop_tables_gets_our_leaves_keywords(
             assert isinstance(payload, QrpReset | QrpPatch)
             receiver.receive(payload)
         assert receiver.table.matches(["abbey", "road"])
+        from gnutella_router.observe.dumps import dump_qrp
+
+        peers = dump_qrp(daemon)["peers"]
+        assert isinstance(peers, list)
+        sent = {p["leaf"]: p.get("last_hop_table_sent") for p in peers}
+        assert set(sent) == {True, False}
+        assert sent[True] is None
+        taken = sent[False]
+        assert isinstance(taken, dict)
+        assert taken["current"] is True
+        assert 0 <= taken["seconds_ago"] < 5
 
 
 @pytest.mark.e2e
@@ -491,6 +502,7 @@ async def test_dump_qrp_says_which_peers_a_keyword_would_reach(tmp_path: Path) -
         peers = found["peers"]
         assert isinstance(peers, list)
         assert [(p["leaf"], p["would_receive"]) for p in peers] == [(False, True), (True, True)]
+        assert peers[0]["last_hop_table_sent"] is None  # it never asked for one
         missing = dump_qrp(daemon, keyword="submarine")["peers"]
         assert isinstance(missing, list)
         assert [p["would_receive"] for p in missing] == [True, False]

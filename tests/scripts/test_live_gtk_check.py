@@ -1,0 +1,84 @@
+"""The live gtk-gnutella check: skipped without a servent, and what it reads of
+gtk-gnutella's shell and log (the lines are gtk-gnutella 1.2.3's own, from a live run).
+
+The live run itself needs a gtk-gnutella build and root; it is not part of the suite.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
+
+from live_gtk.network import drops_from_router, parse_drop_stats, router_flags
+
+ROOT = Path(__file__).resolve().parents[2]
+
+ROUTER_PONG = (
+    "26-11-25 08:36:36.091 (DEBUG): DROP Pong (31 bytes) #00343102acd9aa30ff6907418cd68f03 "
+    "[hops=0, TTL=1]: from ultra node 127.0.0.1:50805 <gnutella-router/0.1.0>: Unusable Pong"
+)
+OTHER_QUERY = (
+    "26-11-25 08:36:40.001 (DEBUG): DROP Query (40 bytes) #11343102acd9aa30ff6907418cd68f03 "
+    "[hops=0, TTL=4]: from leaf node 127.0.0.1:41000 <gnutella-router-live-check/0.1.0>: "
+    "Message throttle"
+)
+ROUTER_QUERY = (
+    "26-11-25 08:36:41.001 (DEBUG): DROP Query (40 bytes) #21343102acd9aa30ff6907418cd68f03 "
+    "[hops=1, TTL=3]: from ultra node 127.0.0.1:50805 <gnutella-router/0.1.0>: Duplicate message"
+)
+
+
+@pytest.mark.e2e
+def test_without_a_servent_it_is_skipped_and_exits_0() -> None:
+    env = {"PATH": "/usr/bin:/bin"}
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "live_gtk_check.py"), "--duration", "1"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("skipped: no gtk-gnutella given")
+
+
+@pytest.mark.e2e
+def test_a_servent_that_is_not_there_is_skipped_too(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "live_gtk_check.py"), "--gtk", str(tmp_path / "x")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("skipped: not executable")
+
+
+def test_drop_statistics_keep_the_nonzero_counters() -> None:
+    text = "bad_size 0\nttl0 0\npong_unusable 28\nthrottle 3\nnot a counter\n"
+    assert parse_drop_stats(text) == {"pong_unusable": 28, "throttle": 3}
+
+
+def test_only_drops_of_what_the_router_sent_are_held_against_it(tmp_path: Path) -> None:
+    log = tmp_path / "stderr.log"
+    log.write_text("\n".join([ROUTER_PONG, OTHER_QUERY, ROUTER_PONG, ROUTER_QUERY, "noise"]))
+    assert drops_from_router(log) == {"Unusable Pong": 2, "Duplicate message": 1}
+    assert drops_from_router(tmp_path / "missing.log") == {}
+
+
+def test_the_router_lines_of_nodes_give_their_flags() -> None:
+    nodes = (
+        "100~ \n"
+        "Node                  Flags       CC Since  Uptime User-Agent\n"
+        "127.0.0.1:50805       UOrwQXZ---- ??     5s    18s gnutella-router/0.1.0\n"
+        "127.0.0.1:41000       LIrw--Z---- ??     5s    18s gnutella-router-live-check/0.1.0\n"
+        ".\n"
+    )
+    assert router_flags(nodes) == ["UOrwQXZ----"]
