@@ -7,11 +7,21 @@ time on per-batch overhead and throughput falls; without one, it handles the arr
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+import trio
 
 from gnutella_router.config import BatchingConfig
 from gnutella_router.control.batching import BatchingController
+from gnutella_router.observe.dumps import dump_stages
+from gnutella_router.observe.metrics import metrics_registry, render_metrics
 from gnutella_router.runtime.stage import BatchMeter
+from gnutella_router.traffic.load import LoadSettings, run_load
+from tests.support.peers import running_daemons
+from traffic_models.arrivals import ConstantRate
+from traffic_models.generator import TrafficGenerator
+from traffic_models.mix import PAPER_MIX
 
 INTERVAL = 1.0
 
@@ -168,3 +178,47 @@ def test_statistics_show_the_state() -> None:
     assert stats.reference_rate == pytest.approx(50_000, rel=0.01)
     assert stats.recent[-1].bound
     assert stats.decreased == ctl.decreased >= 2
+
+
+@pytest.mark.e2e
+async def test_a_real_router_resets_its_batch_when_the_load_stops(tmp_path: Path) -> None:
+    """Through a real router on loopback: the controller samples the live stage, its
+    state shows in the stages dump and /metrics, and when the load stops it puts a
+    smaller batch (as left by an earlier search) back to router.batch_size."""
+    overrides = {"batching.interval": 0.2, "batching.window": 3}
+    async with running_daemons(tmp_path, overrides=overrides) as (daemon,):
+        batching = daemon.batching
+        assert batching is not None
+        stage = daemon.router.stage
+        assert batching.max_batch == stage.batch_size == 250
+        traffic = TrafficGenerator(mix=PAPER_MIX, arrivals=ConstantRate(2000), seed=5)
+        settings = LoadSettings(target=daemon.address, peers=3, duration=2.0, drain=0.5)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(run_load, settings, traffic)
+            await trio.sleep(1.5)
+            # A light load finds no batch full: nothing was judged, nothing changed.
+            assert batching.decreased == batching.increased == batching.resets == 0
+            assert batching.rate > 500
+            stage.batch_size = 40
+        await trio.sleep(1.0)  # the load has stopped: a sudden drop
+        assert stage.batch_size == 250
+        assert [(s.action, s.reason) for s in batching.samples if s.action] == [
+            ("reset", "load drop")
+        ]
+        dump = dump_stages(daemon)
+        state = dump["batching"]
+        assert isinstance(state, dict)
+        assert state["batch_size"] == 250
+        assert state["resets"] == 1
+        metrics = render_metrics(metrics_registry(daemon)).decode()
+        assert 'gnutella_batching_changes_total{action="reset"} 1.0' in metrics
+        assert 'gnutella_stage_batch_size{stage="router"} 250.0' in metrics
+
+
+@pytest.mark.e2e
+async def test_off_the_batch_stays_fixed(tmp_path: Path) -> None:
+    overrides = {"batching.enabled": False, "router.batch_size": 100}
+    async with running_daemons(tmp_path, overrides=overrides) as (daemon,):
+        assert daemon.batching is None
+        assert daemon.router.stage.batch_size == 100
+        assert dump_stages(daemon)["batching"] is None
