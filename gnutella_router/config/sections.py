@@ -315,8 +315,6 @@ class BatchingConfig(Section, frozen=True):
     """Share of the reference throughput that may be lost before it counts as degraded."""
     drop_share: Annotated[float, Meta(ge=0, le=0.99)] = 0.5
     """An output rate under this share of its moving average is a sudden drop in load."""
-    overload_share: Annotated[float, Meta(gt=0, le=1)] = 0.5
-    """A queue at this share of router.queue_threshold is overload: the largest batch."""
 
 
 class SheddingConfig(Section, frozen=True):

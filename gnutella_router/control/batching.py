@@ -22,9 +22,18 @@ outside the handler, which is exactly what a smaller batch adds.
 
 The law, every ``interval`` seconds (:meth:`BatchingController.step`, sans-IO):
 
-* Overload: a queue at ``overload_share`` of its threshold or more puts the batch back
-  at its maximum (``router.batch_size``) at once, and no search runs while it lasts.
-  Under overload the stage therefore works as with the fixed default.
+* Collapse: a bound sample whose output rate is under ``1 - 2 x tolerance`` of the
+  reference puts the batch back at its maximum (``router.batch_size``) at once: more
+  was lost than a small increase can be trusted to win back.
+
+Never worse than the fixed default under overload. An overloaded stage is the one whose
+samples are bound (with backpressure its queue sits at its threshold), and the first
+batch it judges is the maximum, the fixed default: that measurement is the reference,
+and no smaller batch is kept whose throughput falls more than ``tolerance`` below it (a
+latency behind a full queue of the queue length over the throughput, so no more than
+that share worse either). A queue being full is not itself a reason to go back to the
+maximum: under backpressure that is the normal state of a saturated stage, where the
+search matters most.
 * Sudden drop: an output rate under ``drop_share`` of its moving average (over the
   last ``window`` samples) resets the batch to its maximum: the measurements made at
   the small batch were for another load, and the search starts again from the top.
@@ -88,7 +97,7 @@ class BatchingSample:
     action: str
     """"", "decreased", "increased" or "reset"."""
     reason: str
-    """"holds", "degraded", "load drop" or "overload" ("" with no action)."""
+    """"holds", "degraded", "load drop" or "collapse" ("" with no action)."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -173,10 +182,13 @@ class BatchingController:
         full = len(self._rates) == self._rates.maxlen
         self._rates.append(rate)
         action = reason = ""
-        if meter.queue_length >= config.overload_share * meter.queue_threshold:
-            self.settled = False
-            if batch < self.max_batch:
-                action, reason = "reset", "overload"
+        if (
+            bound
+            and self.reference_rate
+            and batch < self.max_batch
+            and rate < (1 - 2 * config.tolerance) * self.reference_rate
+        ):
+            action, reason = "reset", "collapse"
         elif full and average > 0 and rate < config.drop_share * average:
             if batch < self.max_batch or self.settled:
                 action, reason = "reset", "load drop"

@@ -79,7 +79,7 @@ def drive(stage: FakeStage, ctl: BatchingController, samples: int, **run: float)
 def test_decreases_while_throughput_holds() -> None:
     # No per-batch cost: throughput is the same at every batch size, so it shrinks to the floor.
     stage = FakeStage()
-    ctl = controller(stage, overload_share=1.0)
+    ctl = controller(stage)
     # The first sample began with an empty queue, so is not bound; then `window` (3) are.
     drive(stage, ctl, 3, arrivals=1e9, per_batch=0.0)
     assert stage.batch_size == 250
@@ -95,7 +95,7 @@ def test_increases_a_little_when_throughput_degrades_then_settles() -> None:
     # 20 us an event and 2 ms a batch: at 250, 8 % of the time is per-batch cost; each
     # decrease costs more, and the 5 % tolerance is crossed at around 160.
     stage = FakeStage()
-    ctl = controller(stage, overload_share=1.0)
+    ctl = controller(stage)
     drive(stage, ctl, 60, arrivals=1e9)
     assert ctl.increased >= 1
     assert ctl.settled
@@ -113,7 +113,7 @@ def test_increases_a_little_when_throughput_degrades_then_settles() -> None:
 
 def test_resets_to_maximum_on_a_sudden_drop() -> None:
     stage = FakeStage()
-    ctl = controller(stage, overload_share=1.0)
+    ctl = controller(stage)
     drive(stage, ctl, 30, arrivals=1e9, per_batch=0.0)
     assert stage.batch_size < 250
     stage.run(arrivals=1000)  # capacity is 50 000/s; a fiftieth of it now
@@ -135,33 +135,40 @@ def test_light_load_changes_nothing() -> None:
     assert ctl.decreased == ctl.increased == ctl.resets == 0
 
 
-def test_overload_puts_the_maximum_back_at_once() -> None:
+def test_a_collapse_under_a_backlog_puts_the_maximum_back_at_once() -> None:
     stage = FakeStage()
-    ctl = controller(stage, overload_share=1.0)
+    ctl = controller(stage)
     drive(stage, ctl, 30, arrivals=1e9, per_batch=0.0)
     assert stage.batch_size < 250
-    ctl.config = BatchingConfig(overload_share=0.5)
-    stage.run(arrivals=1e9, per_batch=0.0)
-    stage.queue_length = 600
+    # Each batch now costs 20 ms: at the small batch, throughput falls far below the
+    # reference in one sample, more than twice the tolerance.
+    stage.run(arrivals=1e9, per_batch=20e-3)
     sample = ctl.step(stage.now)
-    assert (sample.action, sample.reason) == ("reset", "overload")
+    assert (sample.action, sample.reason) == ("reset", "collapse")
     assert stage.batch_size == 250
-    # And no search while it lasts.
-    for _ in range(20):
+    assert ctl.reference_rate == 0.0
+
+
+def test_a_full_queue_alone_does_not_stop_the_search() -> None:
+    # Under backpressure a saturated stage's queue sits at its threshold.
+    stage = FakeStage()
+    ctl = controller(stage)
+    for _ in range(30):
         stage.run(arrivals=1e9, per_batch=0.0)
-        stage.queue_length = 900
+        stage.queue_length = stage.threshold
         ctl.step(stage.now)
-    assert stage.batch_size == 250
+    assert stage.batch_size < 100
+    assert ctl.resets == 0
 
 
 def test_bounds() -> None:
     stage = FakeStage(batch_size=10)
-    ctl = controller(stage, min_batch=8, overload_share=1.0)
+    ctl = controller(stage, min_batch=8)
     drive(stage, ctl, 100, arrivals=1e9, per_batch=0.0)
     assert stage.batch_size == 8  # never under min_batch, at least one less each time
     # The increase never passes the maximum.
     stage = FakeStage(batch_size=20)
-    ctl = controller(stage, min_batch=1, increase=1.0, overload_share=1.0)
+    ctl = controller(stage, min_batch=1, increase=1.0)
     drive(stage, ctl, 100, arrivals=1e9)
     assert all(1 <= s.batch_size <= 20 for s in ctl.samples)
     # A maximum under min_batch: the maximum is the floor.
@@ -170,7 +177,7 @@ def test_bounds() -> None:
 
 def test_statistics_show_the_state() -> None:
     stage = FakeStage()
-    ctl = controller(stage, overload_share=1.0)
+    ctl = controller(stage)
     drive(stage, ctl, 10, arrivals=1e9, per_batch=0.0)
     stats = ctl.statistics()
     assert stats.batch_size == stage.batch_size
