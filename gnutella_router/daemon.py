@@ -33,6 +33,7 @@ import structlog
 import trio
 
 from gnutella_router.config import Config
+from gnutella_router.control.batching import BatchingController
 from gnutella_router.control.governor import ThreadGovernor
 from gnutella_router.logs import set_level
 from gnutella_router.net.connection import Connection, format_address
@@ -95,6 +96,14 @@ class Daemon:
             else None
         )
         """Resizes the router's pool from its queue; None when the configuration has it off."""
+        self.batching = (
+            BatchingController(
+                self.router.stage, config.batching, log=self.log.bind(stage="batching")
+            )
+            if config.batching.enabled
+            else None
+        )
+        """Adapts the router's batch size; None when off (then router.batch_size is fixed)."""
         self.profiler = Profiler(self, config.profiler) if config.profiler.enabled else None
         """Samples queues, pool, RSS and rates; None unless enabled.
 
@@ -221,6 +230,8 @@ class Daemon:
                 await nursery.start(self.router.run_timers)
                 if self.governor is not None:
                     await nursery.start(self.governor.serve)
+                if self.batching is not None:
+                    await nursery.start(self.batching.serve)
                 self._nursery = nursery
                 if self.profiler is not None:
                     await nursery.start(self._run_profiler, self.profiler)

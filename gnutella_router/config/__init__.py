@@ -3,7 +3,7 @@
 Theory of operation
 -------------------
 Settings come in tables (``[node]``, ``[network]``, ``[slow_peer]``, ``[router]``,
-``[catcher]``, ``[log]``, ``[trace]``, ``[governor]``, ``[shedding]``, ``[admin]``,
+``[catcher]``, ``[log]``, ``[trace]``, ``[governor]``, ``[batching]``, ``[shedding]``, ``[admin]``,
 ``[profiler]``), one frozen msgspec struct each (:mod:`.sections`), gathered in
 :class:`Config`. Precedence, lowest first: the built-in defaults, the file, then
 overrides given as dotted keys (``{"network.max_ttl": 5}``), which is how command-line
@@ -32,6 +32,7 @@ from gnutella_router.config.rules import ConfigError, parse_host_port
 from gnutella_router.config.sections import (
     AbuseConfig,
     AdminConfig,
+    BatchingConfig,
     CatcherConfig,
     Config,
     GovernorConfig,
@@ -51,6 +52,7 @@ from gnutella_router.config.sections import (
 __all__ = [
     "AbuseConfig",
     "AdminConfig",
+    "BatchingConfig",
     "CatcherConfig",
     "Config",
     "ConfigError",

@@ -317,6 +317,26 @@ class GovernorConfig(Section, frozen=True):
     fifth more threads than the load keeps busy)."""
 
 
+class BatchingConfig(Section, frozen=True):
+    """The router stage's batching controller (SEDA's): on, ``router.batch_size`` is the
+    largest batch and the one it starts from; off, every batch may hold that many."""
+
+    enabled: bool = True
+    interval: Annotated[float, Meta(ge=0.05, le=3600)] = 1.0
+    min_batch: Annotated[int, Meta(ge=1, le=65536)] = 8
+    window: Annotated[int, Meta(ge=1, le=1000)] = 3
+    """Samples in the moving average of the output rate, and bound samples judged per
+    batch size."""
+    decrease: Annotated[float, Meta(ge=0.1, le=0.99)] = 0.8
+    """Factor the batch is multiplied by while throughput holds."""
+    increase: Annotated[float, Meta(gt=0, le=1)] = 0.1
+    """Share of the largest batch added when throughput degrades."""
+    tolerance: Annotated[float, Meta(ge=0, le=0.9)] = 0.05
+    """Share of the reference throughput that may be lost before it counts as degraded."""
+    drop_share: Annotated[float, Meta(ge=0, le=0.99)] = 0.5
+    """An output rate under this share of its moving average is a sudden drop in load."""
+
+
 class SheddingConfig(Section, frozen=True):
     """What the router's queue refuses under overload (:mod:`gnutella_router.control.shedding`)."""
 
@@ -426,6 +446,7 @@ class Config(Section, frozen=True):
     log: LogConfig = msgspec.field(default_factory=LogConfig)
     trace: TraceConfig = msgspec.field(default_factory=TraceConfig)
     governor: GovernorConfig = msgspec.field(default_factory=GovernorConfig)
+    batching: BatchingConfig = msgspec.field(default_factory=BatchingConfig)
     shedding: SheddingConfig = msgspec.field(default_factory=SheddingConfig)
     abuse: AbuseConfig = msgspec.field(default_factory=AbuseConfig)
     admin: AdminConfig = msgspec.field(default_factory=AdminConfig)
@@ -454,6 +475,12 @@ class Config(Section, frozen=True):
             self.router.queue_threshold > 0 or self.shedding.policy == "backpressure",
             "shedding.policy",
             "must be backpressure when router.queue_threshold is 0 (no bound to shed at)",
+        )
+        self._require(
+            not self.batching.enabled or self.batching.min_batch <= batch,
+            "batching.min_batch",
+            f"must not exceed router.batch_size ({batch}), the largest batch the batching "
+            "controller may choose",
         )
         # One router batch can land on a connection between two of its writes; a threshold
         # below two batches would close healthy, fast peers.

@@ -365,16 +365,19 @@ def dump_stages(daemon: RouterView) -> dict[str, object]:
 
     ``stages`` maps each name in the daemon's registry to its statistics; the stages
     proper (``router``, ``catcher``) have a ``queue`` with its length and threshold,
-    and ``pool_size``/``busy_workers``. ``governor`` is ``None`` when it is off, and
+    and ``pool_size``/``batch_size``/``busy_workers``. ``governor`` is ``None`` when it is
+    off, ``batching`` (the batching controller's batch size, rates and samples) too, and
     ``admission`` (the response-time controller's rate, p90 and samples) unless the
     shedding policy is ``response-time``.
     """
     governor = daemon.governor
+    batching = daemon.batching
     shedder = daemon.router.shedder
     controller = None if shedder is None else shedder.controller
     return {
         "stages": jsonable(daemon.registry.statistics()),
         "governor": None if governor is None else jsonable(governor.statistics()),
+        "batching": None if batching is None else jsonable(batching.statistics()),
         "admission": None if controller is None else jsonable(controller.state()),
     }
 

@@ -45,6 +45,7 @@ from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_late
 from prometheus_client.registry import Collector
 
 from gnutella_router import __version__
+from gnutella_router.control.batching import BatchingStatistics
 from gnutella_router.control.response_time import ControllerState
 from gnutella_router.observe.view import RouterView
 from gnutella_router.runtime.histogram import HistogramSnapshot
@@ -92,6 +93,8 @@ class DaemonCollector(Collector):
         yield from self._stages(daemon)
         yield from self._outgoing(daemon)
         yield from self._catcher(daemon)
+        if daemon.batching is not None:
+            yield from _batching(daemon.batching.statistics())
         info = GaugeMetricFamily(
             "gnutella_router_info",
             "The node: version and servent GUID.",
@@ -318,6 +321,11 @@ class DaemonCollector(Collector):
             "pool": GaugeMetricFamily(
                 "gnutella_stage_pool_size", "Workers the stage is set to run.", labels=["stage"]
             ),
+            "batch": GaugeMetricFamily(
+                "gnutella_stage_batch_size",
+                "Most events a worker takes per batch (fixed, or the batching controller's).",
+                labels=["stage"],
+            ),
             "busy": GaugeMetricFamily(
                 "gnutella_stage_busy_workers", "Workers handling a batch now.", labels=["stage"]
             ),
@@ -347,6 +355,7 @@ class DaemonCollector(Collector):
             families["admitted"].add_metric([name], queue.admitted)
             families["refused"].add_metric([name], queue.refused)
             families["pool"].add_metric([name], stats.pool_size)
+            families["batch"].add_metric([name], stats.batch_size)
             families["busy"].add_metric([name], stats.busy_workers)
             families["events"].add_metric([name], stats.events)
             for key, family in histograms.items():
@@ -408,6 +417,30 @@ def metrics_registry(daemon: RouterView) -> CollectorRegistry:
 def render_metrics(registry: CollectorRegistry) -> bytes:
     """The text exposition of ``registry``; call it on the trio thread."""
     return generate_latest(registry)
+
+
+def _batching(stats: BatchingStatistics) -> Iterator[Metric]:
+    """The batching controller's state (when it is on)."""
+    yield GaugeMetricFamily(
+        "gnutella_batching_rate",
+        "The router's output rate, events/s, moving average of the batching controller.",
+        value=stats.rate,
+    )
+    yield GaugeMetricFamily(
+        "gnutella_batching_reference_rate",
+        "Best output rate measured at a larger batch since the last reset, events/s.",
+        value=stats.reference_rate,
+    )
+    decisions = CounterMetricFamily(
+        "gnutella_batching_changes",
+        "Changes of the router's batch size by the batching controller, by action.",
+        labels=["action"],
+    )
+    _by_label(
+        decisions,
+        {"decreased": stats.decreased, "increased": stats.increased, "reset": stats.resets},
+    )
+    yield decisions
 
 
 def _admission(state: ControllerState) -> Iterator[Metric]:

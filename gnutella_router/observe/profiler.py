@@ -66,6 +66,8 @@ class ProfileSample:
     busy_workers: int
     blocking: int
     """Router handlers waiting on a thread (the injected query delay)."""
+    batch_size: int
+    """The router's batch size (the batching controller's choice, or the fixed one)."""
     outgoing_messages: int
     """Messages waiting on every outgoing queue."""
     outgoing_bytes: int
@@ -221,6 +223,7 @@ class Profiler:
             pool_size=stage.pool_size,
             busy_workers=stage._busy,
             blocking=stage._blocking,
+            batch_size=stage.batch_size,
             outgoing_messages=total_messages,
             outgoing_bytes=total_bytes,
             connections=len(connections),
@@ -299,6 +302,7 @@ class Profiler:
 
     def as_dict(self) -> dict[str, Any]:
         governor = self.daemon.governor
+        batching = self.daemon.batching
         offset = self.started_at or 0.0
         return {
             "format": FORMAT_VERSION,
@@ -317,6 +321,17 @@ class Profiler:
                 "samples": [
                     {**dataclasses.asdict(s), "at": round(s.at - offset, 4)}
                     for s in governor.samples
+                ],
+            },
+            "batching": None
+            if batching is None
+            else {
+                "decreased": batching.decreased,
+                "increased": batching.increased,
+                "resets": batching.resets,
+                "samples": [
+                    {**dataclasses.asdict(s), "at": round(s.at - offset, 4)}
+                    for s in batching.samples
                 ],
             },
             "samples": [s.as_dict() for s in self.samples],
@@ -339,6 +354,7 @@ class Profiler:
                 "pool_size",
                 "busy_workers",
                 "blocking",
+                "batch_size",
                 "connections",
                 "outgoing_messages",
                 "outgoing_bytes",
@@ -359,6 +375,7 @@ class Profiler:
                     s.pool_size,
                     s.busy_workers,
                     s.blocking,
+                    s.batch_size,
                     s.connections,
                     s.outgoing_messages,
                     s.outgoing_bytes,

@@ -17,6 +17,7 @@ from typing import Protocol
 import structlog
 
 from gnutella_router.config import Config
+from gnutella_router.control.batching import BatchingController
 from gnutella_router.control.governor import ThreadGovernor
 from gnutella_router.observe.recorder import Recorder
 from gnutella_router.runtime.stage import StageRegistry
@@ -62,6 +63,9 @@ class RouterView(Protocol):
 
     @property
     def governor(self) -> ThreadGovernor | None: ...
+
+    @property
+    def batching(self) -> BatchingController | None: ...
 
     @property
     def profiler(self) -> ProfileSource | None: ...

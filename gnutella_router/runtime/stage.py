@@ -315,6 +315,8 @@ class StageStatistics:
     queue: QueueStatistics
     pool_size: int
     """Workers the stage is set to run (the governor's knob)."""
+    batch_size: int
+    """Most events a worker takes per batch (the batching controller's knob)."""
     workers: int
     """Workers actually alive (differs from pool_size briefly while resizing)."""
     busy_workers: int
@@ -358,6 +360,26 @@ class StageMeter:
     """Seconds the queue has been closed to arrivals (see :meth:`StageQueue.closed_seconds`)."""
     peak_busy: int
     """Most workers busy at once since the previous meter (see :meth:`Stage.take_peak_busy`)."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class BatchMeter:
+    """A stage's batch totals at one instant, for the batching controller.
+
+    Separate from :class:`StageMeter`: reading it has no side effect (that one takes the
+    busy peak), so both controllers can sample the same stage.
+    """
+
+    at: float
+    batch_size: int
+    queue_length: int
+    queue_threshold: int
+    events: int
+    """Events ever handled."""
+    batches: int
+    """Batches ever handled."""
+    busy_seconds: float
+    """Worker-seconds spent in finished batches."""
 
 
 class _Worker:
@@ -587,12 +609,25 @@ class Stage(Generic[T]):
             peak_busy=self.take_peak_busy(),
         )
 
+    def batch_meter(self, now: float) -> BatchMeter:
+        """The stage's batch totals at ``now``, for the batching controller (no side effect)."""
+        return BatchMeter(
+            at=now,
+            batch_size=self.batch_size,
+            queue_length=len(self.queue),
+            queue_threshold=self.queue.threshold,
+            events=self.events,
+            batches=self.batches,
+            busy_seconds=self._busy_seconds,
+        )
+
     def statistics(self) -> StageStatistics:
         idle = 0.0 if self._busy else max(0.0, _now() - self._idle_since)
         return StageStatistics(
             name=self.name,
             queue=self.queue.statistics(),
             pool_size=self._pool_size,
+            batch_size=self.batch_size,
             workers=len(self._workers),
             busy_workers=self._busy,
             blocking_in_progress=self._blocking,

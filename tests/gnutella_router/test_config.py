@@ -576,6 +576,27 @@ class TestCommandLine:
         assert config_from_args(argparse.Namespace()) == Config()
 
 
+class TestBatching:
+    def test_on_by_default_with_router_batch_size_as_its_maximum(self) -> None:
+        config = load_config()
+        assert config.batching.enabled
+        assert config.router.batch_size == 250
+
+    def test_min_batch_must_not_exceed_the_largest_batch(self) -> None:
+        with pytest.raises(ConfigError) as caught:
+            load_config(overrides={"router.batch_size": 4})
+        assert caught.value.key == "batching.min_batch"
+        assert "router.batch_size (4)" in str(caught.value)
+        # Off, the batch is fixed and min_batch does not matter.
+        fixed = load_config(
+            overrides={
+                "router.batch_size": 4,
+                "batching.enabled": False,
+            }
+        )
+        assert fixed.router.batch_size == 4
+
+
 class TestDumps:
     def test_the_dict_is_plain_data(self) -> None:
         tables = config_as_dict(load_config(overrides={"catcher.seeds": ["10.0.0.1:6346"]}))
@@ -588,6 +609,7 @@ class TestDumps:
             "log",
             "trace",
             "governor",
+            "batching",
             "shedding",
             "abuse",
             "admin",
