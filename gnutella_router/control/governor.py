@@ -150,6 +150,11 @@ class GovernorSample:
     """Workers the load needs with the headroom (littles-law), backlog threads excluded."""
     backlog_threads: int
     """Threads lent for a backlog, included in pool_size."""
+    thread_ms: float = 0.0
+    """Milliseconds a blocking call waited on its thread in this sample, on average (the
+    work plus the hand-off); 0 with none."""
+    turn_wait_ms: float = 0.0
+    """Milliseconds it then waited for the stage's turn, on average; 0 with none."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -235,6 +240,11 @@ class ThreadGovernor:
         handled = meter.events - last.events
         rate = self._rate = handled / elapsed
         pool = meter.pool_size
+        calls = meter.blocking_calls - last.blocking_calls
+        thread_ms = turn_wait_ms = 0.0
+        if calls > 0:
+            thread_ms = (meter.thread_seconds - last.thread_seconds) / calls * 1000.0
+            turn_wait_ms = (meter.turn_wait_seconds - last.turn_wait_seconds) / calls * 1000.0
         if handled > 0 and elapsed >= SHORTEST_SAMPLE:
             self.service_time = max(0.0, meter.busy_seconds - last.busy_seconds) / handled
         closed = min(elapsed, max(0.0, meter.closed_seconds - last.closed_seconds))
@@ -285,6 +295,8 @@ class ThreadGovernor:
             load=self.load,
             needed=self.needed,
             backlog_threads=self.backlog_threads,
+            thread_ms=thread_ms,
+            turn_wait_ms=turn_wait_ms,
         )
         self.samples.append(sample)
         return sample
