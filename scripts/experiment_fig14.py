@@ -602,12 +602,14 @@ def write_comparison(results: list[dict[str, Any]], args: argparse.Namespace, ra
     runs = max(
         (sum(1 for r in results if r.get("compared") == key) for key, *_ in COMPARED), default=0
     )
+    # Only a warmup other than the default is named in the command to rerun.
+    warmup = "" if args.warmup == 20.0 else f" --warmup {args.warmup:g}"
     lines = [
-        f"Measured {date} on {machine()}; {runs} runs of {args.duration:g} s per configuration "
+        f"Measured {date} on {machine()}; {runs} run{'s' if runs != 1 else ''} of {args.duration:g} s per configuration "
         f"at {rate} messages/s (the paper's mix, `router.query_delay_ms = 20`), the "
         f"configurations interleaved, steady state from {args.warmup:g} s; "
         f"`python scripts/experiment_fig14.py --compare --repeat {args.repeat} "
-        f"--duration {args.duration:g} --write`; {load_average_text(results)}.",
+        f"--duration {args.duration:g}{warmup} --write`; {load_average_text(results)}.",
         "",
         "Pools come from the profiler (every 0.1 s): the peak and the last sample of each run. "
         "The measured load is the littles-law governor's own estimate (arrival rate x service "
