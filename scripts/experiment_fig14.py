@@ -605,7 +605,8 @@ def write_comparison(results: list[dict[str, Any]], args: argparse.Namespace, ra
     # Only a warmup other than the default is named in the command to rerun.
     warmup = "" if args.warmup == 20.0 else f" --warmup {args.warmup:g}"
     lines = [
-        f"Measured {date} on {machine()}; {runs} run{'s' if runs != 1 else ''} of {args.duration:g} s per configuration "
+        f"Measured {date} on {machine()}; {runs} run{'s' if runs != 1 else ''} of "
+        f"{args.duration:g} s per configuration "
         f"at {rate} messages/s (the paper's mix, `router.query_delay_ms = 20`), the "
         f"configurations interleaved, steady state from {args.warmup:g} s; "
         f"`python scripts/experiment_fig14.py --compare --repeat {args.repeat} "
