@@ -281,6 +281,9 @@ def one_run(
             if s["action"]
         ],
         "steady_load": statistics.median(loads) if loads else None,
+        # Where a query's time goes, over the whole run: on its thread (the delay plus the
+        # hand-off there and back), then waiting for the stage's turn back.
+        **blocking_split(profile.get("router_stage") or {}),
         "load_average": [load_before, load_after],
         "last_addition_s": additions[-1] if additions else None,
         "final_pool": samples[-1]["pool_size"] if samples else None,
@@ -292,6 +295,19 @@ def one_run(
     }
     (out / f"result-{name}.json").write_text(json.dumps(result, indent=2))
     return result
+
+
+def blocking_split(stage: dict[str, Any]) -> dict[str, float | None]:
+    """Milliseconds per blocking call on its thread and waiting for the turn back, and
+    the worker time per event handled (all events), from the stage's totals."""
+    calls, events = stage.get("blocking_calls") or 0, stage.get("events") or 0
+    return {
+        "thread_ms": stage["thread_seconds"] / calls * 1000 if calls else None,
+        "turn_wait_ms": stage["turn_wait_seconds"] / calls * 1000 if calls else None,
+        "busy_ms_per_event": stage["busy_seconds"] / events * 1000 if events else None,
+        "blocking_calls": calls,
+        "events": events,
+    }
 
 
 # --- figures -------------------------------------------------------------------------
@@ -508,6 +524,8 @@ def compare(rate: int, args: argparse.Namespace, out: Path) -> list[dict[str, An
                 f"{name}: pool {result['peak_pool']} peak / {result['final_pool']} final, "
                 f"last addition {result['last_addition_s']}, ping {ms(result['steady']['ping'])}"
                 f"  query {ms(result['steady']['query'])} ms (steady), "
+                f"per query {result['thread_ms'] or 0:.2f} ms on its thread, "
+                f"{result['turn_wait_ms'] or 0:.2f} ms turn wait, "
                 f"load average {result['load_average'][1]:.2f} "
                 f"[{time.monotonic() - started:.0f} s]",
                 flush=True,
@@ -525,8 +543,9 @@ def comparison_table(results: list[dict[str, Any]]) -> list[str]:
         "| configuration | runs | peak pool, each run | final pool, each run "
         "| last addition, median (range) | ping mean / p99 ms, steady, median "
         "| query mean / p99 ms, steady, median | query mean ms, whole run, median "
-        "| measured load (workers), median | peak router queue, median |",
-        "|---|---:|---|---|---:|---:|---:|---:|---:|---:|",
+        "| measured load (workers), median | per query: on its thread / turn wait ms, median "
+        "| peak router queue, median |",
+        "|---|---:|---|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for key, label, *_ in COMPARED:
         runs = [r for r in results if r.get("compared") == key]
@@ -545,12 +564,15 @@ def comparison_table(results: list[dict[str, Any]]) -> list[str]:
         whole = median_of([(r["whole"]["query"] or {}).get("mean_ms") for r in runs])
         load = median_of([r.get("steady_load") for r in runs])
         queue = median_of([r["peak_queue"] for r in runs])
+        on_thread = median_of([r.get("thread_ms") for r in runs])
+        turn_wait = median_of([r.get("turn_wait_ms") for r in runs])
+        split = "-" if on_thread is None else f"{on_thread:.2f} / {turn_wait or 0.0:.2f}"
         lines.append(
             f"| {label} | {len(runs)} "
             f"| {', '.join(str(r['peak_pool']) for r in runs)} "
             f"| {', '.join(str(r['final_pool']) for r in runs)} | {last} "
             f"| {cells[0]} | {cells[1]} | {'-' if whole is None else f'{whole:,.1f}'} "
-            f"| {'-' if load is None else f'{load:.2f}'} "
+            f"| {'-' if load is None else f'{load:.2f}'} | {split} "
             f"| {'-' if queue is None else f'{queue:,.0f}'} |"
         )
     return lines
@@ -594,12 +616,15 @@ def write_comparison(results: list[dict[str, Any]], args: argparse.Namespace, ra
     runs = max(
         (sum(1 for r in results if r.get("compared") == key) for key, *_ in COMPARED), default=0
     )
+    # Only a warmup other than the default is named in the command to rerun.
+    warmup = "" if args.warmup == 20.0 else f" --warmup {args.warmup:g}"
     lines = [
-        f"Measured {date} on {machine()}; {runs} runs of {args.duration:g} s per configuration "
+        f"Measured {date} on {machine()}; {runs} run{'s' if runs != 1 else ''} of "
+        f"{args.duration:g} s per configuration "
         f"at {rate} messages/s (the paper's mix, `router.query_delay_ms = 20`), the "
         f"configurations interleaved, steady state from {args.warmup:g} s; "
         f"`python scripts/experiment_fig14.py --compare --repeat {args.repeat} "
-        f"--duration {args.duration:g} --write`; {load_average_text(results)}.",
+        f"--duration {args.duration:g}{warmup} --write`; {load_average_text(results)}.",
         "",
         "Pools come from the profiler (every 0.1 s): the peak and the last sample of each run. "
         "The measured load is the littles-law governor's own estimate (arrival rate x service "

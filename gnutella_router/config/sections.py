@@ -307,8 +307,12 @@ class GovernorConfig(Section, frozen=True):
     for a backlog that would not drain otherwise; queue-threshold: SEDA's original rule,
     a thread more at each sample that finds the queue at ``threshold``."""
     interval: Annotated[float, Meta(ge=0.1, le=3600)] = 2.0
-    threshold: Annotated[int, Meta(ge=1, le=1_000_000)] = 1000
-    """The queue length that is a backlog (littles-law) or that adds a thread (queue-threshold)."""
+    threshold: Annotated[int, Meta(ge=1, le=1_000_000)] = 100
+    """The queue length that is a backlog (littles-law) or that adds a thread
+    (queue-threshold). Its own setting, below ``router.queue_threshold`` (the queue's hard
+    bound, 1000): at the bound the router stops reading, so a threshold equal to it
+    would mean "full", and the growth of the backlog behind a full queue cannot be seen.
+    100, the threshold of the paper's thread pool controller for the web server's stages."""
     max_threads: Annotated[int, Meta(ge=1, le=1024)] = 20
     idle_timeout: Seconds = 5.0
     thrashing_guard: bool = False
@@ -465,10 +469,11 @@ class Config(Section, frozen=True):
             f"must not exceed network.max_connections ({most})",
         )
         self._require(
-            not self.governor.enabled or self.governor.threshold <= queue,
+            not self.governor.enabled or self.governor.threshold < queue,
             "governor.threshold",
-            f"must not exceed router.queue_threshold ({queue}): the queue never gets longer, "
-            "so the governor would never act",
+            f"must be below router.queue_threshold ({queue}): the queue never gets longer, "
+            "and at its bound the router stops reading, so a backlog would look like a full "
+            "queue and its growth could not be seen",
         )
         # Shedding thresholds are shares of the queue's bound, meaningless without one.
         self._require(

@@ -44,6 +44,11 @@ pool, at most ``max_threads``), growing one thread per sample:
   the queue is under a tenth of ``threshold``. The same wait covers an arrival rate that
   rose while the queue was closed and so could not be measured: the pool then grows a
   thread at a time, each after the previous one had the time to show its effect.
+* A backlog that comes back. A load a hair over a whole number (3.01 workers: within
+  ``TOLERANCE``, so 3 are needed) builds a backlog slowly; a backlog thread drains it and
+  goes back, and the backlog builds again, minutes later: the pool would flap. So when a
+  backlog needs a thread again at no less than the load at which the last one went back,
+  the thread is the load's (a "relapse"), kept like any other until the load falls.
 * Never while falling: no thread is added while the queue is falling, since the last
   change is still working it off.
 * Shrinking: when no sample within ``idle_timeout`` needed the pool, one thread is
@@ -55,8 +60,11 @@ pool, at most ``max_threads``), growing one thread per sample:
 S as measured includes what the blocking work costs beyond its own duration (the
 hand-off to a thread and back, waiting for the stage's turn, the events routed in the
 same batch), so a real load is rarely a whole number. In the paper's experiment on this
-router the measured load is a little over 3 workers, and the governor keeps 4: with 3,
-the queue grows without bound (docs/experiments.md, Fig. 14).
+router the measured load is a little over 3 workers, and the governor keeps 4. The
+paper's 3 is the load with nothing to spare: 3 workers blocked 20 ms per query handle
+exactly 150 queries/s, so any cost beyond the 20 ms (and the randomness of the arrivals)
+makes a pool of 3 fall behind for good (docs/experiments.md, "The governor at Little's
+law", has the measured split of a query's time).
 
 ``queue-threshold`` (SEDA's original rule, kept for comparison):
 
@@ -109,6 +117,9 @@ FALLING_SHARE = 0.05
 SHRINK_MARGIN = 0.1
 """Workers to spare in the smaller pool before one is removed (hysteresis)."""
 TOLERANCE = 0.02
+RELAPSE_SHARE = 0.05
+"""A backlog that needs a thread again at a load no more than this share under the one at
+which its last backlog thread went back is the same load: the thread stays (a relapse)."""
 """A load this close above a whole number of workers is that number: one event more or
 less in a sample must not buy a worker (if such a pool falls behind, the backlog rule
 lends it one)."""
@@ -137,7 +148,8 @@ class GovernorSample:
     action: str
     """"", "added", "removed" or "reverted"."""
     reason: str
-    """Why: "load", "backlog", "backlog gone", "idle", "queue" or "no gain" ("" with no action)."""
+    """Why: "load", "backlog", "relapse", "backlog gone", "idle", "queue" or "no gain" ("" with
+    no action)."""
     arrival_rate: float
     """Events arriving per second, as last measured (littles-law)."""
     measured: bool
@@ -150,6 +162,11 @@ class GovernorSample:
     """Workers the load needs with the headroom (littles-law), backlog threads excluded."""
     backlog_threads: int
     """Threads lent for a backlog, included in pool_size."""
+    thread_ms: float = 0.0
+    """Milliseconds a blocking call waited on its thread in this sample, on average (the
+    work plus the hand-off); 0 with none."""
+    turn_wait_ms: float = 0.0
+    """Milliseconds it then waited for the stage's turn, on average; 0 with none."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -215,6 +232,8 @@ class ThreadGovernor:
         """Throughput over the sample being taken (events handled per second)."""
         self._rate_before_add: float | None = None
         self._held = False
+        self._returned_load: float | None = None
+        """The load when a backlog thread last went back (littles-law), for relapses."""
 
     async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Sample and act every ``interval`` seconds, until cancelled."""
@@ -235,6 +254,11 @@ class ThreadGovernor:
         handled = meter.events - last.events
         rate = self._rate = handled / elapsed
         pool = meter.pool_size
+        calls = meter.blocking_calls - last.blocking_calls
+        thread_ms = turn_wait_ms = 0.0
+        if calls > 0:
+            thread_ms = (meter.thread_seconds - last.thread_seconds) / calls * 1000.0
+            turn_wait_ms = (meter.turn_wait_seconds - last.turn_wait_seconds) / calls * 1000.0
         if handled > 0 and elapsed >= SHORTEST_SAMPLE:
             self.service_time = max(0.0, meter.busy_seconds - last.busy_seconds) / handled
         closed = min(elapsed, max(0.0, meter.closed_seconds - last.closed_seconds))
@@ -285,6 +309,8 @@ class ThreadGovernor:
             load=self.load,
             needed=self.needed,
             backlog_threads=self.backlog_threads,
+            thread_ms=thread_ms,
+            turn_wait_ms=turn_wait_ms,
         )
         self.samples.append(sample)
         return sample
@@ -327,12 +353,16 @@ class ThreadGovernor:
             self._needed_at = now
         if self.backlog_threads and not backlog and length <= gone:
             self.backlog_threads -= 1
+            self._returned_load = self.load
             return self._change(now, pool - 1, length, "removed", "backlog gone")
         if self._held or falling or pool >= config.max_threads:
             pass
         elif self.needed > pool:
             return self._change(now, pool + 1, length, "added", "load", judge=backlog)
         elif backlog and now - self._changed_at >= self._drain_wait(pool, effective):
+            returned, self._returned_load = self._returned_load, None
+            if returned is not None and self.load >= returned * (1.0 - RELAPSE_SHARE):
+                return self._change(now, pool + 1, length, "added", "relapse", judge=True)
             self.backlog_threads += 1
             return self._change(now, pool + 1, length, "added", "backlog", judge=True)
         if pool > self.initial_pool_size and now - self._needed_at >= config.idle_timeout:

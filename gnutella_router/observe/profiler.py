@@ -312,6 +312,7 @@ class Profiler:
             "taken": self.taken,
             "statistics": dataclasses.asdict(self.statistics()),
             "router": dataclasses.asdict(self.daemon.router.statistics()),
+            "router_stage": dataclasses.asdict(self.daemon.router.stage.statistics()),
             "governor": None
             if governor is None
             else {

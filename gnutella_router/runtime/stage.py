@@ -332,6 +332,12 @@ class StageStatistics:
     """Per batch: how long its oldest event waited in the queue, in seconds."""
     service_time: HistogramSnapshot
     """Per batch: how long the handler took, blocking work included, in seconds."""
+    busy_seconds: float = 0.0
+    """Worker-seconds spent in finished batches (see :class:`StageMeter`)."""
+    blocking_calls: int = 0
+    thread_seconds: float = 0.0
+    turn_wait_seconds: float = 0.0
+    """Totals of the blocking calls (see :class:`StageMeter`): where the slow events' time goes."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -360,6 +366,14 @@ class StageMeter:
     """Seconds the queue has been closed to arrivals (see :meth:`StageQueue.closed_seconds`)."""
     peak_busy: int
     """Most workers busy at once since the previous meter (see :meth:`Stage.take_peak_busy`)."""
+    blocking_calls: int = 0
+    """Blocking calls finished (:meth:`Stage.run_blocking`): where the time of the slow
+    events goes, for the governor's samples."""
+    thread_seconds: float = 0.0
+    """Seconds those calls waited on their threads: the work itself plus the hand-off to
+    the thread and back (and a wait for a free thread, if any)."""
+    turn_wait_seconds: float = 0.0
+    """Seconds they then waited to get the stage's turn back, while another worker routed."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -435,6 +449,9 @@ class Stage(Generic[T]):
         """Worker-seconds spent in finished batches (see :class:`StageMeter`)."""
         self._idle_since = 0.0
         self._blocking = 0
+        self._blocking_calls = 0
+        self._thread_seconds = 0.0
+        self._turn_wait_seconds = 0.0
         self.queue_wait = SecondsHistogram()
         self.service_time = SecondsHistogram()
         self.response_observer: Callable[[float, float, T], None] | None = None
@@ -562,7 +579,12 @@ class Stage(Generic[T]):
         given up for the wait, so other workers route meanwhile, and taken back after.
         """
         async with self.turn_released():
-            return await trio.to_thread.run_sync(function, *args, limiter=self.limiter)
+            started = trio.current_time()
+            try:
+                return await trio.to_thread.run_sync(function, *args, limiter=self.limiter)
+            finally:
+                self._blocking_calls += 1
+                self._thread_seconds += trio.current_time() - started
 
     @contextlib.asynccontextmanager
     async def turn_released(self) -> AsyncIterator[None]:
@@ -578,7 +600,9 @@ class Stage(Generic[T]):
             yield
         finally:
             self._blocking -= 1
+            waiting = trio.current_time()
             await self._turn.acquire()
+            self._turn_wait_seconds += trio.current_time() - waiting
 
     def take_peak_busy(self) -> int:
         """Most workers busy at once (blocked in a thread included) since the last call.
@@ -607,6 +631,9 @@ class Stage(Generic[T]):
             busy_seconds=self._busy_seconds,
             closed_seconds=self.queue.closed_seconds(now),
             peak_busy=self.take_peak_busy(),
+            blocking_calls=self._blocking_calls,
+            thread_seconds=self._thread_seconds,
+            turn_wait_seconds=self._turn_wait_seconds,
         )
 
     def batch_meter(self, now: float) -> BatchMeter:
@@ -634,6 +661,10 @@ class Stage(Generic[T]):
             batches=self.batches,
             events=self.events,
             handler_errors=self.handler_errors,
+            busy_seconds=self._busy_seconds,
+            blocking_calls=self._blocking_calls,
+            thread_seconds=self._thread_seconds,
+            turn_wait_seconds=self._turn_wait_seconds,
             idle_seconds=idle,
             queue_wait=self.queue_wait.snapshot(),
             service_time=self.service_time.snapshot(),

@@ -229,6 +229,79 @@ def test_a_load_just_over_3_settles_at_4_and_adds_nothing_while_the_backlog_drai
     assert stage.queue <= 1000 * TICK
 
 
+def test_steps_up_and_down_settle_without_overshoot_or_flapping() -> None:
+    """100 -> 1000 -> 400 -> 100 msgs/s of the paper's mix (3 ms a message on average):
+    0.3, 3, 1.2 and 0.3 workers. Up, the pool takes the load's 3 plus one thread lent for
+    the backlog built on the way, given back once it is gone; down, it follows the load
+    one thread per idle timeout, and nothing is added on the way down."""
+    stage = FluidStage(arrival=100, service=0.003)
+    governor = governor_for(stage, idle_timeout=5.0)
+    low = drive(stage, governor, 20)
+    stage.arrival = 1000
+    high = drive(stage, governor, 50)
+    stage.arrival = 400
+    middle = drive(stage, governor, 50)
+    stage.arrival = 100
+    end = drive(stage, governor, 40)
+    assert not changes(low)
+    assert max(s.pool_size for s in high) == 4  # 3 for the load, 1 lent for the backlog
+    assert high[-1].pool_size == 3
+    assert [s.reason for s in high if s.action] == ["load", "load", "backlog", "backlog gone"]
+    assert middle[-1].pool_size == 2  # ceil(1.2)
+    assert {s.action for s in middle if s.action} == {"removed"}
+    assert end[-1].pool_size == 1
+    assert {s.action for s in end if s.action} == {"removed"}
+    # Settled: no change in the last 20 s of any step.
+    for step in (high, middle, end):
+        assert not [s for s in step if s.action and s.at > step[-1].at - 20]
+    assert stage.queue <= 1000 * TICK
+
+
+def test_a_backlog_is_seen_before_the_queue_is_full() -> None:
+    """A load a hair over the pool's capacity (3.0075 workers against 3: within the
+    tolerance, so 3 are needed) builds its backlog slowly; with the threshold (100) below
+    the queue's bound (1000) it is seen while the queue is still open."""
+    seen = {}
+    for threshold in (100, 999):
+        stage = FluidStage(arrival=150, service=0.02005, pool=3)
+        governor = governor_for(stage, threshold=threshold)
+        governor.initial_pool_size = 1  # started from 1, already grown to 3
+        seen[threshold] = [s for s in drive(stage, governor, 300) if s.action]
+    assert [(s.reason, s.pool_size, s.measured) for s in seen[100][:1]] == [("backlog", 4, True)]
+    assert seen[100][0].queue_length < 200
+    assert not seen[999]  # at the bound the backlog of 5 minutes is not even seen
+
+
+def test_a_backlog_that_comes_back_keeps_its_thread() -> None:
+    """The backlog thread goes back once the backlog is gone; when the same load builds it
+    again, the thread stays (a relapse), instead of coming and going every few minutes."""
+    stage = FluidStage(arrival=150, service=0.02005, pool=3)
+    governor = governor_for(stage, threshold=100)
+    governor.initial_pool_size = 1
+    samples = drive(stage, governor, 1200)
+    assert [(s.reason, s.pool_size) for s in samples if s.action] == [
+        ("backlog", 4),
+        ("backlog gone", 3),
+        ("relapse", 4),
+    ]
+    assert samples[-1].pool_size == 4
+    assert stage.queue < 10
+
+
+def test_the_samples_split_a_blocking_call_into_thread_time_and_turn_wait() -> None:
+    stage = ScriptedStage(pool=3)
+    governor = governor_for(stage)
+    stage.advance(2.0, arrivals=150, handled=150, service=0.0205, queue=0)
+    meter = stage.meter(2.0)
+    stage.meter = lambda now: dataclasses.replace(  # type: ignore[method-assign]
+        meter, blocking_calls=300, thread_seconds=300 * 0.0202, turn_wait_seconds=300 * 0.0003
+    )
+    sample = governor.step(2.0)
+    assert sample.thread_ms == pytest.approx(20.2)
+    assert sample.turn_wait_ms == pytest.approx(0.3)
+    assert sample.service_ms == pytest.approx(20.5)
+
+
 def test_the_queue_threshold_rule_overshoots_behind_a_full_queue() -> None:
     """Why the default changed: each sample while the backlog drains adds a thread."""
     stage = FluidStage(arrival=1000, service=0.003)
@@ -457,6 +530,21 @@ def test_the_governor_threshold_must_be_reachable() -> None:
             None,
             {"governor.enabled": True, "governor.threshold": 5000, "router.queue_threshold": 1000},
         )
+
+
+def test_the_governor_threshold_is_its_own_and_below_the_queue_bound() -> None:
+    """At the queue's bound the router stops reading: a threshold equal to it would mean
+    "full", so it must stay below; the defaults are 100 (the paper's thread controller)
+    and 1000."""
+    config = load_config(None, {"governor.enabled": True})
+    assert (config.governor.threshold, config.router.queue_threshold) == (100, 1000)
+    with pytest.raises(ConfigError, match=r"governor\.threshold.*below router\.queue_threshold"):
+        load_config(
+            None,
+            {"governor.enabled": True, "governor.threshold": 500, "router.queue_threshold": 500},
+        )
+    bigger = load_config(None, {"governor.enabled": True, "router.queue_threshold": 5000})
+    assert bigger.governor.threshold == 100  # the one does not follow the other
 
 
 @pytest.mark.e2e
