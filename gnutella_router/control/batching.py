@@ -62,7 +62,7 @@ import structlog
 import trio
 
 from gnutella_router.config import BatchingConfig
-from gnutella_router.runtime.stage import BatchMeter
+from gnutella_router.runtime.meters import BatchMeter
 
 HISTORY = 600
 """Samples kept for statistics and plots (10 minutes at the default interval)."""

@@ -95,7 +95,7 @@ import structlog
 import trio
 
 from gnutella_router.config import GovernorConfig, GovernorSizing
-from gnutella_router.runtime.stage import StageMeter
+from gnutella_router.runtime.meters import StageMeter
 
 HISTORY = 600
 """Samples kept for statistics and plots (20 minutes at the default interval)."""

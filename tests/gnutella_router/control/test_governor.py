@@ -19,7 +19,8 @@ import trio.testing
 
 from gnutella_router.config import ConfigError, GovernorConfig, load_config
 from gnutella_router.control.governor import GovernorSample, ThreadGovernor
-from gnutella_router.runtime.stage import Stage, StageMeter
+from gnutella_router.runtime.meters import StageMeter
+from gnutella_router.runtime.stage import Stage
 from gnutella_router.traffic.load import LoadSettings, run_load
 from tests.support.peers import running_daemons
 from traffic_models.arrivals import ConstantRate
