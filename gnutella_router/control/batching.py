@@ -25,15 +25,6 @@ The law, every ``interval`` seconds (:meth:`BatchingController.step`, sans-IO):
 * Collapse: a bound sample whose output rate is under ``1 - 2 x tolerance`` of the
   reference puts the batch back at its maximum (``router.batch_size``) at once: more
   was lost than a small increase can be trusted to win back.
-
-Never worse than the fixed default under overload. An overloaded stage is the one whose
-samples are bound (with backpressure its queue sits at its threshold), and the first
-batch it judges is the maximum, the fixed default: that measurement is the reference,
-and no smaller batch is kept whose throughput falls more than ``tolerance`` below it (a
-latency behind a full queue of the queue length over the throughput, so no more than
-that share worse either). A queue being full is not itself a reason to go back to the
-maximum: under backpressure that is the normal state of a saturated stage, where the
-search matters most.
 * Sudden drop: an output rate under ``drop_share`` of its moving average (over the
   last ``window`` samples) resets the batch to its maximum: the measurements made at
   the small batch were for another load, and the search starts again from the top.
@@ -46,6 +37,15 @@ search matters most.
   of the maximum (a small amount) and the controller settles: it decreases no further
   until a reset, but still grows if throughput keeps degrading.
 * Samples that are not bound measure nothing about the batch and change nothing.
+
+Never worse than the fixed default under overload. An overloaded stage is the one whose
+samples are bound (with backpressure its queue sits at its threshold), and the first
+batch it judges is the maximum, the fixed default: that measurement is the reference,
+and no smaller batch is kept whose throughput falls more than ``tolerance`` below it (a
+latency behind a full queue of the queue length over the throughput, so no more than
+that share worse either). A queue being full is not itself a reason to go back to the
+maximum: under backpressure that is the normal state of a saturated stage, where the
+search matters most.
 
 Each change is logged with its reason and counted; a bounded history of samples is kept
 for dumps, /metrics and the profiler.
