@@ -60,9 +60,10 @@ LEAF_VENDOR = b"SYNL"
 and from the load client's responders (``SYNT``)."""
 MAX_RESULTS = 10
 """Files listed in one hit at most."""
-MAX_OUTSTANDING = 10_000
+MAX_OUTSTANDING = 1000
 """Own queries remembered (the oldest are forgotten first): bounded however long a
-leaf runs."""
+leaf runs (a leaf searching every 5 s keeps the last 83 minutes; 2,000 leaves at most
+keep two million)."""
 QUERY_TTL = 4
 """The TTL a leaf gives its queries. The ultrapeer widens them itself (dynamic
 querying), never beyond this TTL."""
