@@ -11,8 +11,20 @@ import os
 import platform
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 BENCHMARKS_DOC = Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md"
+
+
+def save_figure(figure: Any, path: Path, *, dpi: int = 100) -> Path:
+    """Write a matplotlib figure to ``path`` (its folder made if need be) and close it."""
+    import matplotlib.pyplot as plt  # only the scripts that draw need matplotlib
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.tight_layout()
+    figure.savefig(path, dpi=dpi)
+    plt.close(figure)
+    return path
 
 
 def machine() -> str:

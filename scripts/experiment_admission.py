@@ -54,7 +54,7 @@ matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt
 import trio
-from benchdocs import machine, replace_section
+from benchdocs import machine, replace_section, save_figure
 from experiment_fig14 import DOC, FIGURES, ExperimentError, launch_router, stop_router, summary
 from router_bench.processes import free_port
 
@@ -204,7 +204,7 @@ def plot(results: list[dict[str, Any]], args: argparse.Namespace, figures: Path)
     queue_axes.legend(fontsize=8)
     p90_axes.legend(fontsize=8)
     queue_axes.set_title("One thread, 20 ms a query, a load step: the router queue and p90")
-    paths.append(save(figure, figures / "admission-step.png"))
+    paths.append(save_figure(figure, figures / "admission-step.png", dpi=110))
 
     figure, (rate_axes, cut_axes) = plt.subplots(2, 1, figsize=(8, 5.5), sharex=True)
     for r, colour in zip(results, COLOURS, strict=False):
@@ -223,16 +223,8 @@ def plot(results: list[dict[str, Any]], args: argparse.Namespace, figures: Path)
         axes.grid(alpha=0.3)
         axes.legend(fontsize=8)
     rate_axes.set_title("The controller's admitted rate and the degradation it chose")
-    paths.append(save(figure, figures / "admission-rate.png"))
+    paths.append(save_figure(figure, figures / "admission-rate.png", dpi=110))
     return paths
-
-
-def save(figure: Any, path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.tight_layout()
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
-    return path
 
 
 def write_docs(results: list[dict[str, Any]], args: argparse.Namespace) -> None:

@@ -64,7 +64,7 @@ matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt
 import trio
-from benchdocs import machine, replace_section
+from benchdocs import machine, replace_section, save_figure
 from experiment_fig14 import ROOT, ExperimentError, launch_router, stop_router
 from router_bench.processes import free_port
 
@@ -310,14 +310,6 @@ def experiment_floor(args: argparse.Namespace, out: Path) -> dict[str, Any]:
 # --- figures, CSV and the written section ------------------------------------------
 
 
-def save(figure: Any, path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.tight_layout()
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
-    return path
-
-
 def write_csv(path: Path, header: list[str], rows: list[list[Any]]) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w", newline="") as handle:
@@ -359,7 +351,7 @@ def report_classes(result: dict[str, Any], folder: Path) -> tuple[list[str], lis
     for ax in axes:
         ax.legend(fontsize=8)
     figure.suptitle("class-based admission: replies keep flowing while queries are shed")
-    paths = [save(figure, folder / "admission-classes.png")]
+    paths = [save_figure(figure, folder / "admission-classes.png", dpi=110)]
     header, rows = ["second"], [[s] for s in range(seconds)]
     for label, run in runs.items():
         for kind in ("query", "pong", "hit"):
@@ -409,7 +401,7 @@ def report_degrade(result: dict[str, Any], folder: Path) -> tuple[list[str], lis
     axes[-1].set_xlabel(f"seconds (load on r1 steps 100 -> 1000 msgs/s at {at:.0f} s)")
     axes[-1].legend(fontsize=8)
     figure.suptitle("degradation: a chain r1 -> r2 -> r3, r1 overloaded")
-    paths = [save(figure, folder / "admission-degrade.png")]
+    paths = [save_figure(figure, folder / "admission-degrade.png", dpi=110)]
     rows: list[list[Any]] = []
     for label, run in runs.items():
         cuts = dict(run["cut"])

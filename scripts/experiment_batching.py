@@ -43,7 +43,7 @@ matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt
 import trio
-from benchdocs import machine, replace_section
+from benchdocs import machine, replace_section, save_figure
 from experiment_fig14 import DOC, FIGURES, ExperimentError, WholeRunLoad, launch_router, stop_router
 from router_bench.processes import cpu_seconds, free_port
 
@@ -183,11 +183,7 @@ def plot(results: list[dict[str, Any]], path: Path) -> Path:
     rate_axes.legend(loc="upper right", fontsize=8)
     rate_axes.grid(alpha=0.3)
     batch_axes.set_title("The batching controller through load steps, beside a fixed batch")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.tight_layout()
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
-    return path
+    return save_figure(figure, path, dpi=110)
 
 
 def write_csv(results: list[dict[str, Any]], path: Path) -> Path:

@@ -85,7 +85,7 @@ matplotlib.use("Agg")
 import fig14_bursts
 import matplotlib.pyplot as plt
 import trio
-from benchdocs import machine, replace_section
+from benchdocs import machine, replace_section, save_figure
 from matplotlib.ticker import MaxNLocator
 from router_bench.processes import free_port
 
@@ -331,7 +331,7 @@ def plot_latency(results: list[dict[str, Any]], governor: bool, path: Path) -> P
     axes.set_title(f"Fig. 14({'b' if governor else 'a'}): 20 ms per query, {state}")
     axes.grid(alpha=0.3, which="both")
     axes.legend()
-    return save(figure, path)
+    return save_figure(figure, path)
 
 
 def plot_queue(profile: dict[str, Any], rate: int, path: Path, governor_on: bool = True) -> Path:
@@ -362,15 +362,7 @@ def plot_queue(profile: dict[str, Any], rate: int, path: Path, governor_on: bool
         else f"Router queue at {rate} messages/s, governor off (one thread)"
     )
     axes.grid(alpha=0.3)
-    return save(figure, path)
-
-
-def save(figure: Any, path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.tight_layout()
-    figure.savefig(path, dpi=100)
-    plt.close(figure)
-    return path
+    return save_figure(figure, path)
 
 
 # --- report --------------------------------------------------------------------------
@@ -608,7 +600,7 @@ def plot_rules(out: Path, rate: int, path: Path) -> Path | None:
     queue_axes.legend(loc="upper right")
     queue_axes.grid(alpha=0.3)
     pool_axes.set_title(f"The governor's rules at {rate} messages/s, 20 ms per query (first run)")
-    return save(figure, path)
+    return save_figure(figure, path)
 
 
 def write_comparison(results: list[dict[str, Any]], args: argparse.Namespace, rate: int) -> None:

@@ -41,7 +41,7 @@ matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt
 import trio
-from benchdocs import machine, replace_section
+from benchdocs import machine, replace_section, save_figure
 from experiment_fig14 import (
     BROADCAST,
     DOC,
@@ -295,11 +295,7 @@ def plot(result: dict[str, Any], path: Path) -> Path:
     latency_axes.legend(loc="upper right", fontsize=8)
     latency_axes.grid(alpha=0.3)
     pool_axes.set_title("The governor (Little's law) through load steps, 20 ms per query")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.tight_layout()
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
-    return path
+    return save_figure(figure, path, dpi=110)
 
 
 def main(argv: list[str] | None = None) -> int:

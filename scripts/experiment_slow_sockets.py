@@ -64,8 +64,8 @@ matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt
 import trio
-from benchdocs import machine, replace_section
-from experiment_fig14 import launch_router, save, stop_router
+from benchdocs import machine, replace_section, save_figure
+from experiment_fig14 import launch_router, stop_router
 from router_bench.processes import free_port
 
 from gnutella_router.observe.profiler import read_peak_rss_bytes, read_rss_bytes
@@ -372,7 +372,7 @@ def plot(results: list[dict[str, Any]], key: str, ylabel: str, title: str, path:
     axes.set_title(title)
     axes.grid(alpha=0.3)
     axes.legend()
-    return save(figure, path)
+    return save_figure(figure, path)
 
 
 # --- report --------------------------------------------------------------------------

@@ -55,7 +55,7 @@ import experiment_fig14 as fig14
 import fig14_bursts
 import matplotlib.pyplot as plt
 import trio
-from benchdocs import machine, replace_section
+from benchdocs import machine, replace_section, save_figure
 from router_bench.processes import free_port
 
 from gnutella_router.observe.profiler import read_peak_rss_bytes, read_rss_bytes
@@ -263,7 +263,7 @@ def plot(results: list[dict[str, Any]], path: Path) -> Path:
         for a in (queue_axes, rss_axes):
             a.grid(alpha=0.3)
             a.legend(loc="upper left", fontsize="small")
-    return fig14.save(figure, path)
+    return save_figure(figure, path)
 
 
 def write_csv(results: list[dict[str, Any]], path: Path) -> Path:

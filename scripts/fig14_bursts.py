@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import matplotlib.pyplot as plt
+from benchdocs import save_figure
 
 from traffic_models.arrivals import ArrivalProcess, Bursts, ConstantRate
 
@@ -190,11 +191,7 @@ def plot_side_by_side(results: list[dict[str, Any]], path: Path) -> Path:
             axes.legend(fontsize="small")
     panels[0].set_ylabel("mean latency, steady state (ms)")
     figure.suptitle("Fig. 14, 20 ms per query: constant rate against bursts of 10")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.tight_layout()
-    figure.savefig(path, dpi=100)
-    plt.close(figure)
-    return path
+    return save_figure(figure, path)
 
 
 def write_section(results: list[dict[str, Any]], command: str, when: str, doc: Path) -> None:

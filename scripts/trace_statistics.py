@@ -40,7 +40,7 @@ import matplotlib
 matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt
-from benchdocs import machine, replace_section
+from benchdocs import machine, replace_section, save_figure
 
 from protocol.constants import HEADER_SIZE, MessageType
 from traffic_models.arrivals import Poisson
@@ -281,11 +281,7 @@ def plot(stats: dict[str, Any], path: Path) -> Path:
     sizes.legend(fontsize="small")
     sizes.grid(alpha=0.3)
     figure.suptitle("The calibrated trace model (seed 1) against the papers' 37-hour trace")
-    figure.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=100)
-    plt.close(figure)
-    return path
+    return save_figure(figure, path)
 
 
 def write_csvs(
