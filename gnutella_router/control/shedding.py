@@ -30,6 +30,7 @@ and no policy ever lets the queue pass its bound.
 
 from __future__ import annotations
 
+import collections
 import random
 from collections.abc import Callable
 from typing import get_args
@@ -160,18 +161,15 @@ class Shedder:
         """Every frame through its class's bucket (one read comes from one link, so
         queries are of one class); the latest of a class go first, as above."""
         assert self.controller is not None
-        wanted: dict[str, int] = {}
-        for frame in frames:
-            name = admission_class(frame.payload_type, from_leaf)
-            wanted[name] = wanted.get(name, 0) + 1
+        names = [admission_class(frame.payload_type, from_leaf) for frame in frames]
+        wanted = collections.Counter(names)
         refused = {
             name: count - self.controller.admit(count, now, name) for name, count in wanted.items()
         }
         if not any(refused.values()):
             return frames
         kept: list[Frame] = []
-        for frame in reversed(frames):
-            name = admission_class(frame.payload_type, from_leaf)
+        for frame, name in zip(reversed(frames), reversed(names), strict=True):
             if refused[name]:
                 refused[name] -= 1
                 self.count("shed-admission", frame)

@@ -63,7 +63,17 @@ from gnutella_router.stages.flood import FloodPath
 from gnutella_router.stages.link import Link
 from gnutella_router.stages.pongs import CachedAnswers, OwnPong, PongCache
 from gnutella_router.stages.query_routing import QueryRouting
-from gnutella_router.stages.replies import LOCAL, HostLearned, ReplyRouting
+from gnutella_router.stages.replies import (
+    BYE,
+    LOCAL,
+    PONG,
+    PUSH,
+    QRP,
+    QUERY_HIT,
+    VENDOR,
+    HostLearned,
+    ReplyRouting,
+)
 from gnutella_router.stages.router_statistics import RouterStatistics
 from protocol.codec import encode_message
 from protocol.constants import (
@@ -81,13 +91,7 @@ from protocol.messages import (
 from protocol.qrp import QrpReceiver
 
 PING = MessageType.PING
-PONG = MessageType.PONG
-BYE = MessageType.BYE
-PUSH = MessageType.PUSH
 QUERY = MessageType.QUERY
-QUERY_HIT = MessageType.QUERY_HIT
-VENDOR = MessageType.VENDOR
-QRP = MessageType.QRP
 HOP_BY_HOP = frozenset({MessageType.STANDARD_VENDOR})
 
 _pack_header = HEADER_STRUCT.pack
