@@ -3,12 +3,14 @@
 Theory of operation
 -------------------
 Settings come in tables (``[node]``, ``[network]``, ``[slow_peer]``, ``[router]``,
-``[catcher]``, ``[log]``, ``[trace]``, ``[governor]``, ``[batching]``, ``[shedding]``, ``[admin]``,
-``[profiler]``), one frozen msgspec struct each (:mod:`.sections`), gathered in
-:class:`Config`. Precedence, lowest first: the built-in defaults, the file, then
-overrides given as dotted keys (``{"network.max_ttl": 5}``), which is how command-line
-flags arrive (:mod:`.loading`). The defaults work with no file at all: a node listening
-on 127.0.0.1:6346 that dials no one until it is given seeds.
+``[catcher]``, ``[log]``, ``[trace]``, ``[governor]``, ``[batching]``, ``[shedding]``,
+``[abuse]``, ``[admin]``, ``[profiler]``), one frozen msgspec struct each
+(:mod:`.sections`, where the tables' classes are imported from), gathered in
+:class:`Config`; what each setting means is said in ``docs/router.example.toml``.
+Precedence, lowest first: the built-in defaults, the file, then overrides given as
+dotted keys (``{"network.max_ttl": 5}``), which is how command-line flags arrive
+(:mod:`.loading`). The defaults work with no file at all: a node listening on
+127.0.0.1:6346 that dials no one until it is given seeds.
 
 Each field declares its type, range and default in one place; msgspec enforces the
 declaration and :mod:`.rules` words its failures from the same declaration, naming the
@@ -26,51 +28,15 @@ library and converting a two-table config: about 30 ms with msgspec, 130 ms with
 pydantic); cattrs converts leniently by default ("7" becomes 7, 7.5 becomes 7).
 """
 
-from gnutella_router.addresses import is_loopback_host
 from gnutella_router.config.loading import config_as_dict, config_as_toml, load_config
 from gnutella_router.config.rules import ConfigError, parse_host_port
-from gnutella_router.config.sections import (
-    AbuseConfig,
-    AdminConfig,
-    BatchingConfig,
-    CatcherConfig,
-    Config,
-    GovernorConfig,
-    GovernorSizing,
-    LogConfig,
-    NetworkConfig,
-    NodeConfig,
-    ProfilerConfig,
-    RouterConfig,
-    SheddingConfig,
-    SheddingPolicy,
-    SlowPeerConfig,
-    SlowPeerPolicy,
-    TraceConfig,
-)
+from gnutella_router.config.sections import Config
 
 __all__ = [
-    "AbuseConfig",
-    "AdminConfig",
-    "BatchingConfig",
-    "CatcherConfig",
     "Config",
     "ConfigError",
-    "GovernorConfig",
-    "GovernorSizing",
-    "LogConfig",
-    "NetworkConfig",
-    "NodeConfig",
-    "ProfilerConfig",
-    "RouterConfig",
-    "SheddingConfig",
-    "SheddingPolicy",
-    "SlowPeerConfig",
-    "SlowPeerPolicy",
-    "TraceConfig",
     "config_as_dict",
     "config_as_toml",
-    "is_loopback_host",
     "load_config",
     "parse_host_port",
 ]

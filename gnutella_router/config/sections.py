@@ -1,10 +1,12 @@
 """The daemon's settings, one frozen msgspec struct per TOML table.
 
 Each field declares its type, range and default once; :mod:`.rules` turns the same
-declarations into error messages. A section's ``_check`` holds what a declaration
-cannot say (addresses, rules tying fields together); :meth:`Config._check` the rules
-that span sections. Every struct is checked whenever it is made: by :func:`.converted`
-when loaded, and by ``__post_init__`` when built directly or with
+declarations into error messages. What each setting is for, and why its default, is said
+once, beside it in ``docs/router.example.toml`` (a test holds that file to these
+defaults and to every setting). A section's ``_check`` holds what a declaration cannot
+say (addresses, rules tying fields together); :meth:`Config._check` the rules that span
+sections. Every struct is checked whenever it is made: by :func:`.converted` when
+loaded, and by ``__post_init__`` when built directly or with
 ``msgspec.structs.replace``, so no invalid :class:`Config` can exist.
 """
 
@@ -134,7 +136,6 @@ class NetworkConfig(Section, frozen=True):
 
     max_connections: Annotated[int, Meta(ge=1, le=10_000)] = 32
     max_leaves: Annotated[int, Meta(ge=0, le=10_000)] = 64
-    """Slots for leaves (``X-Ultrapeer: False``), apart from ``max_connections``."""
     max_ttl: Annotated[int, Meta(ge=1, le=15)] = 7
     hard_ttl_limit: Annotated[int, Meta(ge=1, le=255)] = 15
     max_payload: Annotated[int, Meta(ge=1024, le=65536)] = 65536
@@ -144,8 +145,6 @@ class NetworkConfig(Section, frozen=True):
     trusted: Annotated[
         tuple[str, ...], _says('a list of networks ("127.0.0.0/8", "::1", "10.0.0.0/16")')
     ] = ("127.0.0.0/8", "::1/128")
-    """Addresses exempt from the connection-attempt limit and never banned by IP: a local
-    test network's nodes and load clients all share one."""
     deflate: bool = True
 
     def _check(self) -> None:
@@ -213,9 +212,6 @@ class RouterConfig(Section, frozen=True):
     pongs_per_ping: Annotated[int, Meta(ge=1, le=255)] = 10
     drop_ancient_queries: bool = False
     unbounded_experiment: bool = False
-    """Allows ``queue_threshold = 0``: a router queue bounded by memory alone, as the
-    paper's single-threaded router had (it ran out of memory at 1000 packets/s). For
-    overload experiments only; an explicit second key, so a typo cannot unbound a router."""
 
     def _check(self) -> None:
         most = self.max_threads
@@ -241,8 +237,6 @@ class CatcherConfig(Section, frozen=True):
     seeds: Annotated[tuple[str, ...], _says('a list of "HOST:PORT" strings')] = ()
     gwebcache: Annotated[str, _says('an http:// URL (GWebCache v2), or "" for none')] = ""
     gwebcache_interval: Annotated[float, Meta(ge=1, le=86_400)] = 60.0
-    """Least time between two requests to the GWebCache: public caches ban hosts that
-    ask too often; a private one (a test network's) can be asked every few seconds."""
     min_connections: Annotated[int, Meta(ge=0, le=10_000)] = 4
     host_cache_size: Annotated[int, Meta(ge=1, le=1_000_000)] = 10_000
     host_cache_file: PathText = "hosts.txt"
@@ -303,22 +297,12 @@ class GovernorConfig(Section, frozen=True):
 
     enabled: bool = False
     sizing: GovernorSizing = "littles-law"
-    """littles-law: the pool the measured arrivals and service time need, plus a thread
-    for a backlog that would not drain otherwise; queue-threshold: SEDA's original rule,
-    a thread more at each sample that finds the queue at ``threshold``."""
     interval: Annotated[float, Meta(ge=0.1, le=3600)] = 2.0
     threshold: Annotated[int, Meta(ge=1, le=1_000_000)] = 100
-    """The queue length that is a backlog (littles-law) or that adds a thread
-    (queue-threshold). Its own setting, below ``router.queue_threshold`` (the queue's hard
-    bound, 1000): at the bound the router stops reading, so a threshold equal to it
-    would mean "full", and the growth of the backlog behind a full queue cannot be seen.
-    100, the threshold of the paper's thread pool controller for the web server's stages."""
     max_threads: Annotated[int, Meta(ge=1, le=1024)] = 20
     idle_timeout: Seconds = 5.0
     thrashing_guard: bool = False
     headroom: Annotated[float, Meta(ge=0, le=10)] = 0.0
-    """littles-law: spare capacity to size for, as a share of the measured load (0.2: a
-    fifth more threads than the load keeps busy)."""
 
 
 class BatchingConfig(Section, frozen=True):
@@ -329,16 +313,10 @@ class BatchingConfig(Section, frozen=True):
     interval: Annotated[float, Meta(ge=0.05, le=3600)] = 1.0
     min_batch: Annotated[int, Meta(ge=1, le=65536)] = 8
     window: Annotated[int, Meta(ge=1, le=1000)] = 3
-    """Samples in the moving average of the output rate, and bound samples judged per
-    batch size."""
     decrease: Annotated[float, Meta(ge=0.1, le=0.99)] = 0.8
-    """Factor the batch is multiplied by while throughput holds."""
     increase: Annotated[float, Meta(gt=0, le=1)] = 0.1
-    """Share of the largest batch added when throughput degrades."""
     tolerance: Annotated[float, Meta(ge=0, le=0.9)] = 0.05
-    """Share of the reference throughput that may be lost before it counts as degraded."""
     drop_share: Annotated[float, Meta(ge=0, le=0.99)] = 0.5
-    """An output rate under this share of its moving average is a sudden drop in load."""
 
 
 class SheddingConfig(Section, frozen=True):
@@ -352,7 +330,6 @@ class SheddingConfig(Section, frozen=True):
     rate_limit: Annotated[float, Meta(ge=0, le=1e9)] = 0.0
     rate_burst: Annotated[float, Meta(gt=0, le=1e9)] = 1000.0
     response_time_target_ms: Annotated[float, Meta(gt=0, le=600_000)] = 100.0
-    """response-time: the 90th percentile of the router stage's response times to keep."""
     response_time_initial_rate: Annotated[float, Meta(gt=0, le=1e9)] = 200.0
     response_time_min_rate: Annotated[float, Meta(gt=0, le=1e9)] = 5.0
     response_time_max_rate: Annotated[float, Meta(gt=0, le=1e9)] = 100_000.0
@@ -361,16 +338,11 @@ class SheddingConfig(Section, frozen=True):
     response_time_samples: Annotated[int, Meta(ge=1, le=1_000_000)] = 100
     response_time_interval: Seconds = 0.25
     response_time_classes: bool = False
-    """response-time: a controller per class (everything else, leaf queries, queries
-    from ultrapeers); a class over target cuts the lighter ones first."""
     weight_others: Annotated[float, Meta(gt=0, le=1000)] = 4.0
     weight_leaf_queries: Annotated[float, Meta(gt=0, le=1000)] = 2.0
     weight_queries: Annotated[float, Meta(gt=0, le=1000)] = 1.0
     degrade_ttl_by: Annotated[int, Meta(ge=0, le=6)] = 0
-    """response-time: under overload, take up to this many hops off forwarded queries'
-    TTL before refusing any (0: no degradation)."""
     degrade_recovery: Annotated[float, Meta(gt=0, le=1)] = 0.1
-    """response-time: quality regained per update, times how far under target."""
 
     def _check(self) -> None:
         self._require(self.red_min < self.red_max, "red_min", "must be below shedding.red_max")
@@ -398,8 +370,6 @@ class AbuseConfig(Section, frozen=True):
     malformed: Threshold = 20
     unknown_types: Threshold = 200
     unroutable: Threshold = 0
-    """Off by default: replayed traces and synthetic loads send replies nobody asked
-    for, legitimately and by the thousand."""
     ban_seconds: Annotated[float, Meta(ge=0, le=86_400)] = 60.0
 
 

@@ -61,7 +61,7 @@ from typing import Protocol
 import structlog
 import trio
 
-from gnutella_router.config import BatchingConfig
+from gnutella_router.config.sections import BatchingConfig
 from gnutella_router.runtime.meters import BatchMeter
 
 HISTORY = 600

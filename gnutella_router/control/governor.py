@@ -94,7 +94,7 @@ from typing import Protocol
 import structlog
 import trio
 
-from gnutella_router.config import GovernorConfig, GovernorSizing
+from gnutella_router.config.sections import GovernorConfig, GovernorSizing
 from gnutella_router.runtime.meters import StageMeter
 
 HISTORY = 600

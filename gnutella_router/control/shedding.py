@@ -35,7 +35,7 @@ import random
 from collections.abc import Callable
 from typing import get_args
 
-from gnutella_router.config import SheddingConfig, SheddingPolicy
+from gnutella_router.config.sections import SheddingConfig, SheddingPolicy
 from gnutella_router.control.response_time import (
     LEAF_QUERIES,
     OTHERS,

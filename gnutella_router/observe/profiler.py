@@ -45,7 +45,7 @@ from typing import Any
 
 import trio
 
-from gnutella_router.config import ProfilerConfig
+from gnutella_router.config.sections import ProfilerConfig
 from gnutella_router.observe.view import RouterView
 from gnutella_router.runtime.stage import Stage
 from protocol.constants import message_type_name

@@ -35,7 +35,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol
 
-from gnutella_router.config import RouterConfig
+from gnutella_router.config.sections import RouterConfig
 from gnutella_router.net.route_table import RouteTable
 from gnutella_router.stages.link import Link
 from gnutella_router.stages.pongs import OwnPong

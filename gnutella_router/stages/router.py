@@ -49,7 +49,7 @@ from collections.abc import Callable, Iterator
 import structlog
 import trio
 
-from gnutella_router.config import RouterConfig, SheddingConfig
+from gnutella_router.config.sections import RouterConfig, SheddingConfig
 from gnutella_router.control.abuse import Offence
 from gnutella_router.control.response_time import admission_class
 from gnutella_router.control.shedding import Shedder

@@ -15,18 +15,20 @@ from hypothesis import strategies as st
 
 from gnutella_router.cli.config_flags import add_config_arguments, config_from_args
 from gnutella_router.config import (
-    CatcherConfig,
     Config,
     ConfigError,
+    config_as_dict,
+    config_as_toml,
+    load_config,
+    parse_host_port,
+)
+from gnutella_router.config.sections import (
+    CatcherConfig,
     LogConfig,
     NetworkConfig,
     NodeConfig,
     RouterConfig,
     SlowPeerConfig,
-    config_as_dict,
-    config_as_toml,
-    load_config,
-    parse_host_port,
 )
 
 FULL_FILE = """\
@@ -697,11 +699,24 @@ def test_the_documented_example_is_the_defaults() -> None:
     assert load_config(example) == load_config()
 
 
+def test_the_documented_example_names_every_setting() -> None:
+    """The example is where each setting is explained, so none may be missing from it."""
+    import tomllib
+
+    from gnutella_router.config.loading import TYPES
+
+    example = Path(__file__).resolve().parents[2] / "docs" / "router.example.toml"
+    documented = tomllib.loads(example.read_text(encoding="utf-8"))
+    assert {name: sorted(values) for name, values in documented.items()} == {
+        name: sorted(fields) for name, fields in TYPES.items()
+    }
+
+
 def test_the_declared_policies_are_the_implemented_ones() -> None:
     """The config's choices are declared as types; each must name a queue that exists."""
     from typing import get_args
 
-    from gnutella_router.config import SlowPeerPolicy
+    from gnutella_router.config.sections import SlowPeerPolicy
     from gnutella_router.net.outqueue import POLICIES
 
     assert get_args(SlowPeerPolicy) == POLICIES

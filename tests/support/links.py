@@ -7,7 +7,8 @@ import collections
 
 import trio
 
-from gnutella_router.config import Config, SheddingConfig
+from gnutella_router.config import Config
+from gnutella_router.config.sections import SheddingConfig
 from gnutella_router.control.abuse import Offence
 from gnutella_router.net.outqueue import Verdict
 from gnutella_router.net.threshold_queue import ThresholdQueue

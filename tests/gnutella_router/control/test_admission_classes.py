@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import trio
 
-from gnutella_router.config import SheddingConfig
+from gnutella_router.config.sections import SheddingConfig
 from gnutella_router.control.response_time import (
     LEAF_QUERIES,
     OTHERS,

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from gnutella_router.config import BatchingConfig
+from gnutella_router.config.sections import BatchingConfig
 from gnutella_router.control.batching import BatchingController
 from gnutella_router.observe.dumps import dump_stages
 from gnutella_router.observe.metrics import metrics_registry, render_metrics

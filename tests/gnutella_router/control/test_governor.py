@@ -17,7 +17,8 @@ import pytest
 import trio
 import trio.testing
 
-from gnutella_router.config import ConfigError, GovernorConfig, load_config
+from gnutella_router.config import ConfigError, load_config
+from gnutella_router.config.sections import GovernorConfig
 from gnutella_router.control.governor import GovernorSample, ThreadGovernor
 from gnutella_router.runtime.meters import StageMeter
 from gnutella_router.runtime.stage import Stage

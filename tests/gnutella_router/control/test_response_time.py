@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from gnutella_router.config import SheddingConfig
+from gnutella_router.config.sections import SheddingConfig
 from gnutella_router.control.response_time import ResponseTimeController
 from gnutella_router.control.shedding import Shedder
 from gnutella_router.runtime.stage import StageQueue

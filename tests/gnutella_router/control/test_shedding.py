@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from gnutella_router.config import SheddingConfig
+from gnutella_router.config.sections import SheddingConfig
 from gnutella_router.control.shedding import Shedder
 from gnutella_router.control.token_bucket import TokenBucket
 from gnutella_router.runtime.stage import StageQueue
