@@ -44,7 +44,7 @@ import collections
 import itertools
 import operator
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 
 import structlog
 import trio
@@ -118,10 +118,14 @@ class GnutellaRouter(ReplyRouting):
         allow_private: bool = True,
         on_host_learned: HostLearned | None = None,
         shedding: SheddingConfig | None = None,
+        flush_links: Callable[[Sequence[Link]], None] | None = None,
         log: structlog.typing.FilteringBoundLogger | None = None,
         now: float = 0.0,
     ) -> None:
         self.config = config
+        self._flush_links = flush_links or _flush_each
+        """Starts the writes of a batch's links (the server's, which may deflate them
+        side by side; by default each link's own flush)."""
         self._connections = connections
         self._connection_by_id = connection_by_id
         self._own_address = own_address
@@ -442,8 +446,7 @@ class GnutellaRouter(ReplyRouting):
                     forwarded[PING] += pings
                     forwarded[QUERY] += queries
         self.query_routing.end_batch()
-        for connection in connections:
-            connection.flush()
+        self._flush_links(connections)
 
     # ------------------------------------------------------------------ dynamic querying
 
@@ -660,3 +663,8 @@ def _current_time() -> float:
         return trio.current_time()
     except RuntimeError:
         return 0.0
+
+
+def _flush_each(links: Sequence[Link]) -> None:
+    for link in links:
+        link.flush()
