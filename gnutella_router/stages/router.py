@@ -544,10 +544,13 @@ class GnutellaRouter(ReplyRouting):
                 return None
         hops = frame.hops
         room = self.max_ttl - hops
-        if self.admission is not None and self.admission.cut:
-            room = self._degraded_room(room, ttl)
         if ttl > room:
             ttl = room
+        if self.admission is not None and self.admission.cut:
+            keeps = ttl
+            ttl = self.degraded_ttl(keeps)
+            if ttl < keeps:
+                self.count_degraded(1, keeps - ttl)
         if relay:
             if ttl <= 1:
                 return None
@@ -571,17 +574,17 @@ class GnutellaRouter(ReplyRouting):
         """Whether the admission controller cuts forwarded queries' TTL now."""
         return self.admission is not None and bool(self.admission.cut)
 
-    def _degraded_room(self, room: int, ttl: int) -> int:
-        """Degradation: the most TTL a query may keep, less the controller's cut (never
-        under one: its last hop still reaches the leaves that match), counted when it
-        takes anything off this query."""
-        assert self.admission is not None
-        keeps = min(ttl, room)
-        degraded = max(1, keeps - self.admission.cut)
-        if degraded < keeps:
-            self.degraded += 1
-            self.degraded_hops += keeps - degraded
-        return degraded
+    def degraded_ttl(self, keeps: int) -> int:
+        """Degradation: the TTL a query that may keep ``keeps`` forwards, less the
+        controller's cut (never under one: its last hop still reaches the leaves that
+        match). The per-message rules and the batch path both cut this way."""
+        cut = 0 if self.admission is None else self.admission.cut
+        return max(1, keeps - cut) if cut else keeps
+
+    def count_degraded(self, queries: int, hops: int) -> None:
+        """``queries`` forwarded with ``hops`` less TTL in all, by degradation."""
+        self.degraded += queries
+        self.degraded_hops += hops
 
     def send_last_hop_tables(self, now: float) -> None:
         """Our leaves' keywords to the ultrapeers that take last-hop tables and are due
