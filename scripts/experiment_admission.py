@@ -59,7 +59,7 @@ from experiment_fig14 import DOC, FIGURES, ExperimentError, launch_router, stop_
 from router_bench.processes import free_port
 
 from gnutella_router.traffic.load import LoadRun, LoadSettings
-from traffic_models.arrivals import parse_arrivals
+from traffic_models.arrival_text import parse_arrivals
 from traffic_models.generator import TrafficGenerator
 from traffic_models.mix import PAPER_MIX
 

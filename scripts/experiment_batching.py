@@ -48,7 +48,7 @@ from experiment_fig14 import DOC, FIGURES, ExperimentError, WholeRunLoad, launch
 from router_bench.processes import cpu_seconds, free_port
 
 from gnutella_router.traffic.load import LoadSettings
-from traffic_models.arrivals import parse_arrivals
+from traffic_models.arrival_text import parse_arrivals
 from traffic_models.generator import TrafficGenerator
 from traffic_models.mix import PAPER_MIX
 
