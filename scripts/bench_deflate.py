@@ -27,11 +27,8 @@ figure is the median of ``--repeats`` runs.
 
 from __future__ import annotations
 
-import argparse
-import contextlib
 import os
 import sys
-import tempfile
 from collections.abc import Sequence
 from functools import partial
 from pathlib import Path
@@ -39,90 +36,27 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import trio
 from benchdocs import machine, replace_section
+from router_bench.interleaved import ServerCommand, interleaved_runs, parse_flood_args
 from router_bench.peers import BLAST_MESSAGES, SINKS, BenchError, Blast, Wire, message_kinds
 from router_bench.processes import (
     Problems,
-    Server,
-    describe_cpu,
-    free_port,
     router_argv,
-    started,
-    stop_server,
 )
 from router_bench.report import cpu_per_message
-from router_bench.runs import ThroughputRun, attempt, median_of, throughput_run
+from router_bench.runs import median_of
 
 QUERY_SHARE = 0.15
 VARIANTS = {"one deflate at a time": 0, "deflates side by side": 1}
 """Each router's ``network.deflate_threads``."""
 
 
-def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--repeats", type=int, default=5, metavar="N", help="runs per router (5)")
-    parser.add_argument(
-        "--duration", type=float, default=3.0, metavar="SECONDS", help="window (3 s)"
-    )
-    parser.add_argument(
-        "--warmup", type=float, default=1.0, metavar="SECONDS", help="before each window (1 s)"
-    )
-    parser.add_argument("--write", action="store_true", help="update docs/benchmarks.md")
-    args = parser.parse_args(argv)
-    if args.repeats < 1 or args.duration <= 0 or args.warmup < 0:
-        parser.error("--repeats and --duration must be positive, --warmup not negative")
-    return args
-
-
-def measure(
-    args: argparse.Namespace, wire: Wire, problems: Problems
-) -> dict[str, list[ThroughputRun]]:
-    """Every run of both routers, interleaved."""
-    blast = Blast(wire, message_kinds(BLAST_MESSAGES, QUERY_SHARE, 1), random_guids=True)
-    runs: dict[str, list[ThroughputRun]] = {name: [] for name in VARIANTS}
-    with tempfile.TemporaryDirectory(prefix="bench-deflate-") as tmp:
-        workdir = Path(tmp)
-        with contextlib.ExitStack() as stack:
-            servers: list[tuple[str, Server]] = []
-            for name, threads in VARIANTS.items():
-                port = free_port()
-                state = workdir / f"state-{threads}"
-                state.mkdir()
-                argv = router_argv(port, state, None, network=f"deflate_threads = {threads}\n")
-                servers.append((name, stack.enter_context(started(name, argv, port, workdir))))
-            for rep in range(1, args.repeats + 1):
-                for name, server in servers:
-                    what = f"{name}, run {rep}"
-                    run = attempt(
-                        problems,
-                        what,
-                        partial(
-                            trio.run,
-                            partial(throughput_run, deflate_sinks=True),
-                            server.address,
-                            server.pid,
-                            wire,
-                            blast,
-                            args,
-                            SINKS,
-                        ),
-                    )
-                    if run is not None:
-                        runs[name].append(run)
-                        cost = cpu_per_message(run)
-                        print(
-                            f"  {what}: {run.per_sink:,.0f} msgs/s per sink, "
-                            f"{'n/a' if cost is None else f'{cost:.2f}'} µs of router CPU "
-                            f"per message; {describe_cpu(run.cpu)}"
-                        )
-            for _, server in servers:
-                stop_server(server, problems)
-    return runs
+def _router(threads: int, port: int, home: Path) -> list[str]:
+    return router_argv(port, home, None, network=f"deflate_threads = {threads}\n")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = parse_args(argv)
+    args = parse_flood_args(argv, __doc__.splitlines()[0] if __doc__ else None, "router")
     wire = Wire.build()
     problems = Problems()
     load = os.getloadavg()[0]
@@ -130,8 +64,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"{wire.size}-byte messages ({QUERY_SHARE:.0%} queries), 1 source, {SINKS} deflated "
         f"sinks; {args.repeats} runs per router"
     )
+    blast = Blast(wire, message_kinds(BLAST_MESSAGES, QUERY_SHARE, 1), random_guids=True)
+    commands: dict[str, ServerCommand] = {
+        name: partial(_router, threads) for name, threads in VARIANTS.items()
+    }
     try:
-        runs = measure(args, wire, problems)
+        runs = interleaved_runs(
+            commands,
+            wire=wire,
+            blast=blast,
+            args=args,
+            sinks=SINKS,
+            problems=problems,
+            deflate_sinks=True,
+        )
     except BenchError as exc:
         problems.fail(str(exc))
         print(f"FAILED: {exc}")
