@@ -3,11 +3,12 @@
 Theory of operation
 -------------------
 A link that negotiated deflate compresses each write with zlib, and under a flood that
-costs more than routing does: at level 6 about 0.5 µs per 30-byte message and
-destination on the machine the benchmarks run on, where routing the message costs
-about 1.4 µs. At the end of a router batch each link's queued messages go out in one
-direct write (:meth:`~gnutella_router.net.connection.Connection.flush`), so a broadcast
-batch ends with one deflate per neighbour, one after another on the trio thread.
+costs more than routing does: with GUIDs as random as a real network's, about 0.8 µs per
+30-byte message and deflated link at level 6 on the machine the benchmarks run on, where
+routing the message costs about 1.4 µs. At the end of a router batch each link's queued
+messages go out in one direct write
+(:meth:`~gnutella_router.net.connection.Connection.flush`), so a broadcast batch ends
+with one deflate per neighbour, one after another on the trio thread.
 
 zlib releases the GIL while it compresses, so those deflates can run side by side.
 Inside :meth:`DeflatePool.batch` a link's flush hands its joined bytes here
@@ -36,9 +37,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 from protocol.compression import DeflateCompressor
 
-PARALLEL_BYTES = 2 * 1024
+PARALLEL_BYTES = 4 * 1024
 """A batch's writes are deflated side by side only when they hold at least this many
-bytes in all (about 130 µs of zlib here); smaller ones, in place."""
+bytes in all (about 100 µs of zlib with random GUIDs); smaller ones, in place."""
 
 Written = Callable[[bytes | Exception], None]
 """What a link does with its deflated bytes (write them), or with the error that left
