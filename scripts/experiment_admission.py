@@ -55,7 +55,7 @@ from pathlib import Path
 from typing import Any
 
 from benchdocs import machine, replace_section
-from experiment_fig14 import DOC, FIGURES, ROOT, ExperimentError
+from fig14.runs import DOC, FIGURES, ROOT, ExperimentError
 from router_admission import step
 from router_admission.classes import (
     experiment_classes,

@@ -25,7 +25,7 @@ matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt
 from benchdocs import save_figure
-from experiment_fig14 import ROOT
+from fig14.runs import ROOT
 
 from router_admission.common import (
     SeriesLoad,

@@ -3,7 +3,7 @@ start it as a child process and stop it, and one load client that also counts ea
 arrival by second.
 
 Every router is ``gnutella-router run`` on a free loopback port (the helpers of
-``experiment_fig14.py``) with the paper's bottleneck: ``router.threads = 1`` and, unless
+``fig14/runs.py``) with the paper's bottleneck: ``router.threads = 1`` and, unless
 told otherwise, ``router.query_delay_ms = 20`` (about 50 queries/s of capacity); the
 governor off and the profiler sampling every 0.1 s, so that what the controller does is
 in its export. The load client runs in this process (one injector, three sinks) and
@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import trio
-from experiment_fig14 import ExperimentError, launch_router, stop_router
+from fig14.runs import ExperimentError, launch_router, stop_router
 from router_bench.processes import free_port
 
 from gnutella_router.traffic.load import LoadRun, LoadSettings

@@ -37,7 +37,7 @@ matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt
 from benchdocs import machine, replace_section, save_figure
-from experiment_fig14 import DOC, FIGURES, summary
+from fig14.runs import DOC, FIGURES, summary
 
 from router_admission.common import TARGET_MS, config_text, finish, run_load, shedding, start
 from traffic_models.arrival_text import parse_arrivals
