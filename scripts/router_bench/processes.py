@@ -154,10 +154,12 @@ def router_argv(
     max_connections: int | None,
     extra: Sequence[str] = (),
     network: str = "",
+    tables: str = "",
 ) -> list[str]:
-    """The router's command line; ``network`` adds lines to its ``[network]`` table."""
+    """The router's command line; ``network`` adds lines to its ``[network]`` table,
+    ``tables`` other tables after it."""
     config = state_dir / f"bench-{port}.toml"
-    config.write_text(f"[network]\nconnects_per_ip_per_minute = 100000\n{network}")
+    config.write_text(f"[network]\nconnects_per_ip_per_minute = 100000\n{network}{tables}")
     executable = Path(sys.executable).parent / "gnutella-router"
     command = (
         [str(executable)] if executable.exists() else [sys.executable, "-m", "gnutella_router"]
