@@ -5,6 +5,7 @@ five minutes with the defaults, two router runs):
 
     python scripts/experiment_batching.py            # print the comparison
     python scripts/experiment_batching.py --write    # also docs/experiments.md, figure, CSV
+    python scripts/experiment_batching.py --sweep    # fixed batches 250 .. 8, a flood each
 
 What is run. Twice, one router each time (a ``gnutella-router run`` child on a free
 loopback port, one worker, no injected delay, backpressure, the profiler at 0.25 s): the
@@ -32,6 +33,10 @@ first 3 s of each flood left out), the light load's one-hop latency p50/p99 whil
 flooded and while not, the router's CPU per thousand messages received
 (``/proc/PID/stat``), and the share of flooded controller samples that were bound by
 the batch (saturated, batches full): the check that the load did what it is for.
+
+``--sweep`` runs instead one router per fixed batch (``SWEEP``, batching off) through
+one flood each (``SWEEP_STEPS``): the throughput, latency and CPU per message that the
+controller's search meets at each batch size (about three minutes).
 """
 
 from __future__ import annotations
@@ -79,6 +84,8 @@ from traffic_models.latency import read_stamp
 from traffic_models.mix import PAPER_MIX
 
 STEPS = "20s@2000,45s@2000+1,20s@2000,45s@2000+1,15s@2000"
+SWEEP = (250, 200, 160, 100, 50, 25, 8)
+SWEEP_STEPS = "3s@2000,15s@2000+1,2s@2000"
 FLOOD_TTL = 1
 SETTLE = 3.0
 """Seconds at the start of each flood left out of the flooded medians (the queue filling)."""
@@ -230,13 +237,21 @@ def percentiles(values: np.ndarray[Any, Any]) -> list[float] | None:
     return [float(np.percentile(values, 50)) / 1e6, float(np.percentile(values, 99)) / 1e6]
 
 
-def run(name: str, auto: bool, args: argparse.Namespace, out: Path) -> dict[str, Any]:
-    steps = parse_steps(args.steps)
+def run(
+    name: str,
+    auto: bool,
+    args: argparse.Namespace,
+    out: Path,
+    *,
+    batch: int = 250,
+    steps_text: str = "",
+) -> dict[str, Any]:
+    steps = parse_steps(steps_text or args.steps)
     workdir = out / name
     workdir.mkdir(parents=True, exist_ok=True)
     config = workdir / "router.toml"
     config.write_text(
-        "[router]\nthreads = 1\nbatch_size = 250\n\n"
+        f"[router]\nthreads = 1\nbatch_size = {batch}\n\n"
         f"[batching]\nenabled = {'true' if auto else 'false'}\ninterval = {args.interval}\n\n"
         "[profiler]\nenabled = true\ninterval = 0.25\n"
     )
@@ -293,6 +308,7 @@ def run(name: str, auto: bool, args: argparse.Namespace, out: Path) -> dict[str,
     return {
         "name": name,
         "auto": auto,
+        "batch": batch,
         "series": series,
         "floods": floods,
         "flood_sent": sum(r["sent"] for r in records),
@@ -384,6 +400,28 @@ def lines_of(results: list[dict[str, Any]]) -> list[str]:
     return rows
 
 
+def sweep_lines(sweep: list[dict[str, Any]]) -> list[str]:
+    """Fixed batches through a flood alone: the throughput the controller's search meets."""
+    top = next((r["flooded_rate"] for r in sweep if r["batch"] == max(SWEEP)), 0.0)
+    rows = [
+        f"| fixed batch | median rate flooded (msgs/s; p10-p90) | / batch {max(SWEEP)} "
+        "| light load's one-hop p50 / p99 flooded (ms) | router CPU ms per 1000 msgs |",
+        "|---:|---:|---:|---:|---:|",
+    ]
+    for r in sweep:
+        spread = r["flooded_rate_spread"]
+        cpu = r["cpu_ms_per_1000"]
+        rows.append(
+            f"| {r['batch']} | {r['flooded_rate']:,.0f}"
+            + ("" if spread is None else f" ({spread[0]:,.0f}-{spread[1]:,.0f})")
+            + f" | {r['flooded_rate'] / top:.2f} | {pair(r['latency_flooded_ms'])} "
+            f"| {'-' if cpu is None else f'{cpu:.2f}'} |"
+            if top
+            else f"| {r['batch']} | - | - | - | - |"
+        )
+    return rows
+
+
 def plot(results: list[dict[str, Any]], path: Path) -> Path:
     figure, (batch_axes, rate_axes, latency_axes) = plt.subplots(3, 1, figsize=(9, 8), sharex=True)
     for r, color in zip(results, ("tab:blue", "tab:grey"), strict=False):
@@ -429,6 +467,37 @@ def flood_main(args: argparse.Namespace) -> int:
     return 0
 
 
+def sweep_main(args: argparse.Namespace) -> int:
+    """Each fixed batch of ``SWEEP`` through one flood (``SWEEP_STEPS``), one router each."""
+    out = args.from_results or args.out or Path(tempfile.mkdtemp(prefix="batching-sweep-"))
+    out.mkdir(parents=True, exist_ok=True)
+    print(f"raw results in {out}", flush=True)
+    sweep = []
+    for batch in SWEEP:
+        path = out / f"result-sweep-{batch}.json"
+        if not args.from_results:
+            result = run(f"sweep-{batch}", False, args, out, batch=batch, steps_text=SWEEP_STEPS)
+            path.write_text(json.dumps(result))
+            print(f"  batch {batch}: {result['flooded_rate']:,.0f} msgs/s", flush=True)
+        sweep.append(json.loads(path.read_text()))
+    table = sweep_lines(sweep)
+    print("\n".join(table))
+    if args.write:
+        replace_section(
+            "batching-sweep",
+            [
+                f"Measured {datetime.date.today().isoformat()} on {machine()}; "
+                "`python scripts/experiment_batching.py --sweep --write` (a router per "
+                f"batch, steps `{SWEEP_STEPS}`, batching off).",
+                "",
+                *table,
+            ],
+            path=DOC,
+        )
+        print(DOC)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -436,6 +505,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--interval", type=float, default=1.0, help="controller sample (s)")
     parser.add_argument("--only", choices=("auto", "fixed"), help="run one of the two")
+    parser.add_argument(
+        "--sweep",
+        action="store_true",
+        help=f"instead: fixed batches {', '.join(map(str, SWEEP))} through one flood each",
+    )
     parser.add_argument("--out", type=Path, help="raw results (default: a temporary folder)")
     parser.add_argument("--write", action="store_true", help="update docs/experiments.md")
     parser.add_argument("--from-results", type=Path, help="skip the runs: redraw an earlier --out")
@@ -446,6 +520,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.flood:
         return flood_main(args)
     parse_steps(args.steps)
+    if args.sweep:
+        return sweep_main(args)
     if args.from_results:
         out = args.from_results
         results = [
