@@ -211,7 +211,9 @@ class BatchingController:
         if self._low >= COLLAPSE_SAMPLES:
             action, reason = "reset", "collapse"
         elif not bound and full and average > 0 and rate < config.drop_share * average:
-            if batch < self.max_batch or self.settled:
+            # Also at the largest batch, when a floor or a settled search would stop
+            # the next load from being searched afresh.
+            if batch < self.max_batch or self.settled or self.floor > self.min_batch:
                 action, reason = "reset", "load drop"
         elif bound:
             self._bound_rates.append(rate)

@@ -290,3 +290,23 @@ def test_no_search_back_down_to_a_batch_that_collapsed() -> None:
     stage.run(arrivals=1000)
     assert ctl.step(stage.now).reason == "load drop"
     assert ctl.floor == ctl.min_batch
+
+
+def test_a_drop_in_load_clears_a_floor_left_at_the_largest_batch() -> None:
+    # A collapse at 225 leaves the floor at 250: no search for the rest of that load.
+    # When the load drops, the next one is searched afresh.
+    stage = FakeStage()
+    ctl = controller(stage)
+    drive(stage, ctl, 4, arrivals=1e9, per_batch=0.0)
+    assert stage.batch_size == 200
+    drive(stage, ctl, 3, arrivals=1e9, per_batch=0.0, scale=0.93)  # degraded: 225
+    assert stage.batch_size == 225
+    drive(stage, ctl, 2, arrivals=1e9, per_batch=0.0, scale=0.7)
+    assert (ctl.samples[-1].reason, stage.batch_size, ctl.floor) == ("collapse", 250, 250)
+    drive(stage, ctl, 10, arrivals=1e9, per_batch=0.0)
+    assert stage.batch_size == 250  # held above the batch that collapsed
+    drive(stage, ctl, 1, arrivals=1000)
+    assert ctl.samples[-1].reason == "load drop"
+    assert ctl.floor == ctl.min_batch
+    drive(stage, ctl, 6, arrivals=1e9, per_batch=0.0)
+    assert stage.batch_size < 250
