@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import gc
 import signal
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Self
 
@@ -43,6 +44,7 @@ from gnutella_router.observe.recorder import Recorder
 from gnutella_router.ready_file import remove_ready_file, write_ready_file
 from gnutella_router.runtime.stage import StageRegistry
 from gnutella_router.stages.catcher import GnutellaCatcher
+from gnutella_router.stages.link import Link
 from gnutella_router.stages.router import GnutellaRouter
 from gnutella_router.stages.server import GnutellaServer
 from gnutella_router.state_lock import lock_state_directory
@@ -73,6 +75,7 @@ class Daemon:
             hard_ttl_limit=config.network.hard_ttl_limit,
             allow_private=config.network.allow_private_addresses,
             shedding=config.shedding,
+            flush_links=self._flush_links,
             on_host_learned=self._learn,
             log=self.log.bind(stage="router"),
         )
@@ -128,6 +131,9 @@ class Daemon:
 
     def _connection_by_id(self, connection_id: int) -> Connection | None:
         return self.server.connections.get(connection_id)
+
+    def _flush_links(self, links: Sequence[Link]) -> None:
+        self.server.flush_links(links)
 
     def _own_address(self) -> tuple[str, int]:
         return self.server.advertised_address()

@@ -26,33 +26,24 @@ difference between the servers.
 
 from __future__ import annotations
 
-import argparse
-import contextlib
 import os
 import sys
-import tempfile
 from collections.abc import Sequence
-from functools import partial
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import trio
 from benchdocs import machine, replace_section
+from router_bench.interleaved import ServerCommand, interleaved_runs, parse_flood_args
 from router_bench.peers import BLAST_MESSAGES, BenchError, Blast, Wire, message_kinds
 from router_bench.processes import (
     Problems,
-    Server,
     baseline_argv,
-    describe_cpu,
-    free_port,
     router_argv,
-    started,
-    stop_server,
 )
 from router_bench.report import cpu_per_message
-from router_bench.runs import ThroughputRun, attempt, median_of, throughput_run
+from router_bench.runs import ThroughputRun, median_of
 
 SINKS = 2
 RATIO_FLOOR = 1.3
@@ -64,78 +55,34 @@ def reference_argv(port: int) -> list[str]:
     return [sys.executable, str(script), "--listen", f"127.0.0.1:{port}"]
 
 
-def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--repeats", type=int, default=5, metavar="N", help="runs per server (5)")
-    parser.add_argument(
-        "--duration", type=float, default=3.0, metavar="SECONDS", help="window (3 s)"
-    )
-    parser.add_argument(
-        "--warmup", type=float, default=1.0, metavar="SECONDS", help="before each window (1 s)"
-    )
-    parser.add_argument("--write", action="store_true", help="update docs/benchmarks.md")
-    args = parser.parse_args(argv)
-    if args.repeats < 1 or args.duration <= 0 or args.warmup < 0:
-        parser.error("--repeats and --duration must be positive")
-    return args
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    args = parse_args(argv)
+    args = parse_flood_args(argv, __doc__.splitlines()[0] if __doc__ else None)
     wire = Wire.build()
     blast = Blast(wire, message_kinds(BLAST_MESSAGES, 1.0, 1))
     problems = Problems()
     load = os.getloadavg()[0]
-    names = ("gnutella-router", "naive router", "plain forwarder")
-    runs: dict[str, list[ThroughputRun]] = {name: [] for name in names}
     print(f"{wire.size}-byte queries, 1 source, {SINKS} sinks; {args.repeats} runs per server")
-    with tempfile.TemporaryDirectory(prefix="bench-query-flood-") as tmp:
-        workdir = Path(tmp)
-        try:
-            with contextlib.ExitStack() as stack:
-                servers: list[tuple[str, Server]] = []
-                state = workdir / "state"
-                state.mkdir()
-                for name in names:
-                    port = free_port()
-                    argv_of = {
-                        "gnutella-router": router_argv(port, state, None),
-                        "naive router": reference_argv(port),
-                        "plain forwarder": baseline_argv(port),
-                    }[name]
-                    servers.append(
-                        (name, stack.enter_context(started(name, argv_of, port, workdir)))
-                    )
-                for rep in range(1, args.repeats + 1):
-                    for name, server in servers:
-                        what = f"{name} run {rep}"
-                        run = attempt(
-                            problems,
-                            what,
-                            partial(
-                                trio.run,
-                                throughput_run,
-                                server.address,
-                                server.pid,
-                                wire,
-                                blast,
-                                args,
-                                SINKS,
-                            ),
-                        )
-                        if run is not None:
-                            runs[name].append(run)
-                            cost = cpu_per_message(run)
-                            print(
-                                f"  {what}: {run.per_sink:,.0f} queries/s per sink, "
-                                f"{'n/a' if cost is None else f'{cost:.2f}'} µs of server CPU "
-                                f"per query; {describe_cpu(run.cpu)}"
-                            )
-                for _, server in servers:
-                    stop_server(server, problems)
-        except BenchError as exc:
-            problems.fail(str(exc))
-            print(f"FAILED: {exc}")
+    commands: dict[str, ServerCommand] = {
+        "gnutella-router": lambda port, home: router_argv(port, home, None),
+        "naive router": lambda port, _: reference_argv(port),
+        "plain forwarder": lambda port, _: baseline_argv(port),
+    }
+    names = tuple(commands)
+    runs: dict[str, list[ThroughputRun]] = {name: [] for name in names}
+    try:
+        runs = interleaved_runs(
+            commands,
+            wire=wire,
+            blast=blast,
+            args=args,
+            sinks=SINKS,
+            problems=problems,
+            unit=("queries", "query"),
+        )
+    except BenchError as exc:
+        problems.fail(str(exc))
+        print(f"FAILED: {exc}")
+        runs = {name: [] for name in names}
 
     rates = {name: median_of(runs[name], lambda r: r.per_sink) for name in names}
     costs = {name: median_of(runs[name], cpu_per_message) for name in names}

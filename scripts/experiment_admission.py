@@ -1,295 +1,144 @@
-"""SEDA's admission controllers on this router under a load step: response time, classes,
+"""SEDA's admission controllers on this router under overload: response time, classes and
 degradation, against backpressure and drop-tail.
 
-Run from the repository root, in the project's virtual environment (unattended, about
-five minutes):
+Run from the repository root, in the project's virtual environment (unattended; each
+experiment is its own invocation of 1 to 5 minutes, so each fits one turn of the shared
+lock):
 
-    python scripts/experiment_admission.py            # print the table
-    python scripts/experiment_admission.py --write    # also docs/experiments.md + figures
+    python scripts/experiment_admission.py step --write      # every policy, one load step
+    python scripts/experiment_admission.py classes --write   # replies kept flowing
+    python scripts/experiment_admission.py degrade --write   # TTL and reach along a chain
+    python scripts/experiment_admission.py floor --write     # the documented figure
+    python scripts/experiment_admission.py classes --quick   # a smoke test
 
-What is run. Five routers, one after the other, each a fresh ``gnutella-router run``
-child on a free loopback port with the paper's bottleneck (``router.threads = 1``,
-``router.query_delay_ms = 20``: a capacity of about 50 queries/s) and the profiler at
-0.1 s, differing only in ``[shedding]``:
+Without ``--write`` the figures and CSV go to ``--out`` (a fresh temporary directory by
+default) and docs/ is left alone; with it they go to docs/figures/ and each experiment
+replaces its own marked section of docs/experiments.md (``admission-step``,
+``admission-classes``, ``admission-degrade``, ``admission-floor``).
 
-* ``backpressure`` (the default) and ``drop-tail``, the fixed policies;
-* ``response-time`` (target p90 100 ms), one class: queries through the controller's
-  bucket, everything else admitted;
-* the same with ``response_time_classes = true``: everything but queries, leaf queries
-  and ultrapeers' queries each a class, weights 4, 2, 1;
-* the same with ``degrade_ttl_by = 3``: forwarded queries lose up to 3 hops of TTL
-  before any rate is cut.
+Every router is a child process on a free loopback port with one thread, 20 ms a query
+(about 50 queries/s of capacity; the routers downstream in ``degrade`` without the
+delay), the governor off and the profiler every 0.1 s; the load client runs in this
+process with one injector and three sinks and, but in ``floor``, the paper's mix (85 %
+pings, 15 % queries, TTL 7). Latency is measured from each message's scheduled send
+time, so a router that stops reading shows in it. The shared parts are in
+``router_admission/common.py``; what each experiment runs and shows is in the docstring
+of its module:
 
-Against each, the load client offers the paper's mix (85 % pings, 15 % queries) in a
-step: ``--low`` messages/s (100) for ``--before`` seconds (15), then ``--high`` (1000)
-for ``--after`` seconds (35); its sinks answer queries with hits (and pings with pongs),
-so replies flow back through the router. Latency is measured from each message's
-scheduled time, so a router that stops reading shows it; the steady state is the last
-``--after - 10`` seconds of overload.
-
-What is shown: per run, the one-hop latency of pings and queries and the round-trip of
-hits in the steady state, queries and hits delivered per second there, and what was
-shed; over time (the profiler's samples), the router queue, the controller's p90 with
-its target and its admitted query rate, and the TTL cut. Figures:
-``admission-step.png`` (queue and p90), ``admission-rate.png`` (admitted rate, TTL
-cut), CSV of each run's time series next to the raw results in ``--out``.
+* ``step`` (``router_admission/step.py``): five routers, one per shedding policy
+  (``backpressure``, ``drop-tail``, ``response-time``, with classes, with classes and
+  degradation), each through a step from 100 to 1000 msgs/s with the sinks answering;
+  the latencies of the steady state, what was shed, the queue, the controller's p90 and
+  rate and the TTL cut over time.
+* ``classes`` (``router_admission/classes.py``): 1000 msgs/s throughout, sinks
+  answering, under ``response-time`` with classes, ``backpressure`` and ``drop-tail``:
+  the replies back per second and their round-trip p90.
+* ``degrade`` (``router_admission/degrade.py``): a chain of three routers, the first
+  overloaded, with and without ``degrade_ttl_by``: the TTL it forwards with and the
+  queries the others receive.
+* ``floor`` (``router_admission/classes.py``): the single-class controller's documented
+  figure, 200 queries/s for 30 s, the last 10 s timed; exit status 1 when fewer than
+  15 queries/s were delivered or their p90 was over 300 ms.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import csv
 import datetime
 import json
-import shutil
+import os
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import matplotlib
-
-matplotlib.use("Agg")
-
-import matplotlib.pyplot as plt
-import trio
-from benchdocs import machine, replace_section, save_figure
-from experiment_fig14 import DOC, FIGURES, ExperimentError, launch_router, stop_router, summary
-from router_bench.processes import free_port
-
-from gnutella_router.traffic.load import LoadRun, LoadSettings
-from traffic_models.arrivals import parse_arrivals
-from traffic_models.generator import TrafficGenerator
-from traffic_models.mix import PAPER_MIX
-
-TARGET_MS = 100.0
-RUNS: tuple[tuple[str, str], ...] = (
-    ("backpressure", 'policy = "backpressure"'),
-    ("drop-tail", 'policy = "drop-tail"'),
-    ("response-time", f'policy = "response-time"\nresponse_time_target_ms = {TARGET_MS}'),
-    (
-        "classes",
-        f'policy = "response-time"\nresponse_time_target_ms = {TARGET_MS}\n'
-        "response_time_classes = true",
-    ),
-    (
-        "classes + degradation",
-        f'policy = "response-time"\nresponse_time_target_ms = {TARGET_MS}\n'
-        "response_time_classes = true\ndegrade_ttl_by = 3",
-    ),
+from benchdocs import machine, replace_section
+from fig14.runs import DOC, FIGURES, ROOT, ExperimentError
+from router_admission import step
+from router_admission.classes import (
+    experiment_classes,
+    experiment_floor,
+    report_classes,
+    report_floor,
 )
-COLOURS = ("tab:grey", "tab:brown", "tab:blue", "tab:green", "tab:purple")
+from router_admission.degrade import experiment_degrade, report_degrade
+
+Run = Callable[[argparse.Namespace, Path], dict[str, Any]]
+Report = Callable[[dict[str, Any], Path], tuple[list[str], list[Path]]]
+EXPERIMENTS: dict[str, tuple[Run, Report, str]] = {
+    "classes": (experiment_classes, report_classes, "replies under class-based admission"),
+    "degrade": (experiment_degrade, report_degrade, "degradation along a chain of routers"),
+    "floor": (experiment_floor, report_floor, "the single-class figure, as a check"),
+}
+"""The experiments of one table each: run, report (lines and files written), help."""
 
 
-def one_run(key: str, shedding: str, args: argparse.Namespace, out: Path) -> dict[str, Any]:
-    workdir = out / key.replace(" + ", "-")
-    if workdir.exists():
-        shutil.rmtree(workdir)
-    workdir.mkdir(parents=True)
-    config = workdir / "router.toml"
-    config.write_text(
-        "[router]\nquery_delay_ms = 20\nthreads = 1\n\n"
-        f"[shedding]\n{shedding}\n\n[profiler]\nenabled = true\ninterval = 0.1\n"
-    )
-    port = free_port()
-    process, state = launch_router(workdir, config, port)
-    steps = f"steps:{args.before:g}s@{args.low:g},{args.after:g}s@{args.high:g}"
+def measured(name: str, args: argparse.Namespace) -> int:
+    """Run experiment ``name``, print its table under the date, the machine and its load
+    and the command to rerun it, and with ``--write`` put them in its section."""
+    out = args.out or Path(tempfile.mkdtemp(prefix="admission-"))
+    out.mkdir(parents=True, exist_ok=True)
+    run, report, _ = EXPERIMENTS[name]
+    load_before = os.getloadavg()[0]
     try:
-        settings = LoadSettings(
-            target=("127.0.0.1", port),
-            peers=4,
-            injectors=1,
-            duration=args.before + args.after,
-            warmup=args.before + 10,
-            respond=True,
-        )
-        traffic = TrafficGenerator(mix=PAPER_MIX, arrivals=parse_arrivals(steps, seed=1), seed=1)
-        report = trio.run(LoadRun(settings, traffic).run)
-    finally:
-        status = stop_router(process)
-    profile_path = state / "profile.json"
-    if not profile_path.exists():
-        raise ExperimentError(f"{key}: no profiler export (router exit status {status})")
-    profile = json.loads(profile_path.read_text())
-    series = [
-        {
-            "at": s["at"],
-            "queue": s["queues"].get("router", 0),
-            "admission_rate": s.get("admission_rate"),
-            "admission_p90_ms": None
-            if s.get("admission_p90") is None
-            else 1000.0 * s["admission_p90"],
-            "ttl_cut": s.get("ttl_cut"),
-            "queries_in_per_s": s["rates"].get("query", 0.0),
-            "hits_in_per_s": s["rates"].get("query_hit", 0.0),
-        }
-        for s in profile["samples"]
-    ]
-    with (workdir / "series.csv").open("w", newline="") as file:
-        writer = csv.DictWriter(file, fieldnames=list(series[0]))
-        writer.writeheader()
-        writer.writerows(series)
-    drops = profile["router"]["dropped"]
-    shed = {reason: sum(by_type.values()) for reason, by_type in drops.items() if "shed" in reason}
-    latency = report.latency
-    steady_seconds = args.after - 10
-    overloaded = [row for row in series if row["at"] >= args.before + 10]
-    return {
-        "key": key,
-        "ping": summary(latency.get("one-hop", {}).get("ping")),
-        "query": summary(latency.get("one-hop", {}).get("query")),
-        "hit": summary(latency.get("round-trip", {}).get("query_hit")),
-        "queries_delivered_per_s": (
-            latency.get("one-hop", {}).get("query").count  # type: ignore[union-attr]
-            / 3
-            / steady_seconds
-        )  # three sinks each get a copy
-        if latency.get("one-hop", {}).get("query")
-        else 0.0,
-        "hits_per_s": latency["round-trip"]["query_hit"].count / steady_seconds
-        if latency.get("round-trip", {}).get("query_hit")
-        else 0.0,
-        "shed": shed,
-        "degraded": profile["router"].get("degraded_queries", 0),
-        "max_ttl_cut": max((row["ttl_cut"] or 0 for row in series), default=0),
-        "peak_queue": max((row["queue"] for row in series), default=0),
-        "median_queue_overloaded": sorted(r["queue"] for r in overloaded)[len(overloaded) // 2]
-        if overloaded
-        else None,
-        "series": series,
-    }
-
-
-def cell(entry: dict[str, float] | None) -> str:
-    if entry is None:
-        return "-"
-    return f"{entry['mean_ms']:,.1f} / {entry['p99_ms']:,.0f}"
-
-
-def table(results: list[dict[str, Any]]) -> list[str]:
-    lines = [
-        "| shedding | ping mean / p99 ms | query mean / p99 ms | hit round trip mean / p99 ms "
-        "| queries delivered /s | hits back /s | shed (whole run) | queries degraded "
-        "| router queue, median / peak |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
-    ]
-    for r in results:
-        shed = ", ".join(f"{k} {v:,}" for k, v in sorted(r["shed"].items())) or "0"
-        lines.append(
-            f"| {r['key']} | {cell(r['ping'])} | {cell(r['query'])} | {cell(r['hit'])} "
-            f"| {r['queries_delivered_per_s']:.1f} | {r['hits_per_s']:.1f} | {shed} "
-            f"| {r['degraded']:,} (cut up to {r['max_ttl_cut']}) "
-            f"| {r['median_queue_overloaded']} / {r['peak_queue']} |"
-        )
-    return lines
-
-
-def plot(results: list[dict[str, Any]], args: argparse.Namespace, figures: Path) -> list[Path]:
-    paths = []
-    figure, (queue_axes, p90_axes) = plt.subplots(2, 1, figsize=(8, 6.5), sharex=True)
-    for r, colour in zip(results, COLOURS, strict=False):
-        times = [s["at"] for s in r["series"]]
-        queue_axes.plot(times, [s["queue"] for s in r["series"]], color=colour, label=r["key"])
-        p90 = [(s["at"], s["admission_p90_ms"]) for s in r["series"] if s["admission_p90_ms"]]
-        if p90:
-            p90_axes.plot(*zip(*p90, strict=True), color=colour, label=r["key"])
-    for axes in (queue_axes, p90_axes):
-        axes.axvline(args.before, color="black", linestyle=":", linewidth=1)
-        axes.grid(alpha=0.3)
-    p90_axes.axhline(TARGET_MS, color="red", linestyle="--", linewidth=1, label="target")
-    queue_axes.set_ylabel("router queue (events)")
-    p90_axes.set_ylabel("controller's p90 (ms)")
-    p90_axes.set_xlabel(f"time (s); the load steps from {args.low:g} to {args.high:g} msgs/s")
-    queue_axes.legend(fontsize=8)
-    p90_axes.legend(fontsize=8)
-    queue_axes.set_title("One thread, 20 ms a query, a load step: the router queue and p90")
-    paths.append(save_figure(figure, figures / "admission-step.png", dpi=110))
-
-    figure, (rate_axes, cut_axes) = plt.subplots(2, 1, figsize=(8, 5.5), sharex=True)
-    for r, colour in zip(results, COLOURS, strict=False):
-        rate = [(s["at"], s["admission_rate"]) for s in r["series"] if s["admission_rate"]]
-        if rate:
-            rate_axes.plot(*zip(*rate, strict=True), color=colour, label=r["key"])
-        cut = [(s["at"], s["ttl_cut"]) for s in r["series"] if s["ttl_cut"] is not None]
-        if cut and r["max_ttl_cut"]:
-            cut_axes.step(*zip(*cut, strict=True), where="post", color=colour, label=r["key"])
-    rate_axes.set_yscale("log")
-    rate_axes.set_ylabel("queries admitted /s (bucket)")
-    cut_axes.set_ylabel("TTL cut (hops)")
-    cut_axes.set_xlabel("time (s)")
-    for axes in (rate_axes, cut_axes):
-        axes.axvline(args.before, color="black", linestyle=":", linewidth=1)
-        axes.grid(alpha=0.3)
-        axes.legend(fontsize=8)
-    rate_axes.set_title("The controller's admitted rate and the degradation it chose")
-    paths.append(save_figure(figure, figures / "admission-rate.png", dpi=110))
-    return paths
-
-
-def write_docs(results: list[dict[str, Any]], args: argparse.Namespace) -> None:
-    lines = [
-        f"Measured {datetime.date.today().isoformat()} on {machine()}; "
-        f"`python scripts/experiment_admission.py --write` (one router per row, one after "
-        f"the other; the paper's mix at {args.low:g} msgs/s for {args.before:g} s, then "
-        f"{args.high:g} msgs/s for {args.after:g} s; `router.threads = 1`, "
-        "`router.query_delay_ms = 20`; sinks answer queries with hits). Latencies from "
-        f"each message's scheduled time, over the last {args.after - 10:g} s of overload.",
+        result = run(args, out)
+    except ExperimentError as exc:
+        print(f"experiment_admission: {exc}", file=sys.stderr)
+        return 1
+    load_after = os.getloadavg()[0]
+    (out / f"result-{name}.json").write_text(json.dumps(result, indent=2))
+    folder = FIGURES if args.write else out
+    lines, paths = report(result, folder)
+    command = f"python scripts/experiment_admission.py {name}" + (
+        f" --duration {args.duration:g}" if args.duration else " --quick" if args.quick else ""
+    )
+    header = [
+        f"Measured {datetime.date.today().isoformat()} on {machine()}, `nproc` = "
+        f"{os.cpu_count()}; 1-minute load average {load_before:.2f} at the start, "
+        f"{load_after:.2f} at the end. Rerun with `{command} --write` "
+        "(under `flock /tmp/gr-bench.lock`).",
         "",
-        *table(results),
-        "",
-        "![Router queue and the controller's p90 through the load step]"
-        "(figures/admission-step.png)",
-        "",
-        "![The admitted query rate and the TTL cut](figures/admission-rate.png)",
     ]
-    replace_section("admission-step", lines, path=DOC)
+    print("\n".join(header + lines))
+    print("raw results in", out)
+    for path in paths:
+        print("wrote", path)
+    if args.write:
+        names = ", ".join(f"`{p.relative_to(ROOT)}`" for p in paths)
+        files = ["", f"Files: {names}."] if paths else []
+        replace_section(f"admission-{name}", [*header, *lines, *files], DOC)
+    return 1 if result.get("held") is False else 0
+
+
+def parser() -> argparse.ArgumentParser:
+    top = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        epilog="See the module docstring for what is run and measured.",
+    )
+    commands = top.add_subparsers(dest="experiment", required=True)
+    steps = commands.add_parser("step", help="every shedding policy through one load step")
+    step.add_arguments(steps)
+    experiments = [steps]
+    for name, (_, _, about) in EXPERIMENTS.items():
+        command = commands.add_parser(name, help=about)
+        command.add_argument("--quick", action="store_true", help="shorter runs (a smoke test)")
+        command.add_argument("--duration", type=float, help="seconds a run (overrides --quick)")
+        experiments.append(command)
+    for command in experiments:
+        command.add_argument("--write", action="store_true", help="figures, CSV and docs")
+        command.add_argument("--out", type=Path, help="raw results (default: a temporary folder)")
+    return top
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--low", type=float, default=100.0, help="msgs/s before the step")
-    parser.add_argument("--high", type=float, default=1000.0, help="msgs/s after it")
-    parser.add_argument("--before", type=float, default=15.0, help="seconds before the step")
-    parser.add_argument("--after", type=float, default=35.0, help="seconds after it (> 10)")
-    parser.add_argument(
-        "--only", action="append", choices=[key for key, _ in RUNS], help="run only these"
-    )
-    parser.add_argument("--out", type=Path, help="raw results (default: a temporary folder)")
-    parser.add_argument("--write", action="store_true", help="update docs/experiments.md")
-    parser.add_argument("--from-results", type=Path, help="redraw from an earlier --out")
-    args = parser.parse_args(argv)
-    if args.after <= 10:
-        parser.error("--after must be above 10 s (the steady state is what follows 10 s)")
-    if args.write and args.only:
-        parser.error("--write publishes every policy side by side: drop --only")
-    if args.from_results:
-        out = args.from_results
-        results = json.loads((out / "results.json").read_text())
-    else:
-        out = args.out or Path(tempfile.mkdtemp(prefix="admission-"))
-        out.mkdir(parents=True, exist_ok=True)
-        print(f"raw results in {out}", flush=True)
-        results = []
-        for key, shedding in RUNS:
-            if args.only and key not in args.only:
-                continue
-            result = one_run(key, shedding, args, out)
-            print(
-                f"{key}: query {cell(result['query'])} ms, "
-                f"{result['queries_delivered_per_s']:.1f} queries/s, hits "
-                f"{cell(result['hit'])} ms, shed {result['shed']}",
-                flush=True,
-            )
-            results.append(result)
-        (out / "results.json").write_text(json.dumps(results))
-    print("\n".join(table(results)))
-    for path in plot(results, args, FIGURES if args.write else out):
-        print(path)
-    if args.write:
-        write_docs(results, args)
-        print(DOC)
-    return 0
+    arguments = parser()
+    args = arguments.parse_args(argv)
+    if args.experiment == "step":
+        step.check_arguments(arguments, args)
+        return step.main(args)
+    return measured(args.experiment, args)
 
 
 if __name__ == "__main__":

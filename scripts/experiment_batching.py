@@ -78,7 +78,7 @@ from router_bench.processes import cpu_seconds, free_port
 from gnutella_router.traffic.load import LoadSettings
 from protocol.constants import MessageType
 from protocol.framing import Frame
-from traffic_models.arrivals import parse_arrivals
+from traffic_models.arrival_text import parse_arrivals
 from traffic_models.generator import TrafficGenerator
 from traffic_models.latency import read_stamp
 from traffic_models.mix import PAPER_MIX

@@ -55,7 +55,7 @@ from router_bench.processes import free_port
 
 from gnutella_router.traffic.load import LoadRun, LoadSettings
 from protocol.framing import Frame
-from traffic_models.arrivals import parse_arrivals
+from traffic_models.arrival_text import parse_arrivals
 from traffic_models.generator import TrafficGenerator
 from traffic_models.latency import read_stamp
 from traffic_models.mix import PAPER_MIX

@@ -28,6 +28,9 @@ The processes:
   latency turns up; the quals trace (section 5.2.1) also notes that live traffic is
   "extremely bursty", which step changes imitate at a coarse scale.
 
+Their command-line forms (``constant:1000``, ``steps:10s@100,10s@1000``...) are read
+by :mod:`traffic_models.arrival_text`.
+
 Every process is deterministic: the same parameters (and seed) give the same times on
 every call to :meth:`ArrivalProcess.times`, which restarts its random source each time.
 
@@ -47,7 +50,6 @@ import abc
 import itertools
 import math
 import random
-import re
 from collections.abc import Iterator, Sequence
 
 __all__ = [
@@ -56,13 +58,11 @@ __all__ = [
     "ConstantRate",
     "Poisson",
     "Schedule",
-    "parse_arrivals",
-    "parse_duration",
-    "parse_rate",
 ]
 
 
-def _check_rate(rate: float, what: str = "rate") -> float:
+def check_rate(rate: float, what: str = "rate") -> float:
+    """``rate`` as a float, or ValueError unless it is finite and not negative."""
     value = float(rate)
     if not math.isfinite(value) or value < 0:
         raise ValueError(f"{what} must be a finite number >= 0 messages/s, got {rate!r}")
@@ -108,7 +108,7 @@ class ConstantRate(ArrivalProcess):
     __slots__ = ("rate",)
 
     def __init__(self, rate: float) -> None:
-        self.rate = _check_rate(rate)
+        self.rate = check_rate(rate)
 
     def times(self, duration: float) -> Iterator[float]:
         duration = _check_duration(duration)
@@ -138,7 +138,7 @@ class Poisson(ArrivalProcess):
     __slots__ = ("rate", "seed")
 
     def __init__(self, rate: float, seed: int = 0) -> None:
-        self.rate = _check_rate(rate)
+        self.rate = check_rate(rate)
         self.seed = seed
 
     def times(self, duration: float) -> Iterator[float]:
@@ -268,7 +268,7 @@ class Schedule(ArrivalProcess):
             length = float(length)
             if not math.isfinite(length) or length < 0:
                 raise ValueError(f"step {index + 1}: duration must be >= 0 s, got {length!r}")
-            checked.append((length, _check_rate(rate, f"step {index + 1}: rate")))
+            checked.append((length, check_rate(rate, f"step {index + 1}: rate")))
         self.steps: tuple[tuple[float, float], ...] = tuple(checked)
         self.ramp = ramp
         self.seed = seed
@@ -370,124 +370,3 @@ def _exponential_gaps(seed: int) -> Iterator[float]:
 
 # ---------------------------------------------------------------------------------------
 # The command-line forms
-
-_NUMBER = r"(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?"
-_DURATION_RE = re.compile(rf"({_NUMBER})\s*(us|ms|s|sec|min|m|h)?")
-_RATE_RE = re.compile(rf"({_NUMBER})\s*(k)?\s*(?:/s)?", re.IGNORECASE)
-_UNITS: dict[str | None, float] = {
-    None: 1.0,
-    "s": 1.0,
-    "sec": 1.0,
-    "ms": 1e-3,
-    "us": 1e-6,
-    "m": 60.0,
-    "min": 60.0,
-    "h": 3600.0,
-}
-
-
-def parse_duration(text: str) -> float:
-    """Seconds from ``"5ms"``, ``"10s"``, ``"2m"``, ``"250us"``, ``"1.5"`` (bare = seconds)."""
-    match = _DURATION_RE.fullmatch(text.strip())
-    if match is None:
-        raise ValueError(f"{text!r} is not a duration (e.g. 10s, 5ms, 2m)")
-    seconds = float(match.group(1)) * _UNITS[match.group(2)]
-    if not math.isfinite(seconds):
-        raise ValueError(f"{text!r} is not a finite duration")
-    return seconds
-
-
-def parse_rate(text: str) -> float:
-    """Messages/s from ``"1000"``, ``"2.5k"``, ``"500/s"``."""
-    match = _RATE_RE.fullmatch(text.strip())
-    if match is None:
-        raise ValueError(f"{text!r} is not a rate in messages/s (e.g. 1000, 2.5k)")
-    value = float(match.group(1)) * (1000.0 if match.group(2) else 1.0)
-    return _check_rate(value)
-
-
-def _parse_steps(body: str) -> list[tuple[float, float]]:
-    steps = []
-    for part in body.split(","):
-        length, at, rate = part.partition("@")
-        if not at:
-            raise ValueError(f"step {part.strip()!r} must be DURATION@RATE, e.g. 10s@100")
-        steps.append((parse_duration(length), parse_rate(rate)))
-    return steps
-
-
-def _parse_ramp(body: str) -> list[tuple[float, float]]:
-    """``30s@100-1000[,30s@1000-200...]`` as knots for ``Schedule(ramp=True)``."""
-    knots: list[tuple[float, float]] = []
-    for part in body.split(","):
-        length, at, rates = part.partition("@")
-        low, dash, high = rates.partition("-")
-        if not at or not dash:
-            raise ValueError(
-                f"ramp segment {part.strip()!r} must be DURATION@FROM-TO, e.g. 30s@100-1000"
-            )
-        # Each segment is a knot at its start rate followed by a zero-length knot at its
-        # end rate: the ramp heads for the end rate, and a next segment starting
-        # elsewhere is a jump.
-        knots.append((parse_duration(length), parse_rate(low)))
-        knots.append((0.0, parse_rate(high)))
-    return knots
-
-
-def parse_arrivals(text: str, *, seed: int = 0) -> ArrivalProcess:
-    """An arrival process from its command-line form.
-
-    ``constant:1000``
-        1000 messages/s, evenly spaced. Rates may say ``2.5k`` or ``500/s``.
-    ``poisson:500``
-        Poisson arrivals at 500 messages/s (random source seeded with ``seed``).
-    ``bursts:10x5ms``
-        10 messages at once every 5 ms (the quals proposal's n and d).
-    ``trace:179``
-        The calibrated trace model's arrivals at a mean of 179 messages/s: bursty at
-        every time scale, like the papers' 37-hour trace
-        (:class:`traffic_models.trace_model.TraceArrivals`, seeded with ``seed``).
-    ``steps:10s@100,10s@1000``
-        100 messages/s for 10 s, then 1000 messages/s (held after the last step).
-    ``ramp:30s@100-1000``
-        From 100 up to 1000 messages/s over 30 s; segments chain with commas
-        (``ramp:30s@100-1000,30s@1000-100``).
-    ``poisson-steps:...``, ``poisson-ramp:...``
-        The same shapes with Poisson arrivals instead of even spacing.
-
-    Raises:
-        ValueError: the text is not one of these forms; the message says what was
-            expected.
-    """
-    kind, colon, body = text.strip().partition(":")
-    kind = kind.strip().lower()
-    body = body.strip()
-    if not colon or not body:
-        raise ValueError(
-            f"arrival process {text!r} must be KIND:PARAMETERS, e.g. constant:1000, "
-            "poisson:500, bursts:10x5ms, trace:179, steps:10s@100,10s@1000, ramp:30s@100-1000"
-        )
-    if kind == "constant":
-        return ConstantRate(parse_rate(body))
-    if kind == "poisson":
-        return Poisson(parse_rate(body), seed=seed)
-    if kind == "bursts":
-        size, x, interval = body.lower().partition("x")
-        if not x or not size.strip().isdigit():
-            raise ValueError(f"bursts {body!r} must be SIZExINTERVAL, e.g. 10x5ms")
-        return Bursts(int(size), parse_duration(interval))
-    if kind == "trace":
-        # Imported here: the trace model builds on this module.
-        from .trace_model import TraceArrivals
-
-        return TraceArrivals(parse_rate(body), seed=seed)
-    poisson = kind.startswith("poisson-")
-    shape = kind.removeprefix("poisson-")
-    if shape == "steps":
-        return Schedule(_parse_steps(body), seed=seed if poisson else None)
-    if shape == "ramp":
-        return Schedule(_parse_ramp(body), ramp=True, seed=seed if poisson else None)
-    raise ValueError(
-        f"unknown arrival process {kind!r}: use constant, poisson, bursts, trace, steps, ramp, "
-        "poisson-steps or poisson-ramp"
-    )

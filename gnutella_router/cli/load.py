@@ -13,7 +13,8 @@ from gnutella_router.cli.arguments import count, loopback_address, non_negative,
 from gnutella_router.cli.interrupt import INTERRUPTED, run_interruptible
 from gnutella_router.traffic.echo import EchoRouter
 from gnutella_router.traffic.load import LoadError, LoadRun, LoadSettings, Traffic
-from traffic_models.arrivals import ConstantRate, Schedule, parse_arrivals
+from traffic_models.arrival_text import parse_arrivals
+from traffic_models.arrivals import ConstantRate, Schedule
 from traffic_models.generator import TrafficGenerator
 from traffic_models.mix import mix_by_name_or_path
 from traffic_models.trace_traffic import TraceTraffic

@@ -146,6 +146,7 @@ class NetworkConfig(Section, frozen=True):
         tuple[str, ...], _says('a list of networks ("127.0.0.0/8", "::1", "10.0.0.0/16")')
     ] = ("127.0.0.0/8", "::1/128")
     deflate: bool = True
+    deflate_threads: Annotated[int, Meta(ge=0, le=64)] = 1
 
     def _check(self) -> None:
         if self.hard_ttl_limit < self.max_ttl:

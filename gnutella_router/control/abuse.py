@@ -26,6 +26,10 @@ and listening address always, and by its IP address unless that address is in a 
 network (loopback by default), where many unrelated peers share one IP. A banned peer's
 handshakes are refused with ``403``. The table is bounded; the oldest ban goes first.
 
+Before any of that, :class:`RateLimiter` bounds how often one address may try to
+connect (``network.connects_per_ip_per_minute``), so a reconnect loop costs one short
+refusal per attempt and never a handshake.
+
 Nothing here does I/O or reads a clock: times are passed in.
 """
 
@@ -37,6 +41,7 @@ import enum
 import ipaddress
 from collections.abc import Iterable, Mapping
 
+from gnutella_router.config.sections import AbuseConfig
 from protocol.constants import ByeCode
 
 
@@ -92,6 +97,18 @@ class Kick:
     @property
     def reason(self) -> str:
         return f"kicked: about {self.level:.0f} {_DESCRIPTIONS[self.offence]} lately"
+
+
+def configured_thresholds(config: AbuseConfig) -> dict[Offence, int]:
+    """Each offence's kick threshold as ``[abuse]`` sets it (0: never kicked for it)."""
+    return {
+        Offence.DUPLICATE: config.duplicates,
+        Offence.HIGH_TTL: config.high_ttl,
+        Offence.TTL_ZERO: config.ttl_zero,
+        Offence.MALFORMED: config.malformed,
+        Offence.UNKNOWN_TYPE: config.unknown_types,
+        Offence.UNROUTABLE: config.unroutable,
+    }
 
 
 class AbuseMeter:
@@ -210,3 +227,32 @@ def in_networks(
     if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
         address = address.ipv4_mapped
     return any(address in network for network in networks)
+
+
+class RateLimiter:
+    """At most ``limit`` attempts per ``period`` seconds per key, with a bounded memory."""
+
+    def __init__(self, limit: int, period: float = 60.0, max_keys: int = 10_000) -> None:
+        self.limit = limit
+        self.period = period
+        self.max_keys = max_keys
+        self._attempts: collections.OrderedDict[str, collections.deque[float]] = (
+            collections.OrderedDict()
+        )
+
+    def allow(self, key: str, now: float) -> bool:
+        attempts = self._attempts.get(key)
+        if attempts is None:
+            attempts = collections.deque()
+            self._attempts[key] = attempts
+            if len(self._attempts) > self.max_keys:
+                self._attempts.popitem(last=False)
+        else:
+            self._attempts.move_to_end(key)
+        horizon = now - self.period
+        while attempts and attempts[0] <= horizon:
+            attempts.popleft()
+        if len(attempts) >= self.limit:
+            return False
+        attempts.append(now)
+        return True

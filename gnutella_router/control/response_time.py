@@ -19,7 +19,7 @@ bucket refused something since the last update; in between it stays. The conditi
 ours, not the slides': without it the rate climbs without end while the load is light
 (to some 1,300 queries/s in 15 s at 15 queries/s offered), and when the load then
 steps up, the controller needs seconds of cuts before it admits less than everything
-(measured with ``scripts/experiment_admission.py``: a p90 of 1.9 s for 5 s after the
+(measured with ``scripts/experiment_admission.py step``: a p90 of 1.9 s for 5 s after the
 step). The rate stays within ``[min_rate, max_rate]``; the bucket holds at most
 ``burst_seconds`` of the rate (and one message), so bursts pass but a backlog cannot be
 built through it. Everything but queries passes: replies keep flowing while queries,

@@ -16,7 +16,10 @@ flush if negotiated, and sends it. The one other write is :meth:`Connection.flus
 made when the router ends a batch while the writer is parked with nothing to do: it
 offers the queued bytes to the non-blocking socket straight away and leaves whatever
 the kernel does not take to the writer, which is the only code that ever waits on the
-socket (docs/benchmarks.md measures what this saves).
+socket (docs/benchmarks.md measures what this saves). With a
+:class:`~gnutella_router.net.deflate_pool.DeflatePool` (``network.deflate_threads``),
+the deflates of one batch's direct writes run side by side on several cores before the
+writes are made.
 
 End of stream: a peer that hangs up has often just sent its last messages (gtk-gnutella
 sends its Bye and closes at once). The reader stops, but the connection stays open for
@@ -35,6 +38,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import itertools
 import os
 from collections.abc import Awaitable, Callable, Sequence
@@ -44,6 +48,7 @@ import structlog
 import trio
 
 from gnutella_router.control.abuse import AbuseMeter, Kick, Offence
+from gnutella_router.net.deflate_pool import DeflatePool
 from gnutella_router.net.outqueue import OutgoingQueue, OutgoingQueueStatistics, Verdict
 from protocol.codec import encode_message
 from protocol.compression import DeflateCompressor, DeflateDecompressor
@@ -136,6 +141,7 @@ class Connection:
         log: structlog.typing.FilteringBoundLogger,
         recorder: FrameTap | None = None,
         abuse: AbuseMeter | None = None,
+        deflate_pool: DeflatePool | None = None,
     ) -> None:
         self.id = next(_connection_ids)
         self.recorder = recorder
@@ -153,6 +159,9 @@ class Connection:
         self.log = log.bind(conn=self.id, peer=self.peer_text, role=role)
         self._compressor = DeflateCompressor() if compress_outgoing else None
         self._decompressor = DeflateDecompressor() if decompress_incoming else None
+        self._deflate_pool = deflate_pool
+        self._deferred = False
+        """A direct write waits for its deflate at the end of the router's batch."""
         self._decoder = FrameDecoder(max_payload=max_payload, source=self.id)
         self._trailing = trailing_data
         self._writer_lot = trio.lowlevel.ParkingLot()
@@ -278,25 +287,45 @@ class Connection:
         does not take right away is left for the writer, which is the only code that
         ever waits on the socket.
         """
-        if not self._writer_waiting or not self.outgoing.pending_messages:
+        if self._deferred or not self._writer_waiting or not self.outgoing.pending_messages:
             return
-        if self._fd >= 0 and not self.closing:
-            chunks = self.outgoing.take(WRITE_SIZE)
-            data = b"".join(chunks)
-            if self._compressor is not None:
-                data = self._compressor.compress(data)
-            try:
-                sent = os.write(self._fd, data)
-            except BlockingIOError:
-                sent = 0
-            except OSError as exc:
-                self.close(f"connection lost: {exc.__class__.__name__}")
-                return
-            self.messages_out += len(chunks)
-            self.bytes_out += sent
-            if sent == len(data) and not self.outgoing.pending_messages:
-                return
-            self._unsent = memoryview(data)[sent:]
+        if self._fd < 0 or self.closing:
+            self._writer_waiting = False
+            self._writer_lot.unpark()
+            return
+        chunks = self.outgoing.take(WRITE_SIZE)
+        data = b"".join(chunks)
+        compressor = self._compressor
+        if compressor is None:
+            self._write_now(data, len(chunks))
+        elif self._deflate_pool is not None and self._deflate_pool.defer(
+            compressor, data, functools.partial(self._write_deflated, len(chunks))
+        ):
+            self._deferred = True  # the writer stays parked: the socket is still ours
+        else:
+            self._write_now(compressor.compress(data), len(chunks))
+
+    def _write_deflated(self, count: int, data: bytes | Exception) -> None:
+        self._deferred = False
+        if isinstance(data, Exception):
+            self.close(f"deflate failed: {data}")
+        else:
+            self._write_now(data, count)
+
+    def _write_now(self, data: bytes, count: int) -> None:
+        """Offer ``data`` (``count`` messages) to the socket; leave the rest to the writer."""
+        try:
+            sent = os.write(self._fd, data)
+        except BlockingIOError:
+            sent = 0
+        except OSError as exc:
+            self.close(f"connection lost: {exc.__class__.__name__}")
+            return
+        self.messages_out += count
+        self.bytes_out += sent
+        if sent == len(data) and not self.outgoing.pending_messages:
+            return
+        self._unsent = memoryview(data)[sent:]
         self._writer_waiting = False
         self._writer_lot.unpark()
 

@@ -294,6 +294,11 @@ class DaemonCollector(Collector):
         yield GaugeMetricFamily(
             "gnutella_bans", "Temporary bans of kicked peers held in the ban list.", stats.bans
         )
+        yield CounterMetricFamily(
+            "gnutella_deflate_parallel_writes",
+            "Writes deflated side by side with others of their batch, on several cores.",
+            stats.deflate_parallel_writes,
+        )
 
     def _stages(self, daemon: RouterView) -> Iterator[Metric]:
         families: dict[str, CounterMetricFamily | GaugeMetricFamily] = {

@@ -18,9 +18,10 @@ the limits, payloads of the right shape (and no pre-0.6 query where those are
 dropped), every GUID new to its table and to the run, the link an ultrapeer that does
 not cache pongs and is not flow-controlled. Otherwise it changes nothing and answers 0,
 and the router routes the run message by message. So drop reasons, offences, relays of
-higher-TTL copies, leaves' dynamic querying, the query delay hook and the admission
-controller's TTL cut (degradation) all stay on the per-message path, which is the
-reference behaviour.
+higher-TTL copies, leaves' dynamic querying and the query delay hook all stay on the
+per-message path, which is the reference behaviour. The admission controller's TTL cut
+(degradation) is one rule both paths apply (:meth:`Limits.degraded_ttl`), so a router
+shedding load keeps its batch path, when it needs it most.
 
 Our pongs are offered one by one, in order, as the per-message path does, because each
 offer may change what follows: the link's queue may close it (a peer that does not read
@@ -67,8 +68,15 @@ class Limits(Protocol):
 
     @property
     def degrading(self) -> bool:
-        """Whether forwarded queries lose TTL to the admission controller now (the
-        per-message path applies the cut and counts it)."""
+        """Whether forwarded queries lose TTL to the admission controller now."""
+        ...
+
+    def degraded_ttl(self, keeps: int) -> int:
+        """The TTL a query that may keep ``keeps`` forwards under the controller's cut."""
+        ...
+
+    def count_degraded(self, queries: int, hops: int) -> None:
+        """Count ``queries`` forwarded with ``hops`` less TTL in all."""
         ...
 
 
@@ -105,8 +113,8 @@ class FloodPath:
         if capabilities.ultrapeer is False or capabilities.pong_caching or link.flow_controlled:
             return 0
         limits = self.limits
-        if limits.degrading:
-            return 0
+        degrade = limits.degraded_ttl if limits.degrading else None
+        degraded = degraded_hops = 0
         hard = limits.hard_ttl_limit
         drop_ancient = limits.config.drop_ancient_queries
         max_ttl = limits.max_ttl
@@ -146,6 +154,12 @@ class FloodPath:
                     return 0
                 query_guids.append(guid)
                 query_details.append(detail)
+                if degrade is not None:
+                    keeps = ttl
+                    ttl = degrade(keeps)
+                    if ttl < keeps:
+                        degraded += 1
+                        degraded_hops += keeps - ttl
                 if ttl > 1:
                     data = _pack_header(guid, QUERY, ttl - 1, hops + 1, len(payload)) + payload
                 elif last_hop:
@@ -172,6 +186,8 @@ class FloodPath:
         if routed == len(frames):
             received[PING] += len(ping_guids)
             received[QUERY] += len(query_guids)
+            if degraded:
+                limits.count_degraded(degraded, degraded_hops)
             if out:
                 self.broadcast(link, out, queries)
             return routed
@@ -227,7 +243,9 @@ class FloodPath:
     def _forward(self, link: Link, frames: list[Frame]) -> None:
         """The broadcast copies of routed frames, TTL - 1 and hops + 1 (clamped to
         ``max_ttl``), queries at their last hop marked TTL 0 for the leaves."""
-        max_ttl = self.limits.max_ttl
+        limits = self.limits
+        max_ttl = limits.max_ttl
+        degrade = limits.degraded_ttl if limits.degrading else None
         last_hop = self.has_leaves()
         out: list[bytes] = []
         queries: list[bytes] = []
@@ -243,7 +261,13 @@ class FloodPath:
                     out.append(
                         _pack_header(frame.guid, PING, ttl - 1, hops + 1, len(payload)) + payload
                     )
-            elif ttl > 1:
+                continue
+            if degrade is not None:
+                keeps = ttl
+                ttl = degrade(keeps)
+                if ttl < keeps:
+                    limits.count_degraded(1, keeps - ttl)
+            if ttl > 1:
                 data = _pack_header(frame.guid, QUERY, ttl - 1, hops + 1, len(payload)) + payload
                 out.append(data)
                 queries.append(data)

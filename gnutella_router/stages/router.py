@@ -44,7 +44,7 @@ import collections
 import itertools
 import operator
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 
 import structlog
 import trio
@@ -118,10 +118,14 @@ class GnutellaRouter(ReplyRouting):
         allow_private: bool = True,
         on_host_learned: HostLearned | None = None,
         shedding: SheddingConfig | None = None,
+        flush_links: Callable[[Sequence[Link]], None] | None = None,
         log: structlog.typing.FilteringBoundLogger | None = None,
         now: float = 0.0,
     ) -> None:
         self.config = config
+        self._flush_links = flush_links or _flush_each
+        """Starts the writes of a batch's links (the server's, which may deflate them
+        side by side; by default each link's own flush)."""
         self._connections = connections
         self._connection_by_id = connection_by_id
         self._own_address = own_address
@@ -442,8 +446,7 @@ class GnutellaRouter(ReplyRouting):
                     forwarded[PING] += pings
                     forwarded[QUERY] += queries
         self.query_routing.end_batch()
-        for connection in connections:
-            connection.flush()
+        self._flush_links(connections)
 
     # ------------------------------------------------------------------ dynamic querying
 
@@ -541,10 +544,13 @@ class GnutellaRouter(ReplyRouting):
                 return None
         hops = frame.hops
         room = self.max_ttl - hops
-        if self.admission is not None and self.admission.cut:
-            room = self._degraded_room(room, ttl)
         if ttl > room:
             ttl = room
+        if self.admission is not None and self.admission.cut:
+            keeps = ttl
+            ttl = self.degraded_ttl(keeps)
+            if ttl < keeps:
+                self.count_degraded(1, keeps - ttl)
         if relay:
             if ttl <= 1:
                 return None
@@ -568,17 +574,17 @@ class GnutellaRouter(ReplyRouting):
         """Whether the admission controller cuts forwarded queries' TTL now."""
         return self.admission is not None and bool(self.admission.cut)
 
-    def _degraded_room(self, room: int, ttl: int) -> int:
-        """Degradation: the most TTL a query may keep, less the controller's cut (never
-        under one: its last hop still reaches the leaves that match), counted when it
-        takes anything off this query."""
-        assert self.admission is not None
-        keeps = min(ttl, room)
-        degraded = max(1, keeps - self.admission.cut)
-        if degraded < keeps:
-            self.degraded += 1
-            self.degraded_hops += keeps - degraded
-        return degraded
+    def degraded_ttl(self, keeps: int) -> int:
+        """Degradation: the TTL a query that may keep ``keeps`` forwards, less the
+        controller's cut (never under one: its last hop still reaches the leaves that
+        match). The per-message rules and the batch path both cut this way."""
+        cut = 0 if self.admission is None else self.admission.cut
+        return max(1, keeps - cut) if cut else keeps
+
+    def count_degraded(self, queries: int, hops: int) -> None:
+        """``queries`` forwarded with ``hops`` less TTL in all, by degradation."""
+        self.degraded += queries
+        self.degraded_hops += hops
 
     def send_last_hop_tables(self, now: float) -> None:
         """Our leaves' keywords to the ultrapeers that take last-hop tables and are due
@@ -660,3 +666,8 @@ def _current_time() -> float:
         return trio.current_time()
     except RuntimeError:
         return 0.0
+
+
+def _flush_each(links: Sequence[Link]) -> None:
+    for link in links:
+        link.flush()

@@ -20,20 +20,30 @@ import contextlib
 import dataclasses
 import ipaddress
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import structlog
 import trio
 
 from gnutella_router.config import Config
-from gnutella_router.control.abuse import AbuseMeter, BanList, Offence, ban_keys, in_networks
+from gnutella_router.control.abuse import (
+    AbuseMeter,
+    BanList,
+    Offence,
+    RateLimiter,
+    ban_keys,
+    configured_thresholds,
+    in_networks,
+)
 from gnutella_router.logs import RateLimitedWarnings
 from gnutella_router.net.connection import Connection, FrameTap, format_address
+from gnutella_router.net.deflate_pool import DeflatePool
 from gnutella_router.net.handshaking import next_handshake_event
 from gnutella_router.net.listening import open_listeners
 from gnutella_router.net.outqueue import OutgoingQueue
 from gnutella_router.net.slow_peers import make_outgoing_queue
+from gnutella_router.stages.link import Link
 from gnutella_router.stages.router import GnutellaRouter
 from protocol.errors import HandshakeError, LocalProtocolError
 from protocol.handshake import (
@@ -117,35 +127,6 @@ class ConnectionTable:
         return known
 
 
-class RateLimiter:
-    """At most ``limit`` attempts per ``period`` seconds per key, with a bounded memory."""
-
-    def __init__(self, limit: int, period: float = 60.0, max_keys: int = 10_000) -> None:
-        self.limit = limit
-        self.period = period
-        self.max_keys = max_keys
-        self._attempts: collections.OrderedDict[str, collections.deque[float]] = (
-            collections.OrderedDict()
-        )
-
-    def allow(self, key: str, now: float) -> bool:
-        attempts = self._attempts.get(key)
-        if attempts is None:
-            attempts = collections.deque()
-            self._attempts[key] = attempts
-            if len(self._attempts) > self.max_keys:
-                self._attempts.popitem(last=False)
-        else:
-            self._attempts.move_to_end(key)
-        horizon = now - self.period
-        while attempts and attempts[0] <= horizon:
-            attempts.popleft()
-        if len(attempts) >= self.limit:
-            return False
-        attempts.append(now)
-        return True
-
-
 @dataclasses.dataclass(frozen=True, slots=True)
 class ServerStatistics:
     listening: tuple[str, ...]
@@ -175,6 +156,8 @@ class ServerStatistics:
     """Peers disconnected for abuse, by offence."""
     bans: int
     """Bans in force or not yet found expired."""
+    deflate_parallel_writes: int
+    """Writes deflated side by side with others of their batch (network.deflate_threads)."""
 
 
 INCOMING_REFUSAL_REASONS = (
@@ -235,15 +218,7 @@ class GnutellaServer:
         self.kicked: collections.Counter[str] = collections.Counter(
             {offence.value: 0 for offence in Offence}
         )
-        abuse = config.abuse
-        self._abuse_thresholds = {
-            Offence.DUPLICATE: abuse.duplicates,
-            Offence.HIGH_TTL: abuse.high_ttl,
-            Offence.TTL_ZERO: abuse.ttl_zero,
-            Offence.MALFORMED: abuse.malformed,
-            Offence.UNKNOWN_TYPE: abuse.unknown_types,
-            Offence.UNROUTABLE: abuse.unroutable,
-        }
+        self._abuse_thresholds = configured_thresholds(config.abuse)
         self._nursery: trio.Nursery | None = None
         self._listeners: list[trio.SocketListener] = []
         self._handshaking = 0
@@ -263,6 +238,9 @@ class GnutellaServer:
         """What the outgoing queues of the connections that ended dropped, by reason."""
         self.recorder: FrameTap | None = None
         """Handed to every new connection; the daemon sets it when recording a trace."""
+        threads = config.network.deflate_threads
+        self.deflate_pool = DeflatePool(threads) if threads else None
+        """Deflates a router batch's writes on several cores (None: one at a time)."""
 
     # ------------------------------------------------------------------ addresses
 
@@ -340,7 +318,19 @@ class GnutellaServer:
         finally:
             # Cancelled instead of stopped (a crash elsewhere, a test giving up): the
             # listening sockets must not outlive the server.
+            if self.deflate_pool is not None:
+                self.deflate_pool.close()
             await self.close_listeners()
+
+    def flush_links(self, links: Sequence[Link]) -> None:
+        """Start writing every link's queued messages: the router's end of a batch."""
+        if self.deflate_pool is None:
+            for link in links:
+                link.flush()
+            return
+        with self.deflate_pool.batch():
+            for link in links:
+                link.flush()
 
     async def _accept_loop(self, listener: trio.SocketListener) -> None:
         assert self._nursery is not None
@@ -570,6 +560,7 @@ class GnutellaServer:
                 if self.config.abuse.enabled
                 else None
             ),
+            deflate_pool=self.deflate_pool,
         )
 
     async def _serve(
@@ -647,6 +638,9 @@ class GnutellaServer:
             failed_connections=self.failed_connections,
             kicked=dict(self.kicked),
             bans=len(self.bans),
+            deflate_parallel_writes=(
+                0 if self.deflate_pool is None else self.deflate_pool.jobs_parallel
+            ),
             **self._traffic_totals(),
         )
 

@@ -98,7 +98,8 @@ from gnutella_router.testnet.settings import STOP_TIMEOUT, NetworkError, Network
 from gnutella_router.testnet.spread_load import SpreadLoadRun
 from gnutella_router.testnet.topology import sink_nodes
 from gnutella_router.traffic.load import LoadError, LoadSettings
-from traffic_models.arrivals import ArrivalProcess, ConstantRate, parse_arrivals
+from traffic_models.arrival_text import parse_arrivals
+from traffic_models.arrivals import ArrivalProcess, ConstantRate
 from traffic_models.generator import TrafficGenerator
 from traffic_models.latency import LoadReport
 from traffic_models.mix import mix_by_name_or_path

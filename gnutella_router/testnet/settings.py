@@ -20,7 +20,7 @@ from gnutella_router.testnet.topology import (
     load_topology,
     plan_topology,
 )
-from traffic_models.arrivals import parse_arrivals
+from traffic_models.arrival_text import parse_arrivals
 from traffic_models.mix import mix_by_name_or_path
 
 DEFAULT_RESULTS = Path(".gnutella-router") / "testnet"

@@ -10,8 +10,10 @@ import contextlib
 import itertools
 import os
 import random
+import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import trio
 
@@ -86,10 +88,14 @@ class Blast:
     GUID layout: bytes 0-3 random for this process, 4-7 the slot, 8 = 0xFF, 9-12 the
     pass number, 13-14 random, 15 = 0. A pass rewrites bytes 9-12 of every slot with
     four extended-slice assignments, so each pass is fresh to the router's duplicate
-    tables at no per-message cost.
+    tables at no per-message cost. With ``random_guids``, a pass also draws bytes 0-7
+    and 13-14 of every GUID afresh (ten more assignments, in C): GUIDs as random as a
+    real network's, which matters where the router deflates (repeated bytes deflate
+    several times faster than random ones).
     """
 
-    def __init__(self, wire: Wire, kinds: Sequence[bool]) -> None:
+    def __init__(self, wire: Wire, kinds: Sequence[bool], *, random_guids: bool = False) -> None:
+        self.random_guids = random_guids
         run = os.urandom(4)
         tail = os.urandom(2)
         parts = []
@@ -106,6 +112,9 @@ class Blast:
         self.passes += 1
         for offset, value in enumerate(self.passes.to_bytes(4, "big"), start=9):
             self.buffer[offset :: self.size] = bytes((value,)) * self.count
+        if self.random_guids:
+            for offset in (*range(8), 13, 14):
+                self.buffer[offset :: self.size] = os.urandom(self.count)
         return memoryview(self.buffer)
 
 
@@ -134,7 +143,10 @@ class Peer:
     stream: trio.SocketStream
     name: str
     received: int = 0
+    """Bytes received (after inflating, when the server deflates to this peer)."""
     closed: str | None = None
+    inflater: Any = None
+    """A ``zlib.decompressobj`` when the server deflates to this peer."""
 
     async def aclose(self) -> None:
         with (
@@ -161,12 +173,14 @@ async def _next_event(stream: trio.SocketStream, initiator: Initiator) -> Handsh
         raise BenchError(f"handshake failed: {exc}") from exc
 
 
-async def connect(address: tuple[str, int], name: str) -> Peer:
-    """TCP connect and the 0.6 handshake as an ultrapeer, without deflate."""
+async def connect(address: tuple[str, int], name: str, *, deflate: bool = False) -> Peer:
+    """TCP connect and the 0.6 handshake as an ultrapeer; with ``deflate``, asking the
+    server to deflate what it sends (we send plain)."""
     stream = await trio.open_tcp_stream(*address)
     try:
         initiator = Initiator()
-        await stream.send_all(initiator.start(peer_headers()))
+        asked = [("Accept-Encoding", "deflate")] if deflate else []
+        await stream.send_all(initiator.start([*peer_headers(), *asked]))
         event = await _next_event(stream, initiator)
         if isinstance(event, HandshakeRejected):
             raise BenchError(f"handshake refused: {event.status_code} {event.reason}")
@@ -174,12 +188,20 @@ async def connect(address: tuple[str, int], name: str) -> Peer:
         await stream.send_all(initiator.confirm())
         complete = await _next_event(stream, initiator)
         assert isinstance(complete, HandshakeComplete), complete
-        if complete.decompress_incoming:
-            raise BenchError("the router deflates although deflate was not offered")
+        if complete.decompress_incoming != deflate:
+            raise BenchError(
+                "the server deflates although deflate was not asked for"
+                if complete.decompress_incoming
+                else "the server does not deflate although asked to"
+            )
     except BaseException:
         await Peer(stream, name).aclose()
         raise
-    return Peer(stream, name, received=len(complete.trailing_data))
+    if not deflate:
+        return Peer(stream, name, received=len(complete.trailing_data))
+    inflater = zlib.decompressobj()
+    received = len(inflater.decompress(complete.trailing_data))
+    return Peer(stream, name, received=received, inflater=inflater)
 
 
 def final_bye(data: bytes | bytearray) -> str:
@@ -195,17 +217,21 @@ def final_bye(data: bytes | bytearray) -> str:
 
 
 async def count_bytes(peer: Peer) -> None:
-    """Read and count until the connection ends; one reused buffer, no parsing."""
+    """Read and count until the connection ends; one reused buffer, no parsing (a
+    deflated stream is inflated, in C, and its inflated bytes counted)."""
     sock = peer.stream.socket
     buffer = bytearray(RECEIVE_SIZE)
+    view = memoryview(buffer)
+    inflater = peer.inflater
     last = 0
     try:
         while True:
             n = await sock.recv_into(buffer)
             if not n:
-                peer.closed = f"{peer.name} closed by the server{final_bye(buffer[:last])}"
+                ending = "" if inflater else final_bye(buffer[:last])
+                peer.closed = f"{peer.name} closed by the server{ending}"
                 return
-            peer.received += n
+            peer.received += n if inflater is None else len(inflater.decompress(view[:n]))
             last = n
     except (trio.ClosedResourceError, OSError) as exc:
         peer.closed = f"{peer.name} lost: {exc.__class__.__name__}"

@@ -149,10 +149,15 @@ def started(
 
 
 def router_argv(
-    port: int, state_dir: Path, max_connections: int | None, extra: Sequence[str] = ()
+    port: int,
+    state_dir: Path,
+    max_connections: int | None,
+    extra: Sequence[str] = (),
+    network: str = "",
 ) -> list[str]:
-    config = state_dir / "bench.toml"
-    config.write_text("[network]\nconnects_per_ip_per_minute = 100000\n")
+    """The router's command line; ``network`` adds lines to its ``[network]`` table."""
+    config = state_dir / f"bench-{port}.toml"
+    config.write_text(f"[network]\nconnects_per_ip_per_minute = 100000\n{network}")
     executable = Path(sys.executable).parent / "gnutella-router"
     command = (
         [str(executable)] if executable.exists() else [sys.executable, "-m", "gnutella_router"]

@@ -88,9 +88,14 @@ async def throughput_run(
     blast: Blast,
     args: argparse.Namespace,
     sink_count: int = SINKS,
+    *,
+    deflate_sinks: bool = False,
 ) -> ThroughputRun:
     with trio.fail_after(args.warmup + args.duration + 30):
-        sinks = [await connect(address, f"sink {i}") for i in range(1, sink_count + 1)]
+        sinks = [
+            await connect(address, f"sink {i}", deflate=deflate_sinks)
+            for i in range(1, sink_count + 1)
+        ]
         source = await connect(address, "source")
         peers = [*sinks, source]
         sent = [0]

@@ -1,5 +1,5 @@
-"""The query-flood benchmark as a user runs it, cut short, and the profile reader that
-splits a routed message's cost by part of the path."""
+"""The query-flood and deflate benchmarks as a user runs them, cut short, and the profile
+reader that splits a routed message's cost by part of the path."""
 
 from __future__ import annotations
 
@@ -28,8 +28,28 @@ def test_a_short_query_flood_runs_all_three_servers_to_its_table() -> None:
     assert run.returncode in (0, 1), run.stderr
     assert "Traceback" not in run.stderr
     for server in ("gnutella-router", "naive router", "plain forwarder"):
-        assert f"{server} run 1:" in run.stdout
+        assert f"{server}, run 1:" in run.stdout
         assert f"{server}: stopped by SIGTERM, exit status 0" in run.stdout
+
+
+@pytest.mark.e2e
+def test_a_short_deflate_benchmark_runs_both_routers_to_its_ratio() -> None:
+    """Both routers take the deflated sinks (the handshake asks for deflate and the sinks
+    count inflated bytes) and stop cleanly."""
+    script = str(ROOT / "scripts" / "bench_deflate.py")
+    run = subprocess.run(
+        [sys.executable, script, "--repeats", "1", "--duration", "0.5", "--warmup", "0.2"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    for router in ("one deflate at a time", "deflates side by side"):
+        assert f"{router}, run 1:" in run.stdout
+        assert f"{router}: stopped by SIGTERM, exit status 0" in run.stdout
+    assert "side by side / one at a time: " in run.stdout
+    assert "no ratio" not in run.stdout
 
 
 def test_each_sample_is_charged_to_its_innermost_recognised_part() -> None:

@@ -41,16 +41,16 @@ def test_fig14_without_write_leaves_the_published_figures_alone(tmp_path: Path) 
     [
         (
             "experiment_admission.py",
-            ["--only", "response-time", "--before", "2", "--after", "11"],
+            ["step", "--only", "response-time", "--before", "2", "--after", "11"],
             ["admission-step.png", "admission-rate.png", "response-time/series.csv"],
         ),
         (
-            "experiment_admission_classes.py",
+            "experiment_admission.py",
             ["classes", "--duration", "3"],
             ["admission-classes.png", "admission-classes.csv", "result-classes.json"],
         ),
         (
-            "experiment_admission_classes.py",
+            "experiment_admission.py",
             ["degrade", "--duration", "3"],
             ["admission-degrade.png", "admission-degrade.csv", "result-degrade.json"],
         ),

@@ -1,9 +1,11 @@
 """A router driven without sockets: fake links whose outgoing queue is the real, sans-IO
-threshold queue, so what a link "sent" is what the router queued for it."""
+threshold queue, so what a link "sent" is what the router queued for it; and the
+messages the tests hand it."""
 
 from __future__ import annotations
 
 import collections
+from collections.abc import Iterable
 
 import trio
 
@@ -16,10 +18,22 @@ from gnutella_router.stages.router import GnutellaRouter
 from protocol.capabilities import Capabilities
 from protocol.codec import encode_message
 from protocol.framing import Frame, FrameDecoder
-from protocol.messages import Message
+from protocol.messages import Message, Payload, QueryHit, QueryHitResult, random_guid
 from protocol.vendor import NO_HOPS_FLOW, Feature, VendorMessageId
 
 OWN_GUID = b"R" * 16
+
+
+def message(payload: Payload, ttl: int = 7, hops: int = 0, guid: bytes | None = None) -> Message:
+    return Message(guid or random_guid(), ttl, hops, payload)
+
+
+def hit(servent: bytes = b"S" * 16) -> QueryHit:
+    return QueryHit(6346, "192.0.2.9", 100, (QueryHitResult(1, 10, b"song.ogg"),), servent)
+
+
+def types(frames: Iterable[Frame]) -> list[int]:
+    return [frame.payload_type for frame in frames]
 
 
 class FakeLink:

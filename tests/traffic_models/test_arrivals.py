@@ -11,16 +11,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from traffic_models.arrivals import (
-    ArrivalProcess,
-    Bursts,
-    ConstantRate,
-    Poisson,
-    Schedule,
-    parse_arrivals,
-    parse_duration,
-    parse_rate,
-)
+from traffic_models.arrival_text import parse_arrivals, parse_duration, parse_rate
+from traffic_models.arrivals import ArrivalProcess, Bursts, ConstantRate, Poisson, Schedule
 
 
 def window_counts(times: list[float], edges: list[float]) -> list[int]:

@@ -9,7 +9,8 @@ import statistics
 import pytest
 
 from protocol.constants import HEADER_SIZE, MessageType
-from traffic_models.arrivals import ConstantRate, Poisson, parse_arrivals
+from traffic_models.arrival_text import parse_arrivals
+from traffic_models.arrivals import ConstantRate, Poisson
 from traffic_models.generator import TrafficGenerator
 from traffic_models.trace_model import PAPER_TRACE, TRACE_MIX, TraceArrivals, dispersion
 

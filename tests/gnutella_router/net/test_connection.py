@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import socket
+import zlib
+
 import structlog
 import trio
 import trio.testing
 
 from gnutella_router.net.connection import Connection
+from gnutella_router.net.deflate_pool import DeflatePool
 from gnutella_router.net.threshold_queue import ThresholdQueue
 from protocol.capabilities import Capabilities
 from protocol.codec import encode_message
@@ -89,3 +93,93 @@ async def test_a_router_that_never_reports_does_not_keep_a_dead_peer_open(
         await trio.sleep(1.0)
         assert link.closing
     assert link.close_reason == "peer closed the connection"
+
+
+def deflating(stream: trio.abc.Stream, pool: DeflatePool | None) -> Connection:
+    return Connection(
+        stream=stream,
+        peer=("192.0.2.5", 6346),
+        role="incoming",
+        capabilities=Capabilities(),
+        outgoing=ThresholdQueue(),
+        compress_outgoing=True,
+        decompress_incoming=False,
+        trailing_data=b"",
+        max_payload=65536,
+        log=structlog.get_logger("test"),
+        deflate_pool=pool,
+    )
+
+
+def queries(count: int, text: bytes) -> list[bytes]:
+    return [encode_message(Message(random_guid(), 3, 0, Query(text))) for _ in range(count)]
+
+
+async def _ignore(_: Connection, frames: list[Frame]) -> None:
+    pass
+
+
+def _received(sock: socket.socket) -> bytes:
+    try:
+        return sock.recv(1 << 20)
+    except BlockingIOError:
+        return b""
+
+
+async def test_a_batch_defers_the_direct_writes_of_deflating_links_to_its_end() -> None:
+    """Inside a pool's batch, flush takes the queued messages but writes nothing until the
+    batch ends; then each link's peer inflates exactly what was queued, in order, and a
+    second flush in the same batch leaves newer messages for the next write."""
+    pool = DeflatePool(1)
+    pairs = [socket.socketpair() for _ in range(2)]
+    for _, theirs in pairs:
+        theirs.setblocking(False)
+    links = [
+        deflating(trio.SocketStream(trio.socket.from_stdlib_socket(ours)), pool)
+        for ours, _ in pairs
+    ]
+    inflaters = [zlib.decompressobj() for _ in links]
+    try:
+        async with trio.open_nursery() as nursery:
+            for link in links:
+                nursery.start_soon(link.run, _ignore)
+            await trio.testing.wait_all_tasks_blocked()
+            first = [queries(200, f"link {n} search".encode()) for n in range(len(links))]
+            later = queries(2, b"after the first flush")
+            with pool.batch():
+                for link, batch in zip(links, first, strict=True):
+                    assert link.send_all(batch, sum(map(len, batch)), 0.0)
+                    link.flush()
+                assert links[0].send_all(later, sum(map(len, later)), 0.0)
+                links[0].flush()  # its write is already waiting for the batch's end
+                assert all(_received(theirs) == b"" for _, theirs in pairs)
+            for (_, theirs), inflate, batch in zip(pairs, inflaters, first, strict=True):
+                assert inflate.decompress(_received(theirs)) == b"".join(batch)
+            await trio.testing.wait_all_tasks_blocked()  # the writer sends the later ones
+            assert inflaters[0].decompress(_received(pairs[0][1])) == b"".join(later)
+            nursery.cancel_scope.cancel()
+    finally:
+        pool.close()
+        for ours, theirs in pairs:
+            ours.close()
+            theirs.close()
+
+
+async def test_outside_a_batch_a_deflating_link_writes_at_once() -> None:
+    pool = DeflatePool(1)
+    ours, theirs = socket.socketpair()
+    theirs.setblocking(False)
+    link = deflating(trio.SocketStream(trio.socket.from_stdlib_socket(ours)), pool)
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(link.run, _ignore)
+            await trio.testing.wait_all_tasks_blocked()
+            batch = queries(3, b"x")
+            assert link.send_all(batch, sum(map(len, batch)), 0.0)
+            link.flush()
+            assert zlib.decompressobj().decompress(_received(theirs)) == b"".join(batch)
+            nursery.cancel_scope.cancel()
+    finally:
+        pool.close()
+        ours.close()
+        theirs.close()

@@ -14,6 +14,7 @@ import trio
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gnutella_router.config.sections import SheddingConfig
 from gnutella_router.net.route_table import RouteTable, pack_detail
 from protocol.codec import encode_message
 from protocol.framing import Frame, FrameDecoder
@@ -45,6 +46,7 @@ def outcome(network: Network) -> tuple[object, ...]:
         len(router.query_routes),
         sorted(e.guid for e in router.query_routes.entries(trio.current_time())),
         [dict(link.offences) for link in network.links],
+        (router.degraded, router.degraded_hops),
     )
 
 
@@ -62,11 +64,34 @@ message = st.builds(
 batch = st.lists(st.tuples(st.integers(1, 3), message), min_size=1, max_size=12)
 
 
+def degrading(cut: int) -> Network:
+    """A network whose router's admission controller cuts queries' TTL by ``cut`` and
+    never changes it or refuses anything during a test."""
+    if not cut:
+        return Network()
+    shedding = SheddingConfig(
+        policy="response-time",
+        degrade_ttl_by=6,
+        response_time_initial_rate=1e9,
+        response_time_max_rate=1e9,
+        response_time_samples=1_000_000,
+        response_time_interval=86_400,
+    )
+    network = Network(shedding=shedding)
+    assert network.router.admission is not None
+    network.router.admission.cut = cut
+    return network
+
+
 @settings(max_examples=150, deadline=None)
-@given(st.lists(batch, min_size=1, max_size=4))
-def test_batch_path_matches_the_per_message_rules(batches: list[list[tuple[int, Message]]]) -> None:
+@given(st.lists(batch, min_size=1, max_size=4), st.sampled_from([0, 0, 1, 3]))
+def test_batch_path_matches_the_per_message_rules(
+    batches: list[list[tuple[int, Message]]], cut: int
+) -> None:
+    """Also while the admission controller cuts forwarded queries' TTL (degradation)."""
+
     async def run() -> None:
-        ours, theirs = Network(), reference(Network())
+        ours, theirs = degrading(cut), reference(degrading(cut))
         for drawn in batches:
             for network in (ours, theirs):
                 frames: list[Frame] = []
@@ -96,6 +121,31 @@ async def test_a_flood_of_new_messages_takes_the_batch_path() -> None:
     for link in network.links[1:]:
         copies = link.sent()
         assert [(f.guid, f.ttl, f.hops) for f in copies] == [(m.guid, 2, 2) for m in messages]
+
+
+async def test_a_degrading_router_keeps_the_batch_path_and_cuts_queries_only() -> None:
+    """Under the admission controller's TTL cut the run still takes the batch path; its
+    queries go out with the cut (never under TTL 1), its pings without, and the cut is
+    counted once per query it shortened."""
+    network = degrading(2)
+    messages = [
+        Message(
+            bytes([i, j]) + bytes(14), 5 if j % 2 else 2, 1, Query(b"jazz") if j % 3 else Ping()
+        )
+        for i in range(1, 3)
+        for j in range(30)
+    ]
+    await network.router.handle(frames_of(1, messages))
+    assert network.router._flood.runs == 1
+    expected = []
+    for m in messages:
+        ttl = m.ttl if isinstance(m.payload, Ping) else max(1, m.ttl - 2)
+        if ttl > 1:
+            expected.append((m.guid, ttl - 1, 2))
+    assert [(f.guid, f.ttl, f.hops) for f in network.links[1].sent()] == expected
+    cut = [m for m in messages if isinstance(m.payload, Query)]
+    assert network.router.degraded == len(cut)
+    assert network.router.degraded_hops == sum(m.ttl - max(1, m.ttl - 2) for m in cut)
 
 
 async def test_a_duplicate_in_the_run_leaves_it_to_the_per_message_rules() -> None:

@@ -1,0 +1,95 @@
+"""Several servers under the same flood, their runs interleaved: the side-by-side method
+of ``scripts/bench_query_flood.py`` and ``scripts/bench_deflate.py``.
+
+Each server is started once, on its own free loopback port; then run after run goes to
+each in turn, so a machine that gets busier during the benchmark slows every server
+alike and the ratios between them hold. Every run is printed as it ends.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from functools import partial
+from pathlib import Path
+
+import trio
+
+from router_bench.peers import Blast, Wire
+from router_bench.processes import Problems, Server, describe_cpu, free_port, started, stop_server
+from router_bench.report import cpu_per_message
+from router_bench.runs import ThroughputRun, attempt, throughput_run
+
+ServerCommand = Callable[[int, Path], list[str]]
+"""A server's command line, given its port and a folder of its own."""
+
+
+def parse_flood_args(
+    argv: Sequence[str] | None, description: str | None, what: str = "server"
+) -> argparse.Namespace:
+    """``--repeats``, ``--duration``, ``--warmup`` and ``--write``, checked."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--repeats", type=int, default=5, metavar="N", help=f"runs per {what} (5)")
+    parser.add_argument(
+        "--duration", type=float, default=3.0, metavar="SECONDS", help="window (3 s)"
+    )
+    parser.add_argument(
+        "--warmup", type=float, default=1.0, metavar="SECONDS", help="before each window (1 s)"
+    )
+    parser.add_argument("--write", action="store_true", help="update docs/benchmarks.md")
+    args = parser.parse_args(argv)
+    if args.repeats < 1 or args.duration <= 0 or args.warmup < 0:
+        parser.error("--repeats and --duration must be positive, --warmup not negative")
+    return args
+
+
+def interleaved_runs(
+    commands: Mapping[str, ServerCommand],
+    *,
+    wire: Wire,
+    blast: Blast,
+    args: argparse.Namespace,
+    sinks: int,
+    problems: Problems,
+    unit: tuple[str, str] = ("msgs", "message"),
+    deflate_sinks: bool = False,
+) -> dict[str, list[ThroughputRun]]:
+    """``args.repeats`` throughput runs of every server, interleaved, by server name
+    (``unit``: what a message is called in the printout, plural and singular)."""
+    runs: dict[str, list[ThroughputRun]] = {name: [] for name in commands}
+    flood = partial(throughput_run, deflate_sinks=deflate_sinks)
+    with (
+        tempfile.TemporaryDirectory(prefix="bench-interleaved-") as tmp,
+        contextlib.ExitStack() as stack,
+    ):
+        workdir = Path(tmp)
+        servers: list[tuple[str, Server]] = []
+        for index, (name, command) in enumerate(commands.items()):
+            port = free_port()
+            home = workdir / f"server-{index}"
+            home.mkdir()
+            servers.append(
+                (name, stack.enter_context(started(name, command(port, home), port, workdir)))
+            )
+        for rep in range(1, args.repeats + 1):
+            for name, server in servers:
+                what = f"{name}, run {rep}"
+                run = attempt(
+                    problems,
+                    what,
+                    partial(trio.run, flood, server.address, server.pid, wire, blast, args, sinks),
+                )
+                if run is None:
+                    continue
+                runs[name].append(run)
+                cost = cpu_per_message(run)
+                print(
+                    f"  {what}: {run.per_sink:,.0f} {unit[0]}/s per sink, "
+                    f"{'n/a' if cost is None else f'{cost:.2f}'} µs of server CPU per "
+                    f"{unit[1]}; {describe_cpu(run.cpu)}"
+                )
+        for _, server in servers:
+            stop_server(server, problems)
+    return runs
