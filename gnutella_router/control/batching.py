@@ -22,17 +22,28 @@ outside the handler, which is exactly what a smaller batch adds.
 
 The law, every ``interval`` seconds (:meth:`BatchingController.step`, sans-IO):
 
-* Collapse: a bound sample whose output rate is under ``1 - 2 x tolerance`` of the
-  reference puts the batch back at its maximum (``router.batch_size``) at once: more
-  was lost than a small increase can be trusted to win back.
-* Sudden drop: an output rate under ``drop_share`` of its moving average (over the
-  last ``window`` samples) resets the batch to its maximum: the measurements made at
-  the small batch were for another load, and the search starts again from the top.
+* Collapse: two bound samples running at the current batch whose output rate is under
+  ``1 - 2 x tolerance`` of the reference put the batch back at its maximum
+  (``router.batch_size``): more was lost than a small increase can be trusted to win
+  back. One such sample is not enough: a saturated router's output rate varies from
+  one sample to the next by several per cent by itself (the other processes on the
+  machine, its own garbage collection; about +-10 % between 1 s samples measured in
+  docs/experiments.md), so a single sample would reset the batch now and then for
+  nothing. The search then starts again from the top, but goes no lower than one
+  increase above the batch that collapsed (the *floor*): otherwise it walks down to
+  the same batch, collapses again, and swings between the two for as long as the load
+  lasts.
+* Sudden drop: a sample not bound by the batch (the stage caught up with its queue)
+  whose output rate is under ``drop_share`` of its moving average (over the last
+  ``window`` samples) resets the batch to its maximum and the floor to ``min_batch``:
+  the measurements made at the small batch were for another load, and the search starts
+  again from the top. A bound sample's output rate is the stage's capacity, not its
+  load: a fall in it is judged as a collapse, not a drop in load.
 * Holding: once ``window`` bound samples have been taken at the current batch, their
   mean output rate is compared with the reference (the best mean measured at a larger
   batch since the last reset). Within ``tolerance`` of it (or with no reference yet),
   throughput holds: the batch is multiplied by ``decrease`` (at least one smaller,
-  never under ``min_batch``).
+  never under the floor).
 * Degrading: below ``1 - tolerance`` of the reference, the batch grows by ``increase``
   of the maximum (a small amount) and the controller settles: it decreases no further
   until a reset, but still grows if throughput keeps degrading.
@@ -70,6 +81,8 @@ BOUND_FILL = 0.9
 """A sample whose batches averaged at least this share of the limit was bound by it."""
 SHORTEST_SAMPLE = 0.01
 """Seconds: a shorter sample measures no rate."""
+COLLAPSE_SAMPLES = 2
+"""Bound samples running, each far under the reference, that make a collapse."""
 
 
 class BatchedStage(Protocol):
@@ -113,6 +126,8 @@ class BatchingStatistics:
     """Mean output rate of the bound samples at the current batch (0: none yet)."""
     reference_rate: float
     """Best mean output rate measured at a larger batch since the last reset."""
+    floor: int
+    """The smallest batch the search may choose: ``min_batch``, or above one that collapsed."""
     settled: bool
     decreased: int
     increased: int
@@ -142,6 +157,10 @@ class BatchingController:
         self.resets = 0
         self.settled = False
         self.reference_rate = 0.0
+        self.floor = self.min_batch
+        """No decrease goes under this: raised above a batch that collapsed (see the module)."""
+        self._low = 0
+        """Bound samples running at the current batch far under the reference."""
         self._rates: collections.deque[float] = collections.deque(maxlen=config.window)
         """The last samples' output rates, for the moving average."""
         self._bound_rates: list[float] = []
@@ -182,15 +201,19 @@ class BatchingController:
         full = len(self._rates) == self._rates.maxlen
         self._rates.append(rate)
         action = reason = ""
-        if (
+        low = (
             bound
-            and self.reference_rate
+            and self.reference_rate > 0
             and batch < self.max_batch
             and rate < (1 - 2 * config.tolerance) * self.reference_rate
-        ):
+        )
+        self._low = self._low + 1 if low else 0
+        if self._low >= COLLAPSE_SAMPLES:
             action, reason = "reset", "collapse"
-        elif full and average > 0 and rate < config.drop_share * average:
-            if batch < self.max_batch or self.settled:
+        elif not bound and full and average > 0 and rate < config.drop_share * average:
+            # Also at the largest batch, when a floor or a settled search would stop
+            # the next load from being searched afresh.
+            if batch < self.max_batch or self.settled or self.floor > self.min_batch:
                 action, reason = "reset", "load drop"
         elif bound:
             self._bound_rates.append(rate)
@@ -201,7 +224,7 @@ class BatchingController:
                     if batch < self.max_batch:
                         action, reason = "increased", "degraded"
                     self.settled = True
-                elif not self.settled and batch > self.min_batch:
+                elif not self.settled and batch > self.floor:
                     action, reason = "decreased", "holds"
                     self.reference_rate = max(reference, measured)
                 else:
@@ -224,20 +247,26 @@ class BatchingController:
 
     def _apply(self, action: str, reason: str, batch: int, rate: float) -> None:
         config = self.config
+        step = max(1, round(config.increase * self.max_batch))
         if action == "reset":
             new = self.max_batch
+            # After a collapse, the next search stops above the batch that collapsed;
+            # a new load (a sudden drop) is searched afresh.
+            self.floor = (
+                min(self.max_batch, batch + step) if reason == "collapse" else self.min_batch
+            )
             self.resets += 1
             self.settled = False
             self.reference_rate = 0.0
             self._rates.clear()
         elif action == "decreased":
-            new = max(self.min_batch, min(batch - 1, math.floor(batch * config.decrease)))
+            new = max(self.floor, min(batch - 1, math.floor(batch * config.decrease)))
             self.decreased += 1
         else:
-            step = max(1, round(config.increase * self.max_batch))
             new = min(self.max_batch, batch + step)
             self.increased += 1
         self._bound_rates.clear()
+        self._low = 0
         self.stage.batch_size = new
         self.log.info(
             "batch size changed",
@@ -260,6 +289,7 @@ class BatchingController:
             rate=self.rate,
             measured_rate=sum(bound) / len(bound) if bound else 0.0,
             reference_rate=self.reference_rate,
+            floor=self.floor,
             settled=self.settled,
             decreased=self.decreased,
             increased=self.increased,

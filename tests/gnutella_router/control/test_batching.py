@@ -47,10 +47,22 @@ class FakeStage:
             busy_seconds=self.busy,
         )
 
-    def run(self, *, arrivals: float, per_event: float = 20e-6, per_batch: float = 2e-3) -> None:
-        """One interval: a backlog (``arrivals`` over capacity) or the arrivals handled."""
+    def run(
+        self,
+        *,
+        arrivals: float,
+        per_event: float = 20e-6,
+        per_batch: float = 2e-3,
+        scale: float = 1.0,
+        cliff: float = 0,
+    ) -> None:
+        """One interval: a backlog (``arrivals`` over capacity) or the arrivals handled.
+
+        ``scale`` multiplies the capacity for this interval (noise, a disturbance);
+        under a batch of ``cliff`` the capacity is halved.
+        """
         batch = self.batch_size
-        capacity = 1 / (per_event + per_batch / batch)
+        capacity = scale / (per_event + per_batch / batch) * (0.5 if batch < cliff else 1.0)
         if arrivals >= capacity:
             handled = capacity * INTERVAL
             self.queue_length = 100  # a standing backlog, under any overload share used
@@ -138,10 +150,14 @@ def test_light_load_changes_nothing() -> None:
 def test_a_collapse_under_a_backlog_puts_the_maximum_back_at_once() -> None:
     stage = FakeStage()
     ctl = controller(stage)
-    drive(stage, ctl, 30, arrivals=1e9, per_batch=0.0)
-    assert stage.batch_size < 250
+    drive(stage, ctl, 25, arrivals=1e9, per_batch=0.0)
+    while ctl.samples[-1].action != "decreased":  # a window starts at the new batch
+        drive(stage, ctl, 1, arrivals=1e9, per_batch=0.0)
+    assert stage.batch_size < 100
     # Each batch now costs 20 ms: at the small batch, throughput falls far below the
-    # reference in one sample, more than twice the tolerance.
+    # reference, more than twice the tolerance, for two samples running.
+    stage.run(arrivals=1e9, per_batch=20e-3)
+    assert ctl.step(stage.now).action == ""
     stage.run(arrivals=1e9, per_batch=20e-3)
     sample = ctl.step(stage.now)
     assert (sample.action, sample.reason) == ("reset", "collapse")
@@ -229,3 +245,68 @@ async def test_off_the_batch_stays_fixed(tmp_path: Path) -> None:
         assert daemon.batching is None
         assert daemon.router.stage.batch_size == 100
         assert dump_stages(daemon)["batching"] is None
+
+
+def test_one_low_sample_is_not_a_collapse() -> None:
+    # A saturated router's output rate varies by several per cent from one 1 s sample to
+    # the next by itself (other processes, its own garbage collection); one sample under
+    # twice the tolerance, where the batch does not matter, is noise, not a collapse.
+    stage = FakeStage()
+    ctl = controller(stage)
+    drive(stage, ctl, 4, arrivals=1e9, per_batch=0.0)
+    assert stage.batch_size == 200
+    stage.run(arrivals=1e9, per_batch=0.0, scale=0.88)
+    assert ctl.step(stage.now).action == ""
+    drive(stage, ctl, 2, arrivals=1e9, per_batch=0.0)
+    assert stage.batch_size == 160  # the window's mean held: the search went on
+    assert ctl.resets == 0
+
+
+def test_a_collapse_lasting_two_samples_resets_the_batch() -> None:
+    stage = FakeStage()
+    ctl = controller(stage)
+    drive(stage, ctl, 4, arrivals=1e9, per_batch=0.0)
+    for expected in ("", "reset"):
+        stage.run(arrivals=1e9, per_batch=0.0, scale=0.7)
+        assert ctl.step(stage.now).action == expected
+    assert stage.batch_size == 250
+    assert ctl.samples[-1].reason == "collapse"
+
+
+def test_no_search_back_down_to_a_batch_that_collapsed() -> None:
+    # Throughput holds down to a batch of 150 and halves under it. After the collapse at
+    # 128 the search starts again from the top, but stops above 128: it does not swing
+    # between 250 and the cliff for as long as the load lasts.
+    stage = FakeStage()
+    ctl = controller(stage)
+    drive(stage, ctl, 200, arrivals=1e9, per_batch=0.0, cliff=150)
+    collapses = [s for s in ctl.samples if s.reason == "collapse"]
+    assert len(collapses) == 1
+    assert ctl.resets == 1
+    assert ctl.floor == 128 + 25
+    assert all(s.batch_size >= ctl.floor for s in list(ctl.samples)[-100:])
+    assert stage.batch_size == ctl.floor
+    # A sudden drop in load starts a new search, free of the old floor.
+    stage.run(arrivals=1000)
+    assert ctl.step(stage.now).reason == "load drop"
+    assert ctl.floor == ctl.min_batch
+
+
+def test_a_drop_in_load_clears_a_floor_left_at_the_largest_batch() -> None:
+    # A collapse at 225 leaves the floor at 250: no search for the rest of that load.
+    # When the load drops, the next one is searched afresh.
+    stage = FakeStage()
+    ctl = controller(stage)
+    drive(stage, ctl, 4, arrivals=1e9, per_batch=0.0)
+    assert stage.batch_size == 200
+    drive(stage, ctl, 3, arrivals=1e9, per_batch=0.0, scale=0.93)  # degraded: 225
+    assert stage.batch_size == 225
+    drive(stage, ctl, 2, arrivals=1e9, per_batch=0.0, scale=0.7)
+    assert (ctl.samples[-1].reason, stage.batch_size, ctl.floor) == ("collapse", 250, 250)
+    drive(stage, ctl, 10, arrivals=1e9, per_batch=0.0)
+    assert stage.batch_size == 250  # held above the batch that collapsed
+    drive(stage, ctl, 1, arrivals=1000)
+    assert ctl.samples[-1].reason == "load drop"
+    assert ctl.floor == ctl.min_batch
+    drive(stage, ctl, 6, arrivals=1e9, per_batch=0.0)
+    assert stage.batch_size < 250
