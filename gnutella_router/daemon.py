@@ -33,6 +33,7 @@ import msgspec
 import structlog
 import trio
 
+from gnutella_router import native
 from gnutella_router.config import Config
 from gnutella_router.control.batching import BatchingController
 from gnutella_router.control.governor import ThreadGovernor
@@ -251,7 +252,14 @@ class Daemon:
                     admin=format_address(*self.admin_address),
                     slow_peer_policy=self.config.slow_peer.policy,
                     max_ttl=self.config.network.max_ttl,
+                    hot_path=native.describe(),
                 )
+                if stale := native.stale_modules():
+                    self.log.warning(
+                        "compiled modules older than their sources run in their place; "
+                        "rebuild with scripts/venv.sh",
+                        modules=stale,
+                    )
                 self._announce_ready()
                 # Everything alive now (modules, stages, tables) lives as long as the
                 # process: moved out of the collector's sight, a full collection no

@@ -114,16 +114,19 @@ class FrameTooLargeError(RemoteProtocolError):
 
     The length field is the only way to find the next message on a Gnutella stream, so
     once it is untrustworthy the stream cannot be resynchronised: close the connection.
-    """
 
-    bye_code = ByeCode.MESSAGE_TOO_LARGE
-    resynchronisable = False
+    Its Bye code and ``resynchronisable`` are set on the instance, not in the class
+    body: compiled by mypyc (``hatch_build.py``), a subclass of an interpreted exception
+    loses class-body overrides of its base's attributes.
+    """
 
     def __init__(self, announced_length: int, maximum: int, frames: Sequence[Frame] = ()) -> None:
         super().__init__(
             f"payload length {announced_length} exceeds the maximum of {maximum} bytes; "
-            "the stream cannot be resynchronised"
+            "the stream cannot be resynchronised",
+            bye_code=ByeCode.MESSAGE_TOO_LARGE,
         )
+        self.resynchronisable = False
         self.announced_length = announced_length
         self.maximum = maximum
         self.frames: tuple[Frame, ...] = tuple(frames)

@@ -23,7 +23,10 @@ fi
 if [ ! -x "$venv/bin/python" ]; then
   "$python" -m venv "$venv"
 fi
-hash="$(sha256sum "$root/pyproject.toml" | cut -c1-16)"
+# The build compiles the hot modules named in hatch_build.py (where it can), and a
+# compiled module runs in place of its source: a change to any of them means rebuilding.
+hot=$(sed -n 's/^    "\(.*\.py\)",$/\1/p' "$root/hatch_build.py")
+hash="$(cd "$root" && cat pyproject.toml hatch_build.py $hot | sha256sum | cut -c1-16)"
 stamp="$venv/.installed-$hash-$extra"
 if [ -f "$stamp" ] || { [ "$extra" != dev ] && [ -f "$venv/.installed-$hash-dev" ]; }; then
   exit 0

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import trio
 
-from gnutella_router import __version__
+from gnutella_router import __version__, native
 from gnutella_router.cli.arguments import count, positive
 from gnutella_router.cli.check_config import add_check_config_parser
 from gnutella_router.cli.completion import add_completion_parser
@@ -291,11 +291,33 @@ def _first_leaf(error: BaseException) -> OSError | None:
     return error if isinstance(error, OSError) else None
 
 
+class _VersionAction(argparse.Action):
+    """``--version``: the version, and whether the hot path runs compiled (found only
+    when asked, so that other commands do not import the hot modules to build help)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, help: str | None = None) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help=help)
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: object,
+        option_string: str | None = None,
+    ) -> None:
+        print(f"{parser.prog} {__version__}; {native.describe()}")
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="gnutella-router", description="A Gnutella 0.6 packet router and its tools."
     )
-    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    parser.add_argument(
+        "--version",
+        action=_VersionAction,
+        help="show the version and whether the hot path runs compiled, and exit",
+    )
     commands = parser.add_subparsers(dest="command", required=True)
 
     run = commands.add_parser(

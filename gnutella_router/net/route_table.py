@@ -38,6 +38,8 @@ from dataclasses import dataclass
 from itertools import islice, repeat
 from typing import Generic, Literal, TypeVar
 
+from gnutella_router.net.route_entry import RouteEntry
+
 __all__ = [
     "DEFAULT_CAPACITY",
     "PING_GENERATION_SECONDS",
@@ -100,23 +102,6 @@ class RouteTableStatistics:
     expired: int
     #: Age of the oldest entry held, or None when the table is empty.
     oldest_age: float | None
-
-
-@dataclass(frozen=True, slots=True)
-class RouteEntry(Generic[V]):
-    """One entry, as shown in dumps."""
-
-    guid: bytes
-    value: V
-    recorded_at: float
-    #: ``now - recorded_at`` for the ``now`` given to ``entries``.
-    age: float
-    generation: Literal["current", "previous"]
-    #: TTL and hops of the message as it arrived, each capped at 15 (0 when not given).
-    ttl: int = 0
-    hops: int = 0
-    #: Replies routed back through this entry so far (see ``note_hit``).
-    hits: int = 0
 
 
 class RouteTable(Generic[V]):

@@ -3,6 +3,7 @@ reader that splits a routed message's cost by part of the path."""
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -67,3 +68,25 @@ def test_each_sample_is_charged_to_its_innermost_recognised_part() -> None:
     assert counts["duplicates and reverse routes (route tables)"] == 3
     assert counts["framing (the decoder, a Frame per message)"] == 2
     assert counts["other"] == 1
+
+
+@pytest.mark.e2e
+@pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler to compile with")
+def test_a_short_compiled_benchmark_runs_both_routers_under_both_loads() -> None:
+    """Each copy runs what it should (its ``--version`` says so) and both routers stop
+    cleanly after a run of each load."""
+    script = str(ROOT / "scripts" / "bench_compiled.py")
+    run = subprocess.run(
+        [sys.executable, script, "--repeats", "1", "--duration", "0.5", "--warmup", "0.2"],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    for router in ("pure Python", "compiled"):
+        assert f"{router}, run 1:" in run.stdout
+        assert f"{router}: stopped by SIGTERM, exit status 0" in run.stdout
+    assert "pure Python: gnutella-router" in run.stdout
+    assert "hot path: compiled with mypyc (framing, flood, route_table)" in run.stdout
+    assert run.stdout.count("x  ") >= 2, run.stdout

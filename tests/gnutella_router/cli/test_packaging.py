@@ -61,4 +61,7 @@ def test_version_flag() -> None:
         timeout=30,
         check=False,
     )
-    assert result.stdout.strip() == f"gnutella-router {__version__}"
+    version, _, hot_path = result.stdout.strip().partition("; ")
+    assert version == f"gnutella-router {__version__}"
+    assert hot_path.startswith("hot path: ")
+    assert result.returncode == 0

@@ -1,0 +1,168 @@
+"""The router with its hot path compiled by mypyc against the same sources uncompiled.
+
+Run from the repository root, in the project's virtual environment (the ``dev`` extra:
+it compiles with mypyc, as the build does):
+
+    python scripts/bench_compiled.py            # print the figures
+    python scripts/bench_compiled.py --write    # also update docs/benchmarks.md
+
+What is run: two copies of this checkout's packages in a temporary folder, one left as
+Python sources and one with the hot modules compiled by ``hatch_build.compile_hot_path``
+(what ``pip install`` does on a machine with a C compiler); a router from each (its
+own process on a free loopback port, the copy first on ``PYTHONPATH``, on its defaults
+otherwise). Against each in turn, interleaved, two floods: the throughput load of
+``scripts/bench_router.py`` (one source writing pre-encoded 64 KiB chunks of 30-byte
+messages, 85 % pings and 15 % queries, TTL 2, every GUID unique, three sinks counting
+bytes) and the load of ``scripts/bench_query_flood.py`` (queries only, two sinks). Each
+figure is the median of ``--repeats`` runs.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from benchdocs import machine, replace_section
+from router_bench.interleaved import ServerCommand, interleaved_runs, parse_flood_args
+from router_bench.peers import BLAST_MESSAGES, SINKS, BenchError, Blast, Wire, message_kinds
+from router_bench.processes import Problems, router_argv
+from router_bench.report import cpu_per_message
+from router_bench.runs import median_of
+
+import hatch_build
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("protocol", "gnutella_router", "traffic_models")
+LOADS = (
+    ("mixed flood (85 % pings, 15 % queries), 3 sinks", 0.15, SINKS),
+    ("query flood, 2 sinks", 1.0, 2),
+)
+"""Each load: its name, the share of queries and the number of sinks."""
+
+
+def copy_of_the_packages(into: Path) -> Path:
+    """This checkout's packages under ``into``, without anything compiled."""
+    for package in PACKAGES:
+        shutil.copytree(
+            ROOT / package,
+            into / package,
+            ignore=shutil.ignore_patterns("__pycache__", "*.so", "native_build.json"),
+        )
+    for name in ("pyproject.toml", "LICENSE", "README.md"):
+        shutil.copy(ROOT / name, into / name)
+    return into
+
+
+def _router_from(tree: Path, port: int, home: Path) -> list[str]:
+    return ["env", f"PYTHONPATH={tree}", *router_argv(port, home, None)]
+
+
+def _version_of(tree: Path) -> str:
+    """What ``gnutella-router --version`` says when run from ``tree`` (as its working
+    directory too: ``-m`` puts that first on the path, before ``PYTHONPATH``)."""
+    result = subprocess.run(
+        [sys.executable, "-m", "gnutella_router", "--version"],
+        cwd=tree,
+        env={**os.environ, "PYTHONPATH": str(tree)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    return (result.stdout or result.stderr).strip()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_flood_args(argv, __doc__.splitlines()[0] if __doc__ else None, "router")
+    load_average = os.getloadavg()[0]
+    with tempfile.TemporaryDirectory(prefix="bench-compiled-") as folder:
+        pure = copy_of_the_packages(Path(folder) / "pure")
+        compiled = copy_of_the_packages(Path(folder) / "compiled")
+        print("compiling the hot modules with mypyc ...", flush=True)
+        try:
+            hatch_build.compile_hot_path(compiled)
+        except hatch_build.NativeBuildError as exc:
+            print(f"FAILED: cannot compile here: {exc}")
+            return 1
+        for name, tree, expected in (
+            ("pure Python", pure, "hot path: pure Python"),
+            ("compiled", compiled, "hot path: compiled with mypyc"),
+        ):
+            said = _version_of(tree)
+            print(f"{name}: {said}")
+            if expected not in said:
+                print(f"FAILED: the {name} copy does not run what it should")
+                return 1
+        commands: dict[str, ServerCommand] = {
+            "pure Python": lambda port, home: _router_from(pure, port, home),
+            "compiled": lambda port, home: _router_from(compiled, port, home),
+        }
+        rows: list[tuple[str, str, str, str, str]] = []
+        problems = Problems()
+        for load_name, query_share, sinks in LOADS:
+            wire = Wire.build()
+            blast = Blast(wire, message_kinds(BLAST_MESSAGES, query_share, 1))
+            print(f"\n{load_name}; {args.repeats} runs per router")
+            try:
+                runs = interleaved_runs(
+                    commands, wire=wire, blast=blast, args=args, sinks=sinks, problems=problems
+                )
+            except BenchError as exc:
+                print(f"FAILED: {exc}")
+                return 1
+            rates = {name: median_of(runs[name], lambda r: r.per_sink) for name in commands}
+            costs = {name: median_of(runs[name], cpu_per_message) for name in commands}
+            before, after = rates["pure Python"], rates["compiled"]
+            ratio = f"{after / before:.2f}x" if before and after else "n/a"
+            rows.append(
+                (
+                    load_name,
+                    "n/a" if before is None else f"{before:,.0f}",
+                    "n/a" if after is None else f"{after:,.0f}",
+                    ratio,
+                    " -> ".join(
+                        "n/a" if costs[name] is None else f"{costs[name]:.2f}" for name in commands
+                    ),
+                )
+            )
+    print()
+    for row in rows:
+        print("  ".join(row))
+    if args.write:
+        lines = [
+            "## The hot path compiled (`scripts/bench_compiled.py`)",
+            "",
+            f"Measured on {machine()}; load average before the runs {load_average:.2f}. The "
+            "same sources twice: as Python, and with the hot modules "
+            f"({', '.join(f'`{m}`' for m in hatch_build.HOT_MODULES)}) compiled by mypyc as "
+            "`pip install` does where a C compiler is at hand (`hatch_build.py`); a router "
+            "from each, on its defaults, against the floods of `scripts/bench_router.py` "
+            "and `scripts/bench_query_flood.py` in turn; the median of "
+            f"{args.repeats} runs of {args.duration:g} s after {args.warmup:g} s of "
+            "warm-up each, the routers' runs interleaved.",
+            "",
+            "| load | pure Python, msgs/s per sink | compiled | ratio "
+            "| µs of router CPU per message, pure -> compiled |",
+            "|---|---:|---:|---:|---:|",
+            *(f"| {a} | {b} | {c} | {d} | {e} |" for a, b, c, d, e in rows),
+            "",
+            "Without a C compiler, or with `GNUTELLA_ROUTER_PURE=1` at install time, the "
+            "package installs as pure Python and runs the same code, at the first column's "
+            "speed; `gnutella-router --version` says which it runs.",
+            "",
+            "Rerun: `.venv/bin/python scripts/bench_compiled.py --write` (about two minutes).",
+        ]
+        print(f"wrote {replace_section('bench_compiled', lines)}")
+    return 1 if problems.failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
