@@ -33,6 +33,8 @@ if [ -f "$stamp" ] || { [ "$extra" != dev ] && [ -f "$venv/.installed-$hash-dev"
 fi
 "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --upgrade pip
 "$venv/bin/python" -m pip install --quiet --disable-pip-version-check -e "$spec"
+# Whether the build compiled the hot path (it falls back to pure Python quietly).
+"$venv/bin/python" -c 'from gnutella_router import native; print("gnutella-router:", native.describe())'
 # Stamps of an older pyproject.toml no longer say anything.
 find "$venv" -maxdepth 1 -name '.installed-*' ! -name ".installed-$hash-*" -delete
 touch "$stamp"
