@@ -9,8 +9,11 @@ dependency: ``.venv/bin/pip install py-spy``), then read the profile with this s
         --repeats 1 --duration 6
     .venv/bin/python scripts/profile_budget.py /tmp/router.txt --rate 725819
 
-``--rate`` is the messages per second the router took from the source in that run
-(its CPU was 100 % of a core, so one message costs 1 / rate seconds of CPU). Each
+``--rate`` is the messages per second the router took from the source in that run and
+``--cpu`` the share of a core it used (a message costs cpu / rate seconds of CPU). A
+router whose hot path is compiled (``gnutella-router --version``) runs it as C, which
+py-spy sees only with ``--native`` (it then pauses the router for each sample, so give
+``--cpu``); the parts below know mypyc's names for the compiled functions too. Each
 sample is charged to the part of the path its innermost recognised frame belongs to;
 the table gives each part's share of the samples and its microseconds per message.
 """
@@ -25,8 +28,11 @@ from pathlib import Path
 
 PARTS: tuple[tuple[str, str], ...] = (
     ("writes (one os.write per destination per batch)", r"Connection\.flush|_write_loop"),
-    ("framing (the decoder, a Frame per message)", r"receive_data|Frame\.__init__"),
-    ("duplicates and reverse routes (route tables)", r"RouteTable\.|SeenTable"),
+    (
+        "framing (the decoder, a Frame per message)",
+        r"receive_data|Frame\.__init__|framing___Frame\b",
+    ),
+    ("duplicates and reverse routes (route tables)", r"RouteTable\.|RouteTable___|SeenTable"),
     (
         "checks, our pongs, copies with TTL - 1 and hops + 1",
         r"FloodPath|_on_ping|_accept_query|OwnPong|Connection\.send\b|_ttl_ok|"
@@ -72,11 +78,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--rate", type=float, required=True, help="messages/s the router took in that run"
     )
+    parser.add_argument(
+        "--cpu",
+        type=float,
+        default=1.0,
+        help="share of one core the router used in that run (1.0; less when py-spy paused it)",
+    )
     args = parser.parse_args(argv)
+    if not 0 < args.cpu <= 1:
+        parser.error("--cpu must be above 0 and at most 1")
     counts, total = budget(args.profile.read_text().splitlines())
     if not total:
         parser.error(f"{args.profile}: no samples")
-    per_message = 1e6 / args.rate
+    per_message = 1e6 * args.cpu / args.rate
     print(f"{total:,} samples; {per_message:.2f} µs of CPU per message at {args.rate:,.0f}/s")
     print("| part | share | µs per message |")
     print("|---|---:|---:|")
