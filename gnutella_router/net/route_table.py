@@ -23,19 +23,21 @@ unbounded table costs the process.
 Time is passed in as ``now`` (seconds on any monotonic clock); nothing here reads a
 clock, so tests can drive time directly.
 
-For the dumps, an entry also keeps the TTL and hops its message arrived with (4 bits
-each, packed into one integer below 256, which CPython keeps as a shared object, so the
-third parallel dict costs a slot per entry and no allocation; the router records only
-messages within the hard TTL limit of 15, so nothing is lost in the packing) and how
-many replies were routed back through it (a sparse dict, only for entries that had any,
-pruned at each rotation).
+For the dumps, an entry also keeps when it was recorded, to the millisecond, and the TTL
+and hops its message arrived with (4 bits each; the router records only messages within
+the hard TTL limit of 15, so nothing is lost), packed into one integer in a second dict
+beside the values (see :func:`pack_meta`), and how many replies were routed back through
+it (a sparse dict, only for entries that had any, pruned at each rotation). Two dicts
+rather than three because every insert into a generation of tens of thousands of
+entries is a likely cache miss: the packing's one small allocation per entry costs less
+than the third insert it saves.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from itertools import islice, repeat
+from itertools import islice
 from typing import Generic, Literal, TypeVar
 
 from gnutella_router.net.route_entry import RouteEntry
@@ -68,6 +70,22 @@ DEFAULT_CAPACITY = 50_000
 def pack_detail(ttl: int, hops: int) -> int:
     """TTL and hops as a route entry keeps them: 4 bits each, each capped at 15."""
     return (ttl if ttl < 15 else 15) << 4 | (hops if hops < 15 else 15)
+
+
+def stamp(now: float) -> int:
+    """``now`` in whole milliseconds, shifted into place above a packed detail."""
+    return int(now * 1000.0) << 8
+
+
+def pack_meta(now: float, detail: int) -> int:
+    """What an entry keeps beside its value: :func:`stamp` of ``now`` and a
+    :func:`pack_detail` in the low 8 bits."""
+    return stamp(now) | detail
+
+
+def meta_time(meta: int) -> float:
+    """The recording time (to the millisecond) of a :func:`pack_meta`."""
+    return (meta >> 8) / 1000.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,8 +136,7 @@ class RouteTable(Generic[V]):
     __slots__ = (
         "_capacity",
         "_current",
-        "_current_at",
-        "_current_detail",
+        "_current_meta",
         "_deadline",
         "_duplicates",
         "_expired",
@@ -130,8 +147,7 @@ class RouteTable(Generic[V]):
         "_misses",
         "_name",
         "_previous",
-        "_previous_at",
-        "_previous_detail",
+        "_previous_meta",
         "_recorded",
         "_refreshed",
         "_rotations",
@@ -146,16 +162,13 @@ class RouteTable(Generic[V]):
         self._name = name
         self._generation_seconds = float(generation_seconds)
         self._capacity = capacity
-        # Values and recording times live in parallel dicts with the same keys in the
-        # same order. A (value, time) tuple per entry would cost an allocation on every
-        # record, and tuples are objects the cyclic garbage collector has to look at
-        # (until it untracks them); two plain inserts cost neither.
+        # Values and their packed time and detail live in parallel dicts with the same
+        # keys in the same order. A (value, meta) tuple per entry would be an object the
+        # cyclic garbage collector has to look at (until it untracks it); an int is not.
         self._current: dict[bytes, V] = {}
-        self._current_at: dict[bytes, float] = {}
+        self._current_meta: dict[bytes, int] = {}
         self._previous: dict[bytes, V] = {}
-        self._previous_at: dict[bytes, float] = {}
-        self._current_detail: dict[bytes, int] = {}
-        self._previous_detail: dict[bytes, int] = {}
+        self._previous_meta: dict[bytes, int] = {}
         self._hits: dict[bytes, int] = {}
         self._deadline = now + self._generation_seconds
         self._recorded = 0
@@ -209,22 +222,21 @@ class RouteTable(Generic[V]):
         if len(current) == size:
             self._duplicates += 1
             return False
-        self._current_at[guid] = now
-        self._current_detail[guid] = (ttl if ttl < 15 else 15) << 4 | (hops if hops < 15 else 15)
+        self._current_meta[guid] = stamp(now) | pack_detail(ttl, hops)
         self._recorded += 1
         return True
 
     def record_new(self, guids: list[bytes], value: V, now: float, details: list[int]) -> bool:
         """Record a batch of GUIDs that must all be new, or none of them.
 
-        The router's batch path: one membership pass per generation and three bulk
-        dict updates instead of a call per message, which is most of what recording
-        costs. True when every GUID was new (none held, none repeated within
-        ``guids``) and all were recorded, exactly as ``record`` one by one would have;
-        False when the table changed nothing and the caller must fall back to
-        ``record`` per message (a duplicate, a rotation due, or a generation that would
-        fill up mid-batch). ``details`` are the packed TTL/hops of each GUID (see
-        :func:`pack_detail`).
+        The router's batch path: one membership pass over the previous generation, then
+        one probe-and-insert per GUID into the current one and one insert of its packed
+        time and detail, with no call per message. True when every GUID was new (none
+        held, none repeated within ``guids``) and all were recorded, exactly as
+        ``record`` one by one would have; False when the table changed nothing and the
+        caller must fall back to ``record`` per message (a duplicate, a rotation due, or
+        a generation that would fill up mid-batch). ``details`` are the packed TTL/hops
+        of each GUID (see :func:`pack_detail`).
         """
         current = self._current
         count = len(guids)
@@ -233,16 +245,19 @@ class RouteTable(Generic[V]):
         previous = self._previous
         if previous and not previous.keys().isdisjoint(guids):
             return False
-        if not current.keys().isdisjoint(guids):
-            return False
         size = len(current)
-        current.update(zip(guids, repeat(value)))
-        if len(current) - size != count:  # a GUID twice in the batch: undo, fall back
-            for guid in guids:
-                current.pop(guid, None)
-            return False
-        self._current_at.update(zip(guids, repeat(now)))
-        self._current_detail.update(zip(guids, details, strict=True))
+        for index, guid in enumerate(guids):
+            # One probe that inserts a new GUID and leaves a held one alone.
+            current.setdefault(guid, value)
+            size += 1
+            if len(current) != size:  # held already, or twice in the batch: undo
+                for inserted in guids[:index]:
+                    del current[inserted]
+                return False
+        moment = stamp(now)
+        meta = self._current_meta
+        for guid, detail in zip(guids, details, strict=True):
+            meta[guid] = moment | detail
         self._recorded += count
         return True
 
@@ -253,8 +268,7 @@ class RouteTable(Generic[V]):
         for guid in guids:
             if guid in current:
                 del current[guid]
-                del self._current_at[guid]
-                self._current_detail.pop(guid, None)
+                del self._current_meta[guid]
                 self._recorded -= 1
 
     def note_hit(self, guid: bytes) -> None:
@@ -280,19 +294,20 @@ class RouteTable(Generic[V]):
         a lookup."""
         value = self._current.get(guid)
         if value is not None:
-            return value, self._current_detail.get(guid, 0) >> 4
+            return value, self._current_meta[guid] >> 4 & 0x0F
         value = self._previous.get(guid)
         if value is not None:
-            return value, self._previous_detail.get(guid, 0) >> 4
+            return value, self._previous_meta[guid] >> 4 & 0x0F
         return None
 
     def raise_ttl(self, guid: bytes, ttl: int) -> None:
         """Remember a higher TTL for ``guid`` (a copy that came with more room to go),
         so that only a copy with still more is relayed again."""
         capped = ttl if ttl < 15 else 15
-        for detail in (self._current_detail, self._previous_detail):
-            if guid in detail:
-                detail[guid] = capped << 4 | (detail[guid] & 0x0F)
+        for metas in (self._current_meta, self._previous_meta):
+            meta = metas.get(guid)
+            if meta is not None:
+                metas[guid] = meta & ~0xF0 | capped << 4
                 return
 
     # -- less frequent operations
@@ -310,21 +325,18 @@ class RouteTable(Generic[V]):
         current = self._current
         if guid in current:
             del current[guid]
-            del self._current_at[guid]
-            self._current_detail.pop(guid, None)
+            del self._current_meta[guid]
         else:
             if guid in self._previous:
                 del self._previous[guid]
-                del self._previous_at[guid]
-                self._previous_detail.pop(guid, None)
+                del self._previous_meta[guid]
             if len(current) >= self._capacity:
                 self._rotate_for_capacity(now)
                 current = self._current
         # Re-inserting (rather than assigning in place) keeps each generation in
         # recording order, which `entries` and ``oldest_age`` rely on.
         current[guid] = value
-        self._current_at[guid] = now
-        self._current_detail[guid] = 0
+        self._current_meta[guid] = stamp(now)
 
     def forget_value(self, value: V) -> int:
         """Drop every entry whose value equals ``value``; return how many.
@@ -334,15 +346,14 @@ class RouteTable(Generic[V]):
         for an event that happens once per connection.
         """
         removed = 0
-        for table, times, details in (
-            (self._current, self._current_at, self._current_detail),
-            (self._previous, self._previous_at, self._previous_detail),
+        for table, metas in (
+            (self._current, self._current_meta),
+            (self._previous, self._previous_meta),
         ):
             doomed = [guid for guid, stored in table.items() if stored == value]
             for guid in doomed:
                 del table[guid]
-                del times[guid]
-                details.pop(guid, None)
+                del metas[guid]
                 self._hits.pop(guid, None)
             removed += len(doomed)
         self._forgotten += removed
@@ -372,26 +383,25 @@ class RouteTable(Generic[V]):
         if now >= self._deadline:
             self._rotate_for_time(now)
         snapshot: list[RouteEntry[V]] = []
-        for table, times, details, generation in self._generations():
+        for table, metas, generation in self._generations():
             skip = min(offset, len(table))
             offset -= skip
             rest = None if limit is None else limit - len(snapshot)
-            snapshot.extend(self._newest(table, times, details, generation, now, skip, rest))
+            snapshot.extend(self._newest(table, metas, generation, now, skip, rest))
         return iter(snapshot)
 
     def _generations(
         self,
-    ) -> tuple[tuple[dict[bytes, V], dict[bytes, float], dict[bytes, int], _Generation], ...]:
+    ) -> tuple[tuple[dict[bytes, V], dict[bytes, int], _Generation], ...]:
         return (
-            (self._current, self._current_at, self._current_detail, "current"),
-            (self._previous, self._previous_at, self._previous_detail, "previous"),
+            (self._current, self._current_meta, "current"),
+            (self._previous, self._previous_meta, "previous"),
         )
 
     def _newest(
         self,
         table: dict[bytes, V],
-        times: dict[bytes, float],
-        details: dict[bytes, int],
+        metas: dict[bytes, int],
         generation: _Generation,
         now: float,
         skip: int,
@@ -399,7 +409,7 @@ class RouteTable(Generic[V]):
     ) -> list[RouteEntry[V]]:
         stop = None if limit is None else skip + limit
         return [
-            self._entry(guid, value, times, details, generation, now)
+            self._entry(guid, value, metas, generation, now)
             for guid, value in islice(reversed(table.items()), skip, stop)
         ]
 
@@ -407,21 +417,20 @@ class RouteTable(Generic[V]):
         self,
         guid: bytes,
         value: V,
-        times: dict[bytes, float],
-        details: dict[bytes, int],
+        metas: dict[bytes, int],
         generation: _Generation,
         now: float,
     ) -> RouteEntry[V]:
-        detail = details.get(guid, 0)
-        recorded_at = times[guid]
+        meta = metas[guid]
+        recorded_at = meta_time(meta)
         return RouteEntry(
             guid,
             value,
             recorded_at,
             now - recorded_at,
             generation,
-            ttl=detail >> 4,
-            hops=detail & 0x0F,
+            ttl=meta >> 4 & 0x0F,
+            hops=meta & 0x0F,
             hits=self._hits.get(guid, 0),
         )
 
@@ -433,18 +442,18 @@ class RouteTable(Generic[V]):
         """
         if now >= self._deadline:
             self._rotate_for_time(now)
-        for table, times, details, generation in self._generations():
+        for table, metas, generation in self._generations():
             if guid in table:
-                return self._entry(guid, table[guid], times, details, generation, now)
+                return self._entry(guid, table[guid], metas, generation, now)
         return None
 
     def statistics(self, now: float) -> RouteTableStatistics:
         if now >= self._deadline:
             self._rotate_for_time(now)
-        oldest = self._previous_at or self._current_at
+        oldest = self._previous_meta or self._current_meta
         oldest_age = None
         if oldest:
-            oldest_age = now - next(iter(oldest.values()))
+            oldest_age = now - meta_time(next(iter(oldest.values())))
         return RouteTableStatistics(
             name=self._name,
             size=len(self),
@@ -472,11 +481,9 @@ class RouteTable(Generic[V]):
             dropped = self._previous
             self._hits = {g: n for g, n in self._hits.items() if g not in dropped}
         self._previous = self._current
-        self._previous_at = self._current_at
-        self._previous_detail = self._current_detail
+        self._previous_meta = self._current_meta
         self._current = {}
-        self._current_at = {}
-        self._current_detail = {}
+        self._current_meta = {}
         self._rotations += 1
 
     def _rotate_for_time(self, now: float) -> None:
