@@ -131,7 +131,7 @@ class CustomBuildHook(BuildHookInterface):  # type: ignore[type-arg]
 
     def initialize(self, version: str, build_data: dict[str, Any]) -> None:
         root = Path(self.root)
-        if os.environ.get("GNUTELLA_ROUTER_PURE"):
+        if os.environ.get("GNUTELLA_ROUTER_PURE", "") not in ("", "0"):
             remove_compiled(root)
             self.app.display_info("gnutella-router: GNUTELLA_ROUTER_PURE is set; pure Python")
             return
