@@ -35,6 +35,7 @@ than the third insert it saves.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 from itertools import islice
@@ -73,8 +74,9 @@ def pack_detail(ttl: int, hops: int) -> int:
 
 
 def stamp(now: float) -> int:
-    """``now`` in whole milliseconds, shifted into place above a packed detail."""
-    return int(now * 1000.0) << 8
+    """``now`` in whole milliseconds (rounded down, also below zero: trio's clock may
+    start anywhere), shifted into place above a packed detail."""
+    return math.floor(now * 1000.0) << 8
 
 
 def pack_meta(now: float, detail: int) -> int:
@@ -222,7 +224,7 @@ class RouteTable(Generic[V]):
         if len(current) == size:
             self._duplicates += 1
             return False
-        self._current_meta[guid] = stamp(now) | pack_detail(ttl, hops)
+        self._current_meta[guid] = pack_meta(now, pack_detail(ttl, hops))
         self._recorded += 1
         return True
 

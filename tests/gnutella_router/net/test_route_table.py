@@ -13,6 +13,7 @@ from gnutella_router.net.route_table import (
     RouteTable,
     RouteTableStatistics,
     SeenTable,
+    pack_detail,
 )
 
 
@@ -423,3 +424,31 @@ def test_first_gives_the_first_value_and_ttl_without_counting_a_lookup() -> None
     assert table.first(b"g" * 16) == (3, 15)
     assert table.first(b"x" * 16) is None
     assert table.statistics(11.0).lookups == 0
+
+
+@pytest.mark.parametrize("start", [-5000.25, 0.0, 123_456.789])
+def test_an_entry_keeps_its_time_to_the_millisecond_and_its_ttl_and_hops(start: float) -> None:
+    """Time, TTL and hops share one packed integer per entry; each reads back on its
+    own, whatever the clock's origin (trio's may be anywhere), and raising the TTL keeps
+    the rest."""
+    table: RouteTable[int] = RouteTable("query", 10.0, 100, now=start)
+    table.record(A, 1, start + 1.2345, ttl=7, hops=3)
+    assert table.record_new([B, C], 2, start + 2.5, [pack_detail(4, 2), pack_detail(20, 1)])
+    table.raise_ttl(A, 9)
+    entries = {e.guid: e for e in table.entries(start + 3.0)}
+    assert entries[A].recorded_at == pytest.approx(start + 1.234, abs=1e-6)
+    assert (entries[A].ttl, entries[A].hops) == (9, 3)
+    assert entries[B].recorded_at == pytest.approx(start + 2.5, abs=1e-6)
+    assert (entries[C].ttl, entries[C].hops) == (15, 1)
+    assert table.first(C) == (2, 15)
+    assert table.statistics(start + 3.0).oldest_age == pytest.approx(3.0 - 1.234, abs=1e-6)
+
+
+def test_record_new_refuses_a_batch_with_a_held_guid_and_changes_nothing() -> None:
+    table: RouteTable[int] = RouteTable("ping", 10.0, 100)
+    table.record(B, 1, 0.0)
+    assert not table.record_new([A, B, C], 2, 1.0, [0, 0, 0])
+    assert [e.guid for e in table.entries(1.0)] == [B]
+    assert table.lookup(B, 1.0) == 1
+    assert table.record_new([A, C], 2, 1.0, [0, 0])
+    assert len(table) == 3
