@@ -27,14 +27,18 @@ fi
 # compiled module runs in place of its source: a change to any of them means rebuilding.
 hot=$(sed -n 's/^    "\(.*\.py\)",$/\1/p' "$root/hatch_build.py")
 hash="$(cd "$root" && cat pyproject.toml hatch_build.py $hot | sha256sum | cut -c1-16)"
-stamp="$venv/.installed-$hash-$extra"
-if [ -f "$stamp" ] || { [ "$extra" != dev ] && [ -f "$venv/.installed-$hash-dev" ]; }; then
+# Compiled or pure Python (GNUTELLA_ROUTER_PURE=1, see hatch_build.py) is part of what
+# was installed: asking for the other one reinstalls.
+mode=compiled
+case "${GNUTELLA_ROUTER_PURE:-}" in ""|0) ;; *) mode=pure ;; esac
+stamp="$venv/.installed-$hash-$mode-$extra"
+if [ -f "$stamp" ] || { [ "$extra" != dev ] && [ -f "$venv/.installed-$hash-$mode-dev" ]; }; then
   exit 0
 fi
 "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --upgrade pip
 "$venv/bin/python" -m pip install --quiet --disable-pip-version-check -e "$spec"
 # Whether the build compiled the hot path (it falls back to pure Python quietly).
 "$venv/bin/python" -c 'from gnutella_router import native; print("gnutella-router:", native.describe())'
-# Stamps of an older pyproject.toml no longer say anything.
-find "$venv" -maxdepth 1 -name '.installed-*' ! -name ".installed-$hash-*" -delete
+# Stamps of an older pyproject.toml, or of the other mode, no longer say anything.
+find "$venv" -maxdepth 1 -name '.installed-*' ! -name ".installed-$hash-$mode-*" -delete
 touch "$stamp"
