@@ -30,6 +30,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -44,6 +45,9 @@ HOT_MODULES = (
     "gnutella_router/net/route_table.py",
 )
 """Compiled when possible, as paths from the project root."""
+
+PACKAGES = ("protocol", "gnutella_router", "traffic_models")
+"""The project's packages (``tool.hatch.build.targets.wheel.packages``)."""
 
 RECORD = "gnutella_router/native_build.json"
 """What was compiled, with each source's hash (read by :mod:`gnutella_router.native`)."""
@@ -91,6 +95,20 @@ def remove_compiled(root: Path) -> None:
     for path in compiled_files(root):
         path.unlink()
     (root / RECORD).unlink(missing_ok=True)
+
+
+def copy_of_the_sources(root: Path, into: Path) -> Path:
+    """The packages under ``root`` copied to ``into`` without anything compiled, with
+    what the compile reads beside them (for compiling or running a copy on its own)."""
+    for package in PACKAGES:
+        shutil.copytree(
+            root / package,
+            into / package,
+            ignore=shutil.ignore_patterns("__pycache__", "*.so", Path(RECORD).name),
+        )
+    for name in ("pyproject.toml", "LICENSE", "README.md"):
+        shutil.copy(root / name, into / name)
+    return into
 
 
 def compile_hot_path(root: Path, environment: dict[str, str] | None = None) -> list[Path]:

@@ -20,7 +20,6 @@ figure is the median of ``--repeats`` runs.
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -40,25 +39,11 @@ from router_bench.runs import median_of
 import hatch_build
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("protocol", "gnutella_router", "traffic_models")
 LOADS = (
     ("mixed flood (85 % pings, 15 % queries), 3 sinks", 0.15, SINKS),
     ("query flood, 2 sinks", 1.0, 2),
 )
 """Each load: its name, the share of queries and the number of sinks."""
-
-
-def copy_of_the_packages(into: Path) -> Path:
-    """This checkout's packages under ``into``, without anything compiled."""
-    for package in PACKAGES:
-        shutil.copytree(
-            ROOT / package,
-            into / package,
-            ignore=shutil.ignore_patterns("__pycache__", "*.so", "native_build.json"),
-        )
-    for name in ("pyproject.toml", "LICENSE", "README.md"):
-        shutil.copy(ROOT / name, into / name)
-    return into
 
 
 def _router_from(tree: Path, port: int, home: Path) -> list[str]:
@@ -84,8 +69,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_flood_args(argv, __doc__.splitlines()[0] if __doc__ else None, "router")
     load_average = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="bench-compiled-") as folder:
-        pure = copy_of_the_packages(Path(folder) / "pure")
-        compiled = copy_of_the_packages(Path(folder) / "compiled")
+        pure = hatch_build.copy_of_the_sources(ROOT, Path(folder) / "pure")
+        compiled = hatch_build.copy_of_the_sources(ROOT, Path(folder) / "compiled")
         print("compiling the hot modules with mypyc ...", flush=True)
         try:
             hatch_build.compile_hot_path(compiled)

@@ -39,6 +39,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Sequence
+from pathlib import Path
 
 PREFIX = "grt"
 NAME_PATTERN = re.compile(r"^grt[0-9a-f]{4}(?:br|h\d+|-n\d+)$")
@@ -229,7 +230,7 @@ def _alive(pid: int) -> bool:
     except PermissionError:
         return True
     with contextlib.suppress(OSError):
-        return open(f"/proc/{pid}/stat").read().split()[2] != "Z"
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
     return True
 
 

@@ -59,21 +59,9 @@ def test_a_compiled_module_whose_source_changed_is_stale(
     assert native.stale_modules() == compiled
 
 
-def _copy_of_the_tree(into: Path) -> Path:
-    for package in ("protocol", "gnutella_router", "traffic_models"):
-        shutil.copytree(
-            ROOT / package,
-            into / package,
-            ignore=shutil.ignore_patterns("__pycache__", "*.so", "native_build.json"),
-        )
-    for name in ("pyproject.toml", "LICENSE", "README.md"):
-        shutil.copy(ROOT / name, into / name)
-    return into
-
-
 @pytest.mark.e2e
 def test_without_a_working_compiler_the_build_falls_back_to_pure_python(tmp_path: Path) -> None:
-    tree = _copy_of_the_tree(tmp_path)
+    tree = hatch_build.copy_of_the_sources(ROOT, tmp_path)
     environment = {**os.environ, "CC": str(tmp_path / "no-such-compiler")}
     with pytest.raises(hatch_build.NativeBuildError) as failure:
         hatch_build.compile_hot_path(tree, environment)
