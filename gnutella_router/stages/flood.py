@@ -50,8 +50,32 @@ QUERY = MessageType.QUERY
 
 _pack_header = HEADER_STRUCT.pack
 
-Broadcast = Callable[[Link, list[bytes], list[bytes]], None]
-"""Takes the copies to broadcast from one link, in order, and which of them are queries."""
+
+class FloodQueries:
+    """What the fan-out needs to know of a run's query copies, found while building
+    them: how many, which are in the pre-0.6 form (flags 0, for peers that refuse it)
+    and which are at their last hop (TTL 0, for leaves only)."""
+
+    __slots__ = ("ancient", "count", "last_hop")
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.ancient: list[bytes] = []
+        self.last_hop: list[bytes] = []
+
+    def add(self, data: bytes, ancient: bool, last_hop: bool) -> None:
+        """Count one query copy (only for the rare one that is ancient or at its last
+        hop does it keep the copy)."""
+        self.count += 1
+        if ancient:
+            self.ancient.append(data)
+        if last_hop:
+            self.last_hop.append(data)
+
+
+Broadcast = Callable[[Link, list[bytes], FloodQueries], None]
+"""Takes the copies to broadcast from one link, in order, and what is known of their
+queries."""
 
 
 class Limits(Protocol):
@@ -127,7 +151,7 @@ class FloodPath:
         # qualifies: reading each frame once is worth more than the copies thrown away
         # on the rare run that does not.
         out: list[bytes] = []
-        queries: list[bytes] = []
+        queries = FloodQueries()
         for frame in frames:
             ttl = frame.ttl
             hops = frame.hops
@@ -150,7 +174,8 @@ class FloodPath:
             elif message_type == QUERY:
                 if len(payload) < 3 or payload.find(b"\x00", 2) < 0:
                     return 0
-                if drop_ancient and payload[0] == 0 and payload[1] == 0:
+                ancient = payload[0] == 0 and payload[1] == 0  # flags 0: pre-0.6
+                if drop_ancient and ancient:
                     return 0
                 query_guids.append(guid)
                 query_details.append(detail)
@@ -162,13 +187,14 @@ class FloodPath:
                         degraded_hops += keeps - ttl
                 if ttl > 1:
                     data = _pack_header(guid, QUERY, ttl - 1, hops + 1, len(payload)) + payload
+                    queries.add(data, ancient, False)
                 elif last_hop:
                     # Its last hop: for the leaves that match only, marked by TTL 0 here.
                     data = _pack_header(guid, QUERY, 0, hops + 1, len(payload)) + payload
+                    queries.add(data, ancient, True)
                 else:
                     continue
                 out.append(data)
-                queries.append(data)
             else:
                 return 0
         link_id = link.id
@@ -248,7 +274,7 @@ class FloodPath:
         degrade = limits.degraded_ttl if limits.degrading else None
         last_hop = self.has_leaves()
         out: list[bytes] = []
-        queries: list[bytes] = []
+        queries = FloodQueries()
         for frame in frames:
             ttl = frame.ttl
             hops = frame.hops
@@ -267,15 +293,16 @@ class FloodPath:
                 ttl = degrade(keeps)
                 if ttl < keeps:
                     limits.count_degraded(1, keeps - ttl)
+            ancient = payload[0] == 0 and payload[1] == 0  # flags 0: pre-0.6
             if ttl > 1:
                 data = _pack_header(frame.guid, QUERY, ttl - 1, hops + 1, len(payload)) + payload
                 out.append(data)
-                queries.append(data)
+                queries.add(data, ancient, False)
             elif last_hop:
                 # Its last hop: for the leaves that match only, marked by TTL 0 here.
                 data = _pack_header(frame.guid, QUERY, 0, hops + 1, len(payload)) + payload
                 out.append(data)
-                queries.append(data)
+                queries.add(data, ancient, True)
         if out:
             self.broadcast(link, out, queries)
 

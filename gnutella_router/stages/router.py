@@ -59,7 +59,7 @@ from gnutella_router.stages import vendor_messages
 from gnutella_router.stages.admission import admit
 from gnutella_router.stages.destinations import DestinationFilter
 from gnutella_router.stages.dynamic_query import TICK_SECONDS, DynamicQuerying
-from gnutella_router.stages.flood import FloodPath
+from gnutella_router.stages.flood import FloodPath, FloodQueries
 from gnutella_router.stages.link import Link
 from gnutella_router.stages.pongs import CachedAnswers, OwnPong, PongCache
 from gnutella_router.stages.query_routing import QueryRouting
@@ -384,18 +384,18 @@ class GnutellaRouter(ReplyRouting):
             self._relay_not_to_leaves = False
             self._fan_not_leaves.add(data)
 
-    def _broadcast_many(self, source: Link, datas: list[bytes], queries: list[bytes]) -> None:
-        """:meth:`_broadcast` for a run the batch path routed: ``datas`` in order, of
-        which ``queries`` are the queries (pings need no bookkeeping)."""
+    def _broadcast_many(self, source: Link, datas: list[bytes], queries: FloodQueries) -> None:
+        """:meth:`_broadcast` for a run the batch path routed: ``datas`` in order, with
+        what the batch path found of their queries while it built them (pings need no
+        bookkeeping)."""
         self._fan_datas.extend(datas)
         self._fan_sources.extend(itertools.repeat(source, len(datas)))
-        if queries:
-            self._fan_queries += len(queries)
-            for data in queries:
-                if data[23] == 0 and data[24] == 0:  # flags 0: the pre-0.6 form
-                    self._fan_ancient.add(data)
-                if data[17] == 0:  # for leaves only
-                    self._fan_last_hop.add(data)
+        if queries.count:
+            self._fan_queries += queries.count
+            if queries.ancient:
+                self._fan_ancient.update(queries.ancient)
+            if queries.last_hop:
+                self._fan_last_hop.update(queries.last_hop)
 
     def _flush_broadcasts(self, now: float) -> None:
         """Hand the batch's broadcasts to every connection, then wake the writers."""

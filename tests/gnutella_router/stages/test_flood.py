@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from gnutella_router.config.sections import SheddingConfig
 from gnutella_router.net.route_table import RouteTable, pack_detail
+from protocol.capabilities import Capabilities
 from protocol.codec import encode_message
 from protocol.framing import Frame, FrameDecoder
 from protocol.messages import Message, Ping, Pong, Query
@@ -61,13 +62,19 @@ def outcome(network: Network) -> tuple[object, ...]:
 GUIDS = [bytes([i]) * 15 + b"\x00" for i in range(1, 7)]
 
 message = st.builds(
-    lambda guid, is_query, ttl, hops: Message(
-        guid, ttl, hops, Query(b"flood test") if is_query else Ping()
+    lambda guid, is_query, ttl, hops, ancient: Message(
+        guid,
+        ttl,
+        hops,
+        (Query(b"flood test", flags=0) if ancient else Query(b"flood test"))
+        if is_query
+        else Ping(),
     ),
     st.sampled_from(GUIDS),
     st.booleans(),
     st.integers(0, 9),
     st.integers(0, 9),
+    st.booleans(),  # a query in the pre-0.6 form (flags 0), which link 3 refuses
 )
 batch = st.lists(st.tuples(st.integers(1, 3), message), min_size=1, max_size=12)
 
@@ -76,7 +83,7 @@ def degrading(cut: int) -> Network:
     """A network whose router's admission controller cuts queries' TTL by ``cut`` and
     never changes it or refuses anything during a test."""
     if not cut:
-        return Network()
+        return _refusing_ancient_queries(Network())
     shedding = SheddingConfig(
         policy="response-time",
         degrade_ttl_by=6,
@@ -85,9 +92,16 @@ def degrading(cut: int) -> Network:
         response_time_samples=1_000_000,
         response_time_interval=86_400,
     )
-    network = Network(shedding=shedding)
+    network = _refusing_ancient_queries(Network(shedding=shedding))
     assert network.router.admission is not None
     network.router.admission.cut = cut
+    return network
+
+
+def _refusing_ancient_queries(network: Network) -> Network:
+    """``network`` with its link 3 a gtk-gnutella, which refuses pre-0.6 queries: the
+    router must not send it any, whichever path routed them."""
+    network.links[2].capabilities = Capabilities(user_agent="gtk-gnutella/1.2.3")
     return network
 
 
