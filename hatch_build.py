@@ -10,9 +10,10 @@ imports the extension in place of the ``.py`` file. ``docs/benchmarks.md`` has w
 that is worth, measured side by side with the same tree uncompiled.
 
 Compiling is an option, never a requirement: with no C compiler, no Python headers, or
-``GNUTELLA_ROUTER_PURE=1`` in the environment, the hook says why in one line and the
-package installs as pure Python, which behaves the same, only slower. Nothing else in
-the code knows or cares which it got; :mod:`gnutella_router.native` reports it.
+``GNUTELLA_ROUTER_PURE=1`` in the environment, the hook says why in one line (and
+records it, for ``gnutella-router --version``) and the package installs as pure Python,
+which behaves the same, only slower. Nothing else in the code knows or cares which it
+got; :mod:`gnutella_router.native` reports it, and holds the list of hot modules.
 
 A compiled module shadows its source, so an edited source would silently not run. The
 hook therefore records a hash of each source it compiled in
@@ -27,7 +28,7 @@ process in an odd state, and its output is shown only when it fails.
 
 from __future__ import annotations
 
-import hashlib
+import importlib.util
 import json
 import os
 import shutil
@@ -39,18 +40,33 @@ from typing import Any
 
 from hatchling.builders.hooks.plugin.interface import BuildHookInterface
 
-HOT_MODULES = (
-    "protocol/framing.py",
-    "gnutella_router/stages/flood.py",
-    "gnutella_router/net/route_table.py",
-)
-"""Compiled when possible, as paths from the project root."""
+
+def _load_native() -> Any:
+    """:mod:`gnutella_router.native`, loaded by path: the hook must not import the
+    package it builds (nor its dependencies, which the build may not have)."""
+    path = Path(__file__).resolve().parent / "gnutella_router" / "native.py"
+    spec = importlib.util.spec_from_file_location("_gnutella_router_native", path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while building
+    spec.loader.exec_module(module)
+    return module
+
+
+_native = _load_native()
+
+HOT_MODULES: tuple[str, ...] = _native.HOT_SOURCES
+"""Compiled when possible, as paths from the project root (``native.HOT_SOURCES``)."""
+
+source_hash = _native.source_hash
 
 PACKAGES = ("protocol", "gnutella_router", "traffic_models")
 """The project's packages (``tool.hatch.build.targets.wheel.packages``)."""
 
-RECORD = "gnutella_router/native_build.json"
-"""What was compiled, with each source's hash (read by :mod:`gnutella_router.native`)."""
+RECORD = f"gnutella_router/{_native.RECORD_NAME}"
+"""What was compiled, with each source's hash, or why nothing was (read by
+:mod:`gnutella_router.native`)."""
 
 _COMPILE = """
 import sys
@@ -70,11 +86,6 @@ class NativeBuildError(Exception):
     """The hot modules could not be compiled; the message says why."""
 
 
-def source_hash(path: Path) -> str:
-    """The hash :data:`RECORD` keeps of a source file."""
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
 def extension_path(root: Path, module: str) -> Path:
     """Where the compiled form of ``module`` (a path from the root) lies."""
     suffix = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
@@ -90,11 +101,14 @@ def compiled_files(root: Path) -> list[Path]:
     return [path for path in files if path.exists()]
 
 
-def remove_compiled(root: Path) -> None:
-    """Remove every compiled hot module and the record, so the sources are what runs."""
+def remove_compiled(root: Path, reason: str | None = None) -> None:
+    """Remove every compiled hot module, so the sources are what runs; with a
+    ``reason``, record why (``gnutella-router --version`` shows it)."""
     for path in compiled_files(root):
         path.unlink()
     (root / RECORD).unlink(missing_ok=True)
+    if reason is not None:
+        (root / RECORD).write_text(json.dumps({"modules": {}, "not_compiled": reason}) + "\n")
 
 
 def copy_of_the_sources(root: Path, into: Path) -> Path:
@@ -130,13 +144,16 @@ def compile_hot_path(root: Path, environment: dict[str, str] | None = None) -> l
             check=False,
         )
     except (OSError, subprocess.TimeoutExpired) as exc:
-        raise NativeBuildError(f"the compiler could not run: {exc}") from exc
+        reason = f"the compiler could not run: {exc}"
+        remove_compiled(root, reason)
+        raise NativeBuildError(reason) from exc
     made = compiled_files(root)
     missing = [module for module in HOT_MODULES if not extension_path(root, module).exists()]
     if result.returncode != 0 or missing:
-        remove_compiled(root)
         tail = (result.stderr or result.stdout).strip().splitlines()[-3:]
-        raise NativeBuildError(" / ".join(tail) or f"exit status {result.returncode}")
+        reason = " / ".join(tail) or f"exit status {result.returncode}"
+        remove_compiled(root, reason)
+        raise NativeBuildError(reason)
     record = {module: source_hash(root / module) for module in HOT_MODULES}
     (root / RECORD).write_text(json.dumps({"modules": record}, indent=1) + "\n")
     return [*made, root / RECORD]
@@ -150,20 +167,23 @@ class CustomBuildHook(BuildHookInterface):  # type: ignore[type-arg]
     def initialize(self, version: str, build_data: dict[str, Any]) -> None:
         root = Path(self.root)
         if os.environ.get("GNUTELLA_ROUTER_PURE", "") not in ("", "0"):
-            remove_compiled(root)
+            remove_compiled(root, "GNUTELLA_ROUTER_PURE was set")
             self.app.display_info("gnutella-router: GNUTELLA_ROUTER_PURE is set; pure Python")
-            return
-        try:
-            made = compile_hot_path(root)
-        except NativeBuildError as exc:
-            self.app.display_warning(
-                f"gnutella-router: the hot path was not compiled ({exc}); "
-                "installing it as pure Python, which works the same, only slower"
-            )
-            return
-        self.app.display_info(f"gnutella-router: compiled {len(HOT_MODULES)} hot modules")
-        if version == "standard":
-            build_data["pure_python"] = False
-            build_data["infer_tag"] = True
+            made = [root / RECORD]
+        else:
+            try:
+                made = compile_hot_path(root)
+            except NativeBuildError as exc:
+                self.app.display_warning(
+                    f"gnutella-router: the hot path was not compiled ({exc}); "
+                    "installing it as pure Python, which works the same, only slower"
+                )
+                made = [root / RECORD]
+            else:
+                self.app.display_info(f"gnutella-router: compiled {len(HOT_MODULES)} modules")
+                if version == "standard":
+                    build_data["pure_python"] = False
+                    build_data["infer_tag"] = True
+        if version == "standard":  # the record (and what was compiled) into the wheel
             for path in made:
                 build_data["force_include"][str(path)] = str(path.relative_to(root))

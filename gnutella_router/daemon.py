@@ -245,6 +245,7 @@ class Daemon:
                 await nursery.start(self.server.serve)
                 await nursery.start(self.catcher.serve)
                 self.admin_address = await nursery.start(serve_admin, self)
+                hot_modules = native.native_modules()
                 self.log.info(
                     "router started",
                     listening=[format_address(*a) for a in self.server.listen_addresses],
@@ -252,9 +253,9 @@ class Daemon:
                     admin=format_address(*self.admin_address),
                     slow_peer_policy=self.config.slow_peer.policy,
                     max_ttl=self.config.network.max_ttl,
-                    hot_path=native.describe(),
+                    hot_path=native.describe(hot_modules),
                 )
-                if stale := native.stale_modules():
+                if stale := native.stale_modules(hot_modules):
                     self.log.warning(
                         "compiled modules older than their sources run in their place; "
                         "rebuild with scripts/venv.sh",

@@ -1,10 +1,15 @@
 """Which hot modules run compiled, and whether any compiled one is older than its source.
 
-The build (``hatch_build.py``) compiles the routing hot path with mypyc where it can
-and records a hash of each source it compiled in ``native_build.json`` beside this
-module. Python imports a compiled module in place of its source, so after an edit the
-old code would keep running unseen: :func:`stale_modules` finds that case, so that the
-daemon can warn and the test suite can refuse to test code that is not the source.
+The build (``hatch_build.py``) compiles the routing hot path (:data:`HOT_SOURCES`) with
+mypyc where it can. It writes ``native_build.json`` beside this module: the hash of each
+source it compiled, or why it compiled nothing. Python imports a compiled module in
+place of its source, so after an edit the old code would keep running unseen:
+:func:`native_modules` finds that case, so that the daemon can warn and the test suite
+can refuse to test code that is not the source.
+
+This module is the one list of hot modules: the build hook loads it by path (it must not
+import the package it is building), and ``scripts/venv.sh`` reads :data:`HOT_SOURCES`
+to know which changes mean a rebuild. It imports nothing outside the standard library.
 """
 
 from __future__ import annotations
@@ -13,17 +18,30 @@ import hashlib
 import importlib
 import importlib.machinery
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-HOT_MODULES = (
-    "protocol.framing",
-    "gnutella_router.stages.flood",
-    "gnutella_router.net.route_table",
+HOT_SOURCES = (
+    "protocol/framing.py",
+    "gnutella_router/stages/flood.py",
+    "gnutella_router/net/route_table.py",
 )
-"""The modules the build tries to compile (``hatch_build.HOT_MODULES``, by import name)."""
+"""The modules the build compiles where it can, as paths from the project root (one
+per line, as ``scripts/venv.sh`` reads them)."""
 
-RECORD = Path(__file__).with_name("native_build.json")
+RECORD_NAME = "native_build.json"
+RECORD = Path(__file__).with_name(RECORD_NAME)
+
+
+def import_name(source: str) -> str:
+    """``protocol/framing.py`` -> ``protocol.framing``."""
+    return source.removesuffix(".py").replace("/", ".")
+
+
+def source_hash(path: Path) -> str:
+    """The hash the record keeps of a source file."""
+    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,44 +54,45 @@ class NativeModule:
     current: bool
 
 
-def _recorded_hashes() -> dict[str, str]:
+def _record() -> dict[str, object]:
     try:
-        modules = json.loads(RECORD.read_text())["modules"]
-    except (OSError, ValueError, KeyError, TypeError):
+        record = json.loads(RECORD.read_text())
+    except (OSError, ValueError):
         return {}
-    return {str(path): str(digest) for path, digest in dict(modules).items()}
+    return record if isinstance(record, dict) else {}
 
 
 def native_modules() -> list[NativeModule]:
     """Each hot module's state (importing it if it is not yet)."""
-    recorded = _recorded_hashes()
+    recorded = _record().get("modules")
+    hashes = recorded if isinstance(recorded, dict) else {}
     root = Path(__file__).resolve().parent.parent
     states = []
-    for name in HOT_MODULES:
-        module = importlib.import_module(name)
-        location = Path(module.__file__ or "")
+    for source in HOT_SOURCES:
+        name = import_name(source)
+        location = Path(importlib.import_module(name).__file__ or "")
         compiled = location.name.endswith(tuple(importlib.machinery.EXTENSION_SUFFIXES))
         current = True
         if compiled:
-            relative = name.replace(".", "/") + ".py"
-            source = root / relative
-            digest = hashlib.sha256(source.read_bytes()).hexdigest() if source.exists() else ""
-            current = recorded.get(relative) == digest
+            path = root / source
+            current = path.exists() and hashes.get(source) == source_hash(path)
         states.append(NativeModule(name, compiled, current))
     return states
 
 
-def stale_modules() -> list[str]:
+def stale_modules(states: Sequence[NativeModule] | None = None) -> list[str]:
     """Compiled hot modules whose source changed after they were compiled."""
-    return [state.name for state in native_modules() if state.compiled and not state.current]
+    states = native_modules() if states is None else states
+    return [state.name for state in states if state.compiled and not state.current]
 
 
-def describe() -> str:
-    """One line for ``--version`` and the start log: what runs compiled."""
-    states = native_modules()
+def describe(states: Sequence[NativeModule] | None = None) -> str:
+    """One line for ``--version`` and the start log: what runs compiled, or why not."""
+    states = native_modules() if states is None else states
     compiled = [state.name.rpartition(".")[2] for state in states if state.compiled]
     if not compiled:
-        return "hot path: pure Python"
+        reason = _record().get("not_compiled")
+        return "hot path: pure Python" + (f" (not compiled: {reason})" if reason else "")
     stale = [state.name.rpartition(".")[2] for state in states if not state.current]
     text = f"hot path: compiled with mypyc ({', '.join(compiled)})"
     return text + (f"; stale, rebuild with scripts/venv.sh: {', '.join(stale)}" if stale else "")

@@ -30,11 +30,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from benchdocs import machine, replace_section
-from router_bench.interleaved import ServerCommand, interleaved_runs, parse_flood_args
+from router_bench.interleaved import (
+    ServerCommand,
+    interleaved_runs,
+    parse_flood_args,
+    rates_and_costs,
+)
 from router_bench.peers import BLAST_MESSAGES, SINKS, BenchError, Blast, Wire, message_kinds
 from router_bench.processes import Problems, router_argv
-from router_bench.report import cpu_per_message
-from router_bench.runs import median_of
 
 from gnutella_router.config.sections import RouterConfig
 
@@ -66,8 +69,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BenchError as exc:
         print(f"FAILED: {exc}")
         return 1
-    rates = {name: median_of(runs[name], lambda r: r.per_sink) for name in names}
-    costs = {name: median_of(runs[name], cpu_per_message) for name in names}
+    rates, costs = rates_and_costs(runs)
     default = rates[f"batch_size = {BATCHES[0]}"]
     rows: list[tuple[str, str, str, str]] = []
     for name in names:

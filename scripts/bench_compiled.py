@@ -30,11 +30,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from benchdocs import machine, replace_section
-from router_bench.interleaved import ServerCommand, interleaved_runs, parse_flood_args
+from router_bench.interleaved import (
+    ServerCommand,
+    interleaved_runs,
+    parse_flood_args,
+    rates_and_costs,
+)
 from router_bench.peers import BLAST_MESSAGES, SINKS, BenchError, Blast, Wire, message_kinds
 from router_bench.processes import Problems, router_argv
-from router_bench.report import cpu_per_message
-from router_bench.runs import median_of
 
 import hatch_build
 
@@ -46,17 +49,23 @@ LOADS = (
 """Each load: its name, the share of queries and the number of sinks."""
 
 
+def _tree_first(tree: Path) -> dict[str, str]:
+    """The environment that makes a Python process import from ``tree``: first on the
+    path, and no script or working directory put before it (``PYTHONSAFEPATH``), which
+    would otherwise bring this checkout's own, compiled, modules back."""
+    return {"PYTHONPATH": str(tree), "PYTHONSAFEPATH": "1"}
+
+
 def _router_from(tree: Path, port: int, home: Path) -> list[str]:
-    return ["env", f"PYTHONPATH={tree}", *router_argv(port, home, None)]
+    settings = [f"{key}={value}" for key, value in _tree_first(tree).items()]
+    return ["env", *settings, *router_argv(port, home, None)]
 
 
 def _version_of(tree: Path) -> str:
-    """What ``gnutella-router --version`` says when run from ``tree`` (as its working
-    directory too: ``-m`` puts that first on the path, before ``PYTHONPATH``)."""
+    """What ``gnutella-router --version`` says when run from ``tree``."""
     result = subprocess.run(
         [sys.executable, "-m", "gnutella_router", "--version"],
-        cwd=tree,
-        env={**os.environ, "PYTHONPATH": str(tree)},
+        env={**os.environ, **_tree_first(tree)},
         capture_output=True,
         text=True,
         timeout=60,
@@ -103,8 +112,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             except BenchError as exc:
                 print(f"FAILED: {exc}")
                 return 1
-            rates = {name: median_of(runs[name], lambda r: r.per_sink) for name in commands}
-            costs = {name: median_of(runs[name], cpu_per_message) for name in commands}
+            rates, costs = rates_and_costs(runs)
             before, after = rates["pure Python"], rates["compiled"]
             ratio = f"{after / before:.2f}x" if before and after else "n/a"
             rows.append(

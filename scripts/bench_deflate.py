@@ -37,13 +37,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from benchdocs import machine, replace_section
-from router_bench.interleaved import ServerCommand, interleaved_runs, parse_flood_args
+from router_bench.interleaved import (
+    ServerCommand,
+    interleaved_runs,
+    parse_flood_args,
+    rates_and_costs,
+)
 from router_bench.peers import BLAST_MESSAGES, SINKS, BenchError, Blast, Wire, message_kinds
 from router_bench.processes import (
     Problems,
     router_argv,
 )
-from router_bench.report import cpu_per_message
 from router_bench.runs import median_of
 
 QUERY_SHARE = 0.15
@@ -82,8 +86,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         problems.fail(str(exc))
         print(f"FAILED: {exc}")
         return 1
-    rates = {name: median_of(runs[name], lambda r: r.per_sink) for name in VARIANTS}
-    costs = {name: median_of(runs[name], cpu_per_message) for name in VARIANTS}
+    rates, costs = rates_and_costs(runs)
     shares = {name: median_of(runs[name], lambda r: r.cpu.server) for name in VARIANTS}
     inline, aside = rates["one deflate at a time"], rates["deflates side by side"]
     rows = [

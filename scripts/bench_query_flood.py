@@ -35,15 +35,19 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from benchdocs import machine, replace_section
-from router_bench.interleaved import ServerCommand, interleaved_runs, parse_flood_args
+from router_bench.interleaved import (
+    ServerCommand,
+    interleaved_runs,
+    parse_flood_args,
+    rates_and_costs,
+)
 from router_bench.peers import BLAST_MESSAGES, BenchError, Blast, Wire, message_kinds
 from router_bench.processes import (
     Problems,
     baseline_argv,
     router_argv,
 )
-from router_bench.report import cpu_per_message
-from router_bench.runs import ThroughputRun, median_of
+from router_bench.runs import ThroughputRun
 
 SINKS = 2
 RATIO_FLOOR = 1.3
@@ -84,8 +88,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"FAILED: {exc}")
         runs = {name: [] for name in names}
 
-    rates = {name: median_of(runs[name], lambda r: r.per_sink) for name in names}
-    costs = {name: median_of(runs[name], cpu_per_message) for name in names}
+    rates, costs = rates_and_costs(runs)
     ours = rates["gnutella-router"]
     rows = []
     for name in names:

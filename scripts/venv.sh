@@ -23,10 +23,11 @@ fi
 if [ ! -x "$venv/bin/python" ]; then
   "$python" -m venv "$venv"
 fi
-# The build compiles the hot modules named in hatch_build.py (where it can), and a
-# compiled module runs in place of its source: a change to any of them means rebuilding.
-hot=$(sed -n 's/^    "\(.*\.py\)",$/\1/p' "$root/hatch_build.py")
-hash="$(cd "$root" && cat pyproject.toml hatch_build.py $hot | sha256sum | cut -c1-16)"
+# The build compiles the hot modules listed in gnutella_router/native.py (where it can),
+# and a compiled module runs in place of its source: a change to any of them means
+# rebuilding.
+hot=$(sed -n 's/^    "\(.*\.py\)",$/\1/p' "$root/gnutella_router/native.py")
+hash="$(cd "$root" && cat pyproject.toml hatch_build.py gnutella_router/native.py $hot | sha256sum | cut -c1-16)"
 # Compiled or pure Python (GNUTELLA_ROUTER_PURE=1, see hatch_build.py) is part of what
 # was installed: asking for the other one reinstalls.
 mode=compiled

@@ -20,7 +20,7 @@ import trio
 from router_bench.peers import Blast, Wire
 from router_bench.processes import Problems, Server, describe_cpu, free_port, started, stop_server
 from router_bench.report import cpu_per_message
-from router_bench.runs import ThroughputRun, attempt, throughput_run
+from router_bench.runs import ThroughputRun, attempt, median_of, throughput_run
 
 ServerCommand = Callable[[int, Path], list[str]]
 """A server's command line, given its port and a folder of its own."""
@@ -93,3 +93,15 @@ def interleaved_runs(
         for _, server in servers:
             stop_server(server, problems)
     return runs
+
+
+def rates_and_costs(
+    runs: Mapping[str, Sequence[ThroughputRun]],
+) -> tuple[dict[str, float | None], dict[str, float | None]]:
+    """Each server's median messages per sink and median µs of its CPU per message (None
+    where no run measured it), the two figures every interleaved benchmark reports."""
+    rates = {
+        name: median_of(server_runs, lambda r: r.per_sink) for name, server_runs in runs.items()
+    }
+    costs = {name: median_of(server_runs, cpu_per_message) for name, server_runs in runs.items()}
+    return rates, costs

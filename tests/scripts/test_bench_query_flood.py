@@ -6,6 +6,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -15,17 +16,16 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 from profile_budget import budget  # noqa: E402
 
+RunScript = Callable[..., subprocess.CompletedProcess[str]]
+"""The ``run_script`` fixture (tests/scripts/conftest.py)."""
+
+SHORT = ("--repeats", "1", "--duration", "0.5", "--warmup", "0.2")
+"""One run per server, each half a second after a short warm-up."""
+
 
 @pytest.mark.e2e
-def test_a_short_query_flood_runs_all_three_servers_to_its_table() -> None:
-    script = str(ROOT / "scripts" / "bench_query_flood.py")
-    run = subprocess.run(
-        [sys.executable, script, "--repeats", "1", "--duration", "0.5", "--warmup", "0.2"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+def test_a_short_query_flood_runs_all_three_servers_to_its_table(run_script: RunScript) -> None:
+    run = run_script("bench_query_flood.py", *SHORT)
     assert run.returncode in (0, 1), run.stderr
     assert "Traceback" not in run.stderr
     for server in ("gnutella-router", "naive router", "plain forwarder"):
@@ -34,17 +34,10 @@ def test_a_short_query_flood_runs_all_three_servers_to_its_table() -> None:
 
 
 @pytest.mark.e2e
-def test_a_short_deflate_benchmark_runs_both_routers_to_its_ratio() -> None:
+def test_a_short_deflate_benchmark_runs_both_routers_to_its_ratio(run_script: RunScript) -> None:
     """Both routers take the deflated sinks (the handshake asks for deflate and the sinks
     count inflated bytes) and stop cleanly."""
-    script = str(ROOT / "scripts" / "bench_deflate.py")
-    run = subprocess.run(
-        [sys.executable, script, "--repeats", "1", "--duration", "0.5", "--warmup", "0.2"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    run = run_script("bench_deflate.py", *SHORT)
     assert run.returncode == 0, run.stdout + run.stderr
     for router in ("one deflate at a time", "deflates side by side"):
         assert f"{router}, run 1:" in run.stdout
@@ -72,17 +65,12 @@ def test_each_sample_is_charged_to_its_innermost_recognised_part() -> None:
 
 @pytest.mark.e2e
 @pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler to compile with")
-def test_a_short_compiled_benchmark_runs_both_routers_under_both_loads() -> None:
+def test_a_short_compiled_benchmark_runs_both_routers_under_both_loads(
+    run_script: RunScript,
+) -> None:
     """Each copy runs what it should (its ``--version`` says so) and both routers stop
     cleanly after a run of each load."""
-    script = str(ROOT / "scripts" / "bench_compiled.py")
-    run = subprocess.run(
-        [sys.executable, script, "--repeats", "1", "--duration", "0.5", "--warmup", "0.2"],
-        capture_output=True,
-        text=True,
-        timeout=240,
-        check=False,
-    )
+    run = run_script("bench_compiled.py", *SHORT, timeout=240)
     assert run.returncode == 0, run.stdout + run.stderr
     for router in ("pure Python", "compiled"):
         assert f"{router}, run 1:" in run.stdout

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
 
 from live_gtk.network import drops_from_router, parse_drop_stats, router_flags
 
-ROOT = Path(__file__).resolve().parents[2]
+RunScript = Callable[..., subprocess.CompletedProcess[str]]
+"""The ``run_script`` fixture (tests/scripts/conftest.py)."""
+
 
 ROUTER_PONG = (
     "26-11-25 08:36:36.091 (DEBUG): DROP Pong (31 bytes) #00343102acd9aa30ff6907418cd68f03 "
@@ -34,29 +37,16 @@ ROUTER_QUERY = (
 
 
 @pytest.mark.e2e
-def test_without_a_servent_it_is_skipped_and_exits_0() -> None:
+def test_without_a_servent_it_is_skipped_and_exits_0(run_script: RunScript) -> None:
     env = {"PATH": "/usr/bin:/bin"}
-    done = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "live_gtk_check.py"), "--duration", "1"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=60,
-        check=False,
-    )
+    done = run_script("live_gtk_check.py", "--duration", "1", env=env, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("skipped: no gtk-gnutella given")
 
 
 @pytest.mark.e2e
-def test_a_servent_that_is_not_there_is_skipped_too(tmp_path: Path) -> None:
-    done = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "live_gtk_check.py"), "--gtk", str(tmp_path / "x")],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+def test_a_servent_that_is_not_there_is_skipped_too(tmp_path: Path, run_script: RunScript) -> None:
+    done = run_script("live_gtk_check.py", "--gtk", str(tmp_path / "x"), timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("skipped: not executable")
 
