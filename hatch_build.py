@@ -2,8 +2,9 @@
 
 Theory of operation
 -------------------
-The modules a routed message spends most of its time in (:data:`HOT_MODULES`: framing,
-the batch path and the route tables) are plain, fully typed Python. When a wheel is built
+The modules a routed message spends most of its time in (:data:`HOT_MODULES`, listed in
+:mod:`gnutella_router.native`: framing, the batch path and the route tables) are plain,
+fully typed Python. When a wheel is built
 (``pip install .``, or ``pip install -e .`` as ``scripts/venv.sh`` does), this hook hands
 them to mypyc, which turns each into a C extension beside its source; Python then
 imports the extension in place of the ``.py`` file. ``docs/benchmarks.md`` has what
