@@ -49,23 +49,23 @@ LOADS = (
 """Each load: its name, the share of queries and the number of sinks."""
 
 
-def _tree_first(tree: Path) -> dict[str, str]:
+def tree_first(tree: Path) -> dict[str, str]:
     """The environment that makes a Python process import from ``tree``: first on the
     path, and no script or working directory put before it (``PYTHONSAFEPATH``), which
     would otherwise bring this checkout's own, compiled, modules back."""
     return {"PYTHONPATH": str(tree), "PYTHONSAFEPATH": "1"}
 
 
-def _router_from(tree: Path, port: int, home: Path) -> list[str]:
-    settings = [f"{key}={value}" for key, value in _tree_first(tree).items()]
+def router_from(tree: Path, port: int, home: Path) -> list[str]:
+    settings = [f"{key}={value}" for key, value in tree_first(tree).items()]
     return ["env", *settings, *router_argv(port, home, None)]
 
 
-def _version_of(tree: Path) -> str:
+def version_of(tree: Path) -> str:
     """What ``gnutella-router --version`` says when run from ``tree``."""
     result = subprocess.run(
         [sys.executable, "-m", "gnutella_router", "--version"],
-        env={**os.environ, **_tree_first(tree)},
+        env={**os.environ, **tree_first(tree)},
         capture_output=True,
         text=True,
         timeout=60,
@@ -90,14 +90,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             ("pure Python", pure, "hot path: pure Python"),
             ("compiled", compiled, "hot path: compiled with mypyc"),
         ):
-            said = _version_of(tree)
+            said = version_of(tree)
             print(f"{name}: {said}")
             if expected not in said:
                 print(f"FAILED: the {name} copy does not run what it should")
                 return 1
         commands: dict[str, ServerCommand] = {
-            "pure Python": lambda port, home: _router_from(pure, port, home),
-            "compiled": lambda port, home: _router_from(compiled, port, home),
+            "pure Python": lambda port, home: router_from(pure, port, home),
+            "compiled": lambda port, home: router_from(compiled, port, home),
         }
         rows: list[tuple[str, str, str, str, str]] = []
         problems = Problems()

@@ -31,7 +31,7 @@ from gnutella_router.net.route_table import DEFAULT_CAPACITY, RouteTable, pack_d
 
 
 def _per_guid_batch(batches: list[list[bytes]], details: list[int]) -> float:
-    table: RouteTable[int] = RouteTable("query", 300.0, DEFAULT_CAPACITY)
+    table: RouteTable = RouteTable("query", 300.0, DEFAULT_CAPACITY)
     now = 0.0
     started = time.perf_counter()
     for guids in batches:
@@ -43,7 +43,7 @@ def _per_guid_batch(batches: list[list[bytes]], details: list[int]) -> float:
 
 
 def _per_guid_single(batches: list[list[bytes]]) -> float:
-    table: RouteTable[int] = RouteTable("query", 300.0, DEFAULT_CAPACITY)
+    table: RouteTable = RouteTable("query", 300.0, DEFAULT_CAPACITY)
     now = 0.0
     started = time.perf_counter()
     for guids in batches:

@@ -1,24 +1,23 @@
 """One route-table entry as dumps show it.
 
 Apart from :mod:`.route_table` because that module is compiled with mypyc where a
-compiler is at hand (``hatch_build.py``), and mypyc cannot compile a generic dataclass;
-an entry is made only for a dump, so it loses nothing by staying interpreted.
+compiler is at hand (``hatch_build.py``), and an entry is made only for a dump, so it
+loses nothing by staying interpreted.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Generic, Literal, TypeVar
-
-V = TypeVar("V")
+from typing import Literal
 
 
 @dataclass(frozen=True, slots=True)
-class RouteEntry(Generic[V]):
+class RouteEntry:
     """One entry, as shown in dumps."""
 
     guid: bytes
-    value: V
+    value: int
+    """The connection id (or marker) replies are routed to."""
     recorded_at: float
     #: ``now - recorded_at`` for the ``now`` given to ``entries``.
     age: float

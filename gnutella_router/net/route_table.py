@@ -23,23 +23,24 @@ unbounded table costs the process.
 Time is passed in as ``now`` (seconds on any monotonic clock); nothing here reads a
 clock, so tests can drive time directly.
 
-For the dumps, an entry also keeps when it was recorded, to the millisecond, and the TTL
-and hops its message arrived with (4 bits each; the router records only messages within
-the hard TTL limit of 15, so nothing is lost), packed into one integer in a second dict
-beside the values (see :func:`pack_meta`), and how many replies were routed back through
-it (a sparse dict, only for entries that had any, pruned at each rotation). Two dicts
-rather than three because every insert into a generation of tens of thousands of
-entries is a likely cache miss: the packing's one small allocation per entry costs less
-than the third insert it saves.
+Each entry is one integer in one dict: the value (an int: the router stores connection
+ids) above 40 bits that hold, for the dumps, when the entry was recorded (milliseconds
+since its generation began, 32 bits) and the TTL and hops its message arrived with (4
+bits each; the router records only messages within the hard TTL limit of 15, so nothing
+is lost); see :func:`pack_entry`. How many replies were routed back through an entry is
+kept apart, in a sparse dict of only the entries that had any, pruned at each rotation.
+One dict rather than a dict of values beside a dict of details because under a flood
+the tables are the router's largest cost: every insert into a generation of tens of
+thousands of entries is a likely cache miss, and so is every slot a growing dict moves
+when it resizes, so a second dict doubled the misses per new GUID.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 from itertools import islice
-from typing import Generic, Literal, TypeVar
+from typing import Literal
 
 from gnutella_router.net.route_entry import RouteEntry
 
@@ -48,15 +49,16 @@ __all__ = [
     "PING_GENERATION_SECONDS",
     "PUSH_GENERATION_SECONDS",
     "QUERY_GENERATION_SECONDS",
+    "VALUE_SHIFT",
     "RouteEntry",
     "RouteTable",
     "RouteTableStatistics",
     "SeenTable",
     "SeenTableStatistics",
     "pack_detail",
+    "pack_entry",
 ]
 
-V = TypeVar("V")
 _Generation = Literal["current", "previous"]
 
 #: Generation lengths used by LimeWire: pings live 2-4 minutes, queries 5-10 minutes,
@@ -67,27 +69,31 @@ PUSH_GENERATION_SECONDS = 420.0
 #: LimeWire's cap per generation; a table holds at most twice this.
 DEFAULT_CAPACITY = 50_000
 
+#: Where an entry's value begins: below it, 32 bits of milliseconds and 8 of detail.
+VALUE_SHIFT = 40
+_OFFSET_LIMIT = (1 << 32) - 1  # 49 days of milliseconds
+
 
 def pack_detail(ttl: int, hops: int) -> int:
     """TTL and hops as a route entry keeps them: 4 bits each, each capped at 15."""
     return (ttl if ttl < 15 else 15) << 4 | (hops if hops < 15 else 15)
 
 
-def stamp(now: float) -> int:
-    """``now`` in whole milliseconds (rounded down, also below zero: trio's clock may
-    start anywhere), shifted into place above a packed detail."""
-    return math.floor(now * 1000.0) << 8
+def pack_entry(value: int, offset: float, detail: int) -> int:
+    """One entry: ``value`` above the milliseconds of ``offset`` (seconds since its
+    generation began) above a :func:`pack_detail`.
 
-
-def pack_meta(now: float, detail: int) -> int:
-    """What an entry keeps beside its value: :func:`stamp` of ``now`` and a
-    :func:`pack_detail` in the low 8 bits."""
-    return stamp(now) | detail
-
-
-def meta_time(meta: int) -> float:
-    """The recording time (to the millisecond) of a :func:`pack_meta`."""
-    return (meta >> 8) / 1000.0
+    ``offset`` is truncated to the millisecond and kept within 0 and 49 days (a
+    generation lasts at most one day), so that not even a clock that went backwards
+    can borrow from the value. Negative values work too: ``entry >> VALUE_SHIFT`` gives
+    them back, and the low bits read the same.
+    """
+    milliseconds = int(offset * 1000.0)
+    if milliseconds < 0:
+        milliseconds = 0
+    elif milliseconds > _OFFSET_LIMIT:
+        milliseconds = _OFFSET_LIMIT
+    return value << VALUE_SHIFT | milliseconds << 8 | detail
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,13 +130,12 @@ class RouteTableStatistics:
     oldest_age: float | None
 
 
-class RouteTable(Generic[V]):
-    """GUID -> value for a limited time, in two generations.
+class RouteTable:
+    """GUID -> value (an int) for a limited time, in two generations.
 
-    The value is whatever the router wants back on a reply: normally the connection the
+    The value is what the router wants back on a reply: the id of the connection the
     request arrived on, or a marker for requests this node originated. ``lookup``
-    returns None for an unknown GUID, so None should not be stored as a value unless
-    only membership matters (that is what `SeenTable` does).
+    returns None for an unknown GUID.
 
     ``now`` must not go backwards between calls.
     """
@@ -138,7 +143,7 @@ class RouteTable(Generic[V]):
     __slots__ = (
         "_capacity",
         "_current",
-        "_current_meta",
+        "_current_since",
         "_deadline",
         "_duplicates",
         "_expired",
@@ -149,7 +154,7 @@ class RouteTable(Generic[V]):
         "_misses",
         "_name",
         "_previous",
-        "_previous_meta",
+        "_previous_since",
         "_recorded",
         "_refreshed",
         "_rotations",
@@ -164,13 +169,13 @@ class RouteTable(Generic[V]):
         self._name = name
         self._generation_seconds = float(generation_seconds)
         self._capacity = capacity
-        # Values and their packed time and detail live in parallel dicts with the same
-        # keys in the same order. A (value, meta) tuple per entry would be an object the
-        # cyclic garbage collector has to look at (until it untracks it); an int is not.
-        self._current: dict[bytes, V] = {}
-        self._current_meta: dict[bytes, int] = {}
-        self._previous: dict[bytes, V] = {}
-        self._previous_meta: dict[bytes, int] = {}
+        # Each generation: GUID -> pack_entry(value, time since the generation began,
+        # detail). An int per entry, not a (value, time, detail) tuple: the cyclic
+        # garbage collector never looks at ints.
+        self._current: dict[bytes, int] = {}
+        self._previous: dict[bytes, int] = {}
+        self._current_since = now
+        self._previous_since = now
         self._hits: dict[bytes, int] = {}
         self._deadline = now + self._generation_seconds
         self._recorded = 0
@@ -197,7 +202,7 @@ class RouteTable(Generic[V]):
 
     # -- the per-message path: keep these to a comparison and a couple of dict operations
 
-    def record(self, guid: bytes, value: V, now: float, ttl: int = 0, hops: int = 0) -> bool:
+    def record(self, guid: bytes, value: int, now: float, ttl: int = 0, hops: int = 0) -> bool:
         """Remember where ``guid`` came from, unless it is already known.
 
         Returns False for a GUID held in either generation: the message is a duplicate
@@ -220,25 +225,25 @@ class RouteTable(Generic[V]):
             current = self._current
             size = 0
         # One probe of a large, cache-cold dict instead of a lookup then an insert.
-        current.setdefault(guid, value)
+        current.setdefault(
+            guid, pack_entry(value, now - self._current_since, pack_detail(ttl, hops))
+        )
         if len(current) == size:
             self._duplicates += 1
             return False
-        self._current_meta[guid] = pack_meta(now, pack_detail(ttl, hops))
         self._recorded += 1
         return True
 
-    def record_new(self, guids: list[bytes], value: V, now: float, details: list[int]) -> bool:
+    def record_new(self, guids: list[bytes], value: int, now: float, details: list[int]) -> bool:
         """Record a batch of GUIDs that must all be new, or none of them.
 
         The router's batch path: one membership pass over the previous generation, then
-        one probe-and-insert per GUID into the current one and one insert of its packed
-        time and detail, with no call per message. True when every GUID was new (none
-        held, none repeated within ``guids``) and all were recorded, exactly as
-        ``record`` one by one would have; False when the table changed nothing and the
-        caller must fall back to ``record`` per message (a duplicate, a rotation due, or
-        a generation that would fill up mid-batch). ``details`` are the packed TTL/hops
-        of each GUID (see :func:`pack_detail`).
+        one probe-and-insert per GUID into the current one, with no call per message.
+        True when every GUID was new (none held, none repeated within ``guids``) and all
+        were recorded, exactly as ``record`` one by one would have; False when the
+        table changed nothing and the caller must fall back to ``record`` per message (a
+        duplicate, a rotation due, or a generation that would fill up mid-batch).
+        ``details`` are the packed TTL/hops of each GUID (see :func:`pack_detail`).
         """
         current = self._current
         count = len(guids)
@@ -247,19 +252,16 @@ class RouteTable(Generic[V]):
         previous = self._previous
         if previous and not previous.keys().isdisjoint(guids):
             return False
+        base = pack_entry(value, now - self._current_since, 0)
         size = len(current)
         for index, guid in enumerate(guids):
             # One probe that inserts a new GUID and leaves a held one alone.
-            current.setdefault(guid, value)
+            current.setdefault(guid, base | details[index])
             size += 1
             if len(current) != size:  # held already, or twice in the batch: undo
                 for inserted in guids[:index]:
                     del current[inserted]
                 return False
-        moment = stamp(now)
-        meta = self._current_meta
-        for guid, detail in zip(guids, details, strict=True):
-            meta[guid] = moment | detail
         self._recorded += count
         return True
 
@@ -270,7 +272,6 @@ class RouteTable(Generic[V]):
         for guid in guids:
             if guid in current:
                 del current[guid]
-                del self._current_meta[guid]
                 self._recorded -= 1
 
     def note_hit(self, guid: bytes) -> None:
@@ -278,43 +279,43 @@ class RouteTable(Generic[V]):
         hits = self._hits
         hits[guid] = hits.get(guid, 0) + 1
 
-    def lookup(self, guid: bytes, now: float) -> V | None:
+    def lookup(self, guid: bytes, now: float) -> int | None:
         """The value recorded for ``guid``, or None once it has expired or was never seen."""
         if now >= self._deadline:
             self._rotate_for_time(now)
         self._lookups += 1
-        value = self._current.get(guid)
-        if value is None:
-            value = self._previous.get(guid)
-            if value is None:
+        entry = self._current.get(guid)
+        if entry is None:
+            entry = self._previous.get(guid)
+            if entry is None:
                 self._misses += 1
-        return value
+                return None
+        return entry >> VALUE_SHIFT
 
-    def first(self, guid: bytes) -> tuple[V, int] | None:
+    def first(self, guid: bytes) -> tuple[int, int] | None:
         """The value and TTL (capped at 15) ``guid`` was first recorded with, if held;
         for telling a peer's own repeats from the network's duplicates. Not counted as
         a lookup."""
-        value = self._current.get(guid)
-        if value is not None:
-            return value, self._current_meta[guid] >> 4 & 0x0F
-        value = self._previous.get(guid)
-        if value is not None:
-            return value, self._previous_meta[guid] >> 4 & 0x0F
-        return None
+        entry = self._current.get(guid)
+        if entry is None:
+            entry = self._previous.get(guid)
+            if entry is None:
+                return None
+        return entry >> VALUE_SHIFT, entry >> 4 & 0x0F
 
     def raise_ttl(self, guid: bytes, ttl: int) -> None:
         """Remember a higher TTL for ``guid`` (a copy that came with more room to go),
         so that only a copy with still more is relayed again."""
         capped = ttl if ttl < 15 else 15
-        for metas in (self._current_meta, self._previous_meta):
-            meta = metas.get(guid)
-            if meta is not None:
-                metas[guid] = meta & ~0xF0 | capped << 4
+        for table in (self._current, self._previous):
+            entry = table.get(guid)
+            if entry is not None:
+                table[guid] = entry & ~0xF0 | capped << 4
                 return
 
     # -- less frequent operations
 
-    def refresh(self, guid: bytes, value: V, now: float) -> None:
+    def refresh(self, guid: bytes, value: int, now: float) -> None:
         """Store ``value`` for ``guid`` as if just recorded, replacing any older entry.
 
         Push routes are learned from query hits, and a servent that keeps answering
@@ -327,20 +328,16 @@ class RouteTable(Generic[V]):
         current = self._current
         if guid in current:
             del current[guid]
-            del self._current_meta[guid]
         else:
-            if guid in self._previous:
-                del self._previous[guid]
-                del self._previous_meta[guid]
+            self._previous.pop(guid, None)
             if len(current) >= self._capacity:
                 self._rotate_for_capacity(now)
                 current = self._current
         # Re-inserting (rather than assigning in place) keeps each generation in
         # recording order, which `entries` and ``oldest_age`` rely on.
-        current[guid] = value
-        self._current_meta[guid] = stamp(now)
+        current[guid] = pack_entry(value, now - self._current_since, 0)
 
-    def forget_value(self, value: V) -> int:
+    def forget_value(self, value: int) -> int:
         """Drop every entry whose value equals ``value``; return how many.
 
         Called when a connection closes, so that replies for it are dropped at lookup
@@ -348,14 +345,10 @@ class RouteTable(Generic[V]):
         for an event that happens once per connection.
         """
         removed = 0
-        for table, metas in (
-            (self._current, self._current_meta),
-            (self._previous, self._previous_meta),
-        ):
-            doomed = [guid for guid, stored in table.items() if stored == value]
+        for table in (self._current, self._previous):
+            doomed = [guid for guid, entry in table.items() if entry >> VALUE_SHIFT == value]
             for guid in doomed:
                 del table[guid]
-                del metas[guid]
                 self._hits.pop(guid, None)
             removed += len(doomed)
         self._forgotten += removed
@@ -371,7 +364,7 @@ class RouteTable(Generic[V]):
 
     def entries(
         self, now: float, limit: int | None = None, offset: int = 0
-    ) -> Iterator[RouteEntry[V]]:
+    ) -> Iterator[RouteEntry]:
         """The entries, newest first, for dumps: ``limit`` of them after skipping
         ``offset`` (so that a large table can be read in pages).
 
@@ -384,59 +377,51 @@ class RouteTable(Generic[V]):
             raise ValueError(f"offset must not be negative, not {offset!r}")
         if now >= self._deadline:
             self._rotate_for_time(now)
-        snapshot: list[RouteEntry[V]] = []
-        for table, metas, generation in self._generations():
+        snapshot: list[RouteEntry] = []
+        for table, since, generation in self._generations():
             skip = min(offset, len(table))
             offset -= skip
             rest = None if limit is None else limit - len(snapshot)
-            snapshot.extend(self._newest(table, metas, generation, now, skip, rest))
+            snapshot.extend(self._newest(table, since, generation, now, skip, rest))
         return iter(snapshot)
 
-    def _generations(
-        self,
-    ) -> tuple[tuple[dict[bytes, V], dict[bytes, int], _Generation], ...]:
+    def _generations(self) -> tuple[tuple[dict[bytes, int], float, _Generation], ...]:
         return (
-            (self._current, self._current_meta, "current"),
-            (self._previous, self._previous_meta, "previous"),
+            (self._current, self._current_since, "current"),
+            (self._previous, self._previous_since, "previous"),
         )
 
     def _newest(
         self,
-        table: dict[bytes, V],
-        metas: dict[bytes, int],
+        table: dict[bytes, int],
+        since: float,
         generation: _Generation,
         now: float,
         skip: int,
         limit: int | None,
-    ) -> list[RouteEntry[V]]:
+    ) -> list[RouteEntry]:
         stop = None if limit is None else skip + limit
         return [
-            self._entry(guid, value, metas, generation, now)
-            for guid, value in islice(reversed(table.items()), skip, stop)
+            self._entry(guid, entry, since, generation, now)
+            for guid, entry in islice(reversed(table.items()), skip, stop)
         ]
 
     def _entry(
-        self,
-        guid: bytes,
-        value: V,
-        metas: dict[bytes, int],
-        generation: _Generation,
-        now: float,
-    ) -> RouteEntry[V]:
-        meta = metas[guid]
-        recorded_at = meta_time(meta)
+        self, guid: bytes, entry: int, since: float, generation: _Generation, now: float
+    ) -> RouteEntry:
+        recorded_at = since + (entry >> 8 & _OFFSET_LIMIT) / 1000.0
         return RouteEntry(
             guid,
-            value,
+            entry >> VALUE_SHIFT,
             recorded_at,
             now - recorded_at,
             generation,
-            ttl=meta >> 4 & 0x0F,
-            hops=meta & 0x0F,
+            ttl=entry >> 4 & 0x0F,
+            hops=entry & 0x0F,
             hits=self._hits.get(guid, 0),
         )
 
-    def entry(self, guid: bytes, now: float) -> RouteEntry[V] | None:
+    def entry(self, guid: bytes, now: float) -> RouteEntry | None:
         """The entry for ``guid`` as :meth:`entries` shows it, or None, for dumps.
 
         Unlike :meth:`lookup` this is not counted as a lookup or a miss, so looking
@@ -444,18 +429,21 @@ class RouteTable(Generic[V]):
         """
         if now >= self._deadline:
             self._rotate_for_time(now)
-        for table, metas, generation in self._generations():
-            if guid in table:
-                return self._entry(guid, table[guid], metas, generation, now)
+        for table, since, generation in self._generations():
+            held = table.get(guid)
+            if held is not None:
+                return self._entry(guid, held, since, generation, now)
         return None
 
     def statistics(self, now: float) -> RouteTableStatistics:
         if now >= self._deadline:
             self._rotate_for_time(now)
-        oldest = self._previous_meta or self._current_meta
         oldest_age = None
-        if oldest:
-            oldest_age = now - meta_time(next(iter(oldest.values())))
+        for table, since, _ in reversed(self._generations()):
+            if table:
+                oldest = next(iter(table.values()))
+                oldest_age = now - (since + (oldest >> 8 & _OFFSET_LIMIT) / 1000.0)
+                break
         return RouteTableStatistics(
             name=self._name,
             size=len(self),
@@ -477,15 +465,17 @@ class RouteTable(Generic[V]):
 
     # -- rotation
 
-    def _rotate(self) -> None:
+    def _rotate(self, since: float) -> None:
+        """Drop the previous generation; the current one becomes it, and a new one
+        begins at ``since``."""
         self._expired += len(self._previous)
         if self._hits:
             dropped = self._previous
             self._hits = {g: n for g, n in self._hits.items() if g not in dropped}
         self._previous = self._current
-        self._previous_meta = self._current_meta
+        self._previous_since = self._current_since
         self._current = {}
-        self._current_meta = {}
+        self._current_since = since
         self._rotations += 1
 
     def _rotate_for_time(self, now: float) -> None:
@@ -494,16 +484,17 @@ class RouteTable(Generic[V]):
         # than letting a table that sat idle keep entries for longer than promised.
         period = self._generation_seconds
         passed = int((now - self._deadline) // period) + 1
-        self._rotate()
-        if passed >= 2:
-            self._rotate()
         deadline = self._deadline + passed * period
         if deadline <= now:  # rounding on very long idle periods
             deadline = now + period
+        since = min(now, deadline - period)
+        self._rotate(since)
+        if passed >= 2:
+            self._rotate(since)
         self._deadline = deadline
 
     def _rotate_for_capacity(self, now: float) -> None:
-        self._rotate()
+        self._rotate(now)
         self._rotations_for_capacity += 1
         self._deadline = now + self._generation_seconds
 
@@ -535,11 +526,11 @@ class SeenTable:
     __slots__ = ("_table",)
 
     def __init__(self, name: str, generation_seconds: float, capacity: int, now: float = 0.0):
-        self._table: RouteTable[None] = RouteTable(name, generation_seconds, capacity, now)
+        self._table = RouteTable(name, generation_seconds, capacity, now)
 
     def add(self, guid: bytes, now: float) -> bool:
         """Note ``guid``; False means it was already seen and the message is a repeat."""
-        return self._table.record(guid, None, now)
+        return self._table.record(guid, 0, now)
 
     def __len__(self) -> int:
         return len(self._table)
@@ -547,7 +538,7 @@ class SeenTable:
     def __contains__(self, guid: object) -> bool:
         return guid in self._table
 
-    def entries(self, now: float, limit: int | None = None) -> Iterator[RouteEntry[None]]:
+    def entries(self, now: float, limit: int | None = None) -> Iterator[RouteEntry]:
         return self._table.entries(now, limit)
 
     def statistics(self, now: float) -> SeenTableStatistics:

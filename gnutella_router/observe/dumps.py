@@ -124,7 +124,7 @@ def _seconds(value: float) -> float:
 # --- routes ---------------------------------------------------------------------------
 
 
-def _tables(daemon: RouterView) -> dict[str, RouteTable[int]]:
+def _tables(daemon: RouterView) -> dict[str, RouteTable]:
     router = daemon.router
     return {"ping": router.ping_routes, "query": router.query_routes, "push": router.push_routes}
 
@@ -174,7 +174,7 @@ def dump_routes(
             continue
         statistics = routes.statistics(moment)
         if guid is None:
-            entries: Iterator[RouteEntry[int]] = routes.entries(moment, limit, offset)
+            entries: Iterator[RouteEntry] = routes.entries(moment, limit, offset)
         else:
             found = routes.entry(guid, moment)
             entries = iter(() if found is None or limit == 0 else (found,))
@@ -194,9 +194,7 @@ def dump_routes(
     }
 
 
-def _route_entry(
-    entry: RouteEntry[int], connections: ConnectionTable, wall: float
-) -> dict[str, object]:
+def _route_entry(entry: RouteEntry, connections: ConnectionTable, wall: float) -> dict[str, object]:
     connection_id = entry.value
     if connection_id == LOCAL:
         next_hop, connected = "local", True

@@ -110,8 +110,8 @@ class FloodPath:
     def __init__(
         self,
         *,
-        ping_routes: RouteTable[int],
-        query_routes: RouteTable[int],
+        ping_routes: RouteTable,
+        query_routes: RouteTable,
         own_pong: OwnPong,
         received: list[int],
         generated: list[int],

@@ -51,9 +51,9 @@ class ReplyRouting:
     allow_private: bool
     on_host_learned: HostLearned | None
     pongs_not_cached: collections.Counter[str]
-    ping_routes: RouteTable[int]
-    query_routes: RouteTable[int]
-    push_routes: RouteTable[int]
+    ping_routes: RouteTable
+    query_routes: RouteTable
+    push_routes: RouteTable
     push_seen: SeenTable
     pong_cache: PongCache
     query_routing: QueryRouting

@@ -148,15 +148,11 @@ class GnutellaRouter(ReplyRouting):
         # the cyclic garbage collector, so hundreds of thousands of routes cost its full
         # collections nothing (holding the connection objects made each one take 100 ms
         # and more). A closed connection's id simply no longer resolves.
-        self.ping_routes: RouteTable[int] = RouteTable(
-            "ping", config.ping_route_seconds, capacity, now
-        )
-        self.query_routes: RouteTable[int] = RouteTable(
+        self.ping_routes: RouteTable = RouteTable("ping", config.ping_route_seconds, capacity, now)
+        self.query_routes: RouteTable = RouteTable(
             "query", config.query_route_seconds, capacity, now
         )
-        self.push_routes: RouteTable[int] = RouteTable(
-            "push", config.push_route_seconds, capacity, now
-        )
+        self.push_routes: RouteTable = RouteTable("push", config.push_route_seconds, capacity, now)
         self.push_seen = SeenTable("push-seen", config.push_route_seconds, capacity, now)
         self.pong_cache = PongCache(capacity=200, lifetime=config.pong_cache_seconds)
         self.own_pong = OwnPong(own_address, now)
@@ -344,9 +340,7 @@ class GnutellaRouter(ReplyRouting):
         for frame in frames:
             self.dropped[reason, frame.payload_type] += 1
 
-    def _duplicate(
-        self, table: RouteTable[int], connection: Link, frame: Frame, now: float
-    ) -> None:
+    def _duplicate(self, table: RouteTable, connection: Link, frame: Frame, now: float) -> None:
         """Count a duplicate; the same GUID again from the same peer, with no higher
         TTL than the first time, is an offence (a relay via another path is not)."""
         self.dropped["duplicate", frame.payload_type] += 1
@@ -655,7 +649,7 @@ class GnutellaRouter(ReplyRouting):
     def total_dropped(self) -> int:
         return sum(self.dropped.values())
 
-    def route_tables(self) -> Iterator[RouteTable[int]]:
+    def route_tables(self) -> Iterator[RouteTable]:
         yield self.ping_routes
         yield self.query_routes
         yield self.push_routes

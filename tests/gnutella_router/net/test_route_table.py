@@ -9,11 +9,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gnutella_router.net.route_table import (
+    VALUE_SHIFT,
     RouteEntry,
     RouteTable,
     RouteTableStatistics,
     SeenTable,
     pack_detail,
+    pack_entry,
 )
 
 
@@ -25,92 +27,92 @@ A, B, C, D = guid(1), guid(2), guid(3), guid(4)
 
 
 def test_record_then_lookup_returns_the_value() -> None:
-    table: RouteTable[str] = RouteTable("query", 300.0, 100)
-    assert table.record(A, "conn-1", 1.0) is True
-    assert table.lookup(A, 2.0) == "conn-1"
+    table: RouteTable = RouteTable("query", 300.0, 100)
+    assert table.record(A, 11, 1.0) is True
+    assert table.lookup(A, 2.0) == 11
     assert A in table
     assert B not in table
     assert len(table) == 1
 
 
 def test_duplicate_record_keeps_the_first_value_and_is_counted() -> None:
-    table: RouteTable[str] = RouteTable("query", 300.0, 100)
-    assert table.record(A, "first", 1.0)
-    assert table.record(A, "second", 2.0) is False
-    assert table.lookup(A, 3.0) == "first"
+    table: RouteTable = RouteTable("query", 300.0, 100)
+    assert table.record(A, 1, 1.0)
+    assert table.record(A, 2, 2.0) is False
+    assert table.lookup(A, 3.0) == 1
     stats = table.statistics(3.0)
     assert (stats.recorded, stats.duplicates, stats.size) == (1, 1, 1)
 
 
 def test_duplicate_is_detected_in_the_previous_generation_too() -> None:
-    table: RouteTable[str] = RouteTable("query", 10.0, 100)
-    table.record(A, "first", 1.0)
-    assert table.record(B, "other", 12.0)  # rotates: A is now in the previous generation
+    table: RouteTable = RouteTable("query", 10.0, 100)
+    table.record(A, 1, 1.0)
+    assert table.record(B, 3, 12.0)  # rotates: A is now in the previous generation
     assert table.statistics(12.0).previous_size == 1
-    assert table.record(A, "second", 12.0) is False
-    assert table.lookup(A, 12.0) == "first"
+    assert table.record(A, 2, 12.0) is False
+    assert table.lookup(A, 12.0) == 1
 
 
 def test_lookup_of_an_unknown_guid_is_a_counted_miss() -> None:
-    table: RouteTable[str] = RouteTable("ping", 120.0, 100)
-    table.record(A, "x", 0.0)
+    table: RouteTable = RouteTable("ping", 120.0, 100)
+    table.record(A, 7, 0.0)
     assert table.lookup(B, 1.0) is None
-    assert table.lookup(A, 1.0) == "x"
+    assert table.lookup(A, 1.0) == 7
     stats = table.statistics(1.0)
     assert (stats.lookups, stats.misses) == (2, 1)
 
 
 def test_an_entry_survives_one_rotation_but_not_two() -> None:
-    table: RouteTable[str] = RouteTable("ping", 10.0, 100)
-    table.record(A, "x", 0.0)
-    assert table.lookup(A, 9.999) == "x"
-    assert table.lookup(A, 10.0) == "x"  # first rotation: moved to previous
+    table: RouteTable = RouteTable("ping", 10.0, 100)
+    table.record(A, 7, 0.0)
+    assert table.lookup(A, 9.999) == 7
+    assert table.lookup(A, 10.0) == 7  # first rotation: moved to previous
     assert table.statistics(10.0).previous_size == 1
-    assert table.lookup(A, 19.999) == "x"
+    assert table.lookup(A, 19.999) == 7
     assert table.lookup(A, 20.0) is None  # second rotation: gone
     stats = table.statistics(20.0)
     assert (stats.rotations, stats.expired, stats.size) == (2, 1, 0)
 
 
 def test_lifetime_is_between_one_and_two_generations() -> None:
-    table: RouteTable[str] = RouteTable("ping", 10.0, 100)
-    table.record(A, "late", 9.5)  # recorded just before the first boundary
-    table.record(B, "early", 10.0)  # recorded right at it: starts the next generation
+    table: RouteTable = RouteTable("ping", 10.0, 100)
+    table.record(A, 8, 9.5)  # recorded just before the first boundary
+    table.record(B, 9, 10.0)  # recorded right at it: starts the next generation
     # A lives just over one generation, B the full two.
-    assert table.lookup(A, 19.9) == "late"
+    assert table.lookup(A, 19.9) == 8
     assert table.lookup(A, 20.0) is None
-    assert table.lookup(B, 29.9) == "early"
+    assert table.lookup(B, 29.9) == 9
     assert table.lookup(B, 30.0) is None
 
 
 def test_rotations_stay_on_the_grid_when_calls_come_late() -> None:
-    table: RouteTable[str] = RouteTable("ping", 10.0, 100)
-    table.record(A, "a", 0.0)
-    table.record(B, "b", 13.0)  # first call after the boundary at 10
+    table: RouteTable = RouteTable("ping", 10.0, 100)
+    table.record(A, 1, 0.0)
+    table.record(B, 2, 13.0)  # first call after the boundary at 10
     # The next boundary is 20, not 23: A goes at 20 although it was rotated at 13.
-    assert table.lookup(A, 19.9) == "a"
+    assert table.lookup(A, 19.9) == 1
     assert table.lookup(A, 20.0) is None
-    assert table.lookup(B, 29.9) == "b"
+    assert table.lookup(B, 29.9) == 2
     assert table.lookup(B, 30.0) is None
 
 
 def test_an_idle_table_drops_everything_after_two_generations() -> None:
-    table: RouteTable[str] = RouteTable("ping", 10.0, 100)
-    table.record(A, "a", 0.0)
-    table.record(B, "b", 5.0)
+    table: RouteTable = RouteTable("ping", 10.0, 100)
+    table.record(A, 1, 0.0)
+    table.record(B, 2, 5.0)
     # No call between 5 and 25: two boundaries passed at once.
     assert table.lookup(A, 25.0) is None
     assert table.lookup(B, 25.0) is None
     assert len(table) == 0
     stats = table.statistics(25.0)
     assert (stats.expired, stats.rotations) == (2, 2)
-    table.record(C, "c", 25.0)  # the grid carries on: boundaries at 30, 40
-    assert table.lookup(C, 39.9) == "c"
+    table.record(C, 3, 25.0)  # the grid carries on: boundaries at 30, 40
+    assert table.lookup(C, 39.9) == 3
     assert table.lookup(C, 40.0) is None
 
 
 def test_a_full_generation_rotates_early() -> None:
-    table: RouteTable[int] = RouteTable("query", 100.0, 3)
+    table: RouteTable = RouteTable("query", 100.0, 3)
     for n in range(3):
         assert table.record(guid(n), n, 1.0)
     stats = table.statistics(1.0)
@@ -128,7 +130,7 @@ def test_a_full_generation_rotates_early() -> None:
 
 
 def test_a_capacity_rotation_restarts_the_generation_clock() -> None:
-    table: RouteTable[int] = RouteTable("query", 10.0, 2)
+    table: RouteTable = RouteTable("query", 10.0, 2)
     table.record(A, 1, 0.0)
     table.record(B, 2, 8.0)
     table.record(C, 3, 8.0)  # full: rotates at 8, the next time boundary is 18
@@ -139,45 +141,45 @@ def test_a_capacity_rotation_restarts_the_generation_clock() -> None:
 
 
 def test_forget_value_drops_every_route_to_a_closed_connection() -> None:
-    table: RouteTable[str] = RouteTable("query", 10.0, 100)
-    table.record(A, "closed", 0.0)
-    table.record(B, "open", 0.0)
-    table.record(C, "closed", 11.0)  # A and B are now in the previous generation
-    table.record(D, "open", 11.0)
-    assert table.forget_value("closed") == 2
+    table: RouteTable = RouteTable("query", 10.0, 100)
+    table.record(A, -1, 0.0)
+    table.record(B, 6, 0.0)
+    table.record(C, -1, 11.0)  # A and B are now in the previous generation
+    table.record(D, 6, 11.0)
+    assert table.forget_value(-1) == 2
     assert table.lookup(A, 12.0) is None
     assert table.lookup(C, 12.0) is None
-    assert table.lookup(B, 12.0) == "open"
-    assert table.lookup(D, 12.0) == "open"
-    assert table.forget_value("closed") == 0
+    assert table.lookup(B, 12.0) == 6
+    assert table.lookup(D, 12.0) == 6
+    assert table.forget_value(-1) == 0
     stats = table.statistics(12.0)
     assert (stats.forgotten, stats.size) == (2, 2)
 
 
 def test_refresh_keeps_an_entry_alive_across_rotations() -> None:
-    table: RouteTable[str] = RouteTable("push", 10.0, 100)
-    table.record(A, "old-conn", 0.0)
-    table.refresh(A, "new-conn", 15.0)  # A was in previous; now current again, new value
+    table: RouteTable = RouteTable("push", 10.0, 100)
+    table.record(A, 20, 0.0)
+    table.refresh(A, 21, 15.0)  # A was in previous; now current again, new value
     stats = table.statistics(15.0)
     assert (stats.current_size, stats.previous_size) == (1, 0)
-    assert table.lookup(A, 29.9) == "new-conn"
+    assert table.lookup(A, 29.9) == 21
     assert table.lookup(A, 30.0) is None
     assert table.statistics(30.0).refreshed == 1
 
 
 def test_refresh_inserts_an_unknown_guid_and_updates_a_current_one() -> None:
-    table: RouteTable[str] = RouteTable("push", 10.0, 100)
-    table.refresh(A, "x", 1.0)
-    assert table.lookup(A, 1.0) == "x"
-    table.record(B, "y", 2.0)
-    table.refresh(A, "z", 3.0)
-    assert table.lookup(A, 3.0) == "z"
+    table: RouteTable = RouteTable("push", 10.0, 100)
+    table.refresh(A, 7, 1.0)
+    assert table.lookup(A, 1.0) == 7
+    table.record(B, 8, 2.0)
+    table.refresh(A, 9, 3.0)
+    assert table.lookup(A, 3.0) == 9
     assert len(table) == 2
     assert [e.guid for e in table.entries(3.0)] == [A, B]  # A moved to the newest end
 
 
 def test_refresh_respects_capacity() -> None:
-    table: RouteTable[int] = RouteTable("push", 100.0, 2)
+    table: RouteTable = RouteTable("push", 100.0, 2)
     for n in range(10):
         table.refresh(guid(n), n, float(n))
         assert len(table) <= 4
@@ -185,17 +187,17 @@ def test_refresh_respects_capacity() -> None:
 
 
 def test_entries_are_newest_first_with_ages_and_generations() -> None:
-    table: RouteTable[str] = RouteTable("query", 10.0, 100)
-    table.record(A, "a", 1.0)
-    table.record(B, "b", 2.0)
-    table.record(C, "c", 12.0)
-    table.record(D, "d", 13.0)
+    table: RouteTable = RouteTable("query", 10.0, 100)
+    table.record(A, 1, 1.0)
+    table.record(B, 2, 2.0)
+    table.record(C, 3, 12.0)
+    table.record(D, 4, 13.0)
     got = list(table.entries(14.0))
     assert got == [
-        RouteEntry(D, "d", 13.0, 1.0, "current"),
-        RouteEntry(C, "c", 12.0, 2.0, "current"),
-        RouteEntry(B, "b", 2.0, 12.0, "previous"),
-        RouteEntry(A, "a", 1.0, 13.0, "previous"),
+        RouteEntry(D, 4, 13.0, 1.0, "current"),
+        RouteEntry(C, 3, 12.0, 2.0, "current"),
+        RouteEntry(B, 2, 2.0, 12.0, "previous"),
+        RouteEntry(A, 1, 1.0, 13.0, "previous"),
     ]
     assert [e.guid for e in table.entries(14.0, limit=3)] == [D, C, B]
     assert [e.guid for e in table.entries(14.0, limit=1)] == [D]
@@ -205,7 +207,7 @@ def test_entries_are_newest_first_with_ages_and_generations() -> None:
 
 
 def test_entries_are_a_snapshot() -> None:
-    table: RouteTable[int] = RouteTable("query", 10.0, 100)
+    table: RouteTable = RouteTable("query", 10.0, 100)
     for n in range(5):
         table.record(guid(n), n, 0.0)
     walked = []
@@ -216,22 +218,22 @@ def test_entries_are_a_snapshot() -> None:
 
 
 def test_entries_rejects_a_negative_limit() -> None:
-    table: RouteTable[int] = RouteTable("query", 10.0, 100)
+    table: RouteTable = RouteTable("query", 10.0, 100)
     with pytest.raises(ValueError, match="limit"):
         table.entries(0.0, limit=-1)
 
 
 def test_statistics_tell_the_whole_story() -> None:
-    table: RouteTable[str] = RouteTable("query", 10.0, 2, now=100.0)
+    table: RouteTable = RouteTable("query", 10.0, 2, now=100.0)
     assert table.statistics(100.0).oldest_age is None
-    table.record(A, "a", 101.0)
-    table.record(A, "again", 102.0)  # duplicate
-    table.record(B, "b", 103.0)
-    table.record(C, "c", 104.0)  # capacity rotation; the grid restarts at 114
+    table.record(A, 1, 101.0)
+    table.record(A, 5, 102.0)  # duplicate
+    table.record(B, 2, 103.0)
+    table.record(C, 3, 104.0)  # capacity rotation; the grid restarts at 114
     table.lookup(A, 105.0)
     table.lookup(D, 105.0)  # miss
-    table.refresh(D, "d", 106.0)
-    table.forget_value("b")
+    table.refresh(D, 4, 106.0)
+    table.forget_value(2)
     assert table.statistics(107.0) == RouteTableStatistics(
         name="query",
         size=3,
@@ -359,7 +361,7 @@ def test_matches_a_naive_model_and_stays_bounded(
     generation_seconds: int, capacity: int, ops: list[tuple[str, int, int]]
 ) -> None:
     # Whole-number times keep float arithmetic exact, so both sides see the same grid.
-    table: RouteTable[int] = RouteTable("model", float(generation_seconds), capacity)
+    table: RouteTable = RouteTable("model", float(generation_seconds), capacity)
     model = NaiveTable(float(generation_seconds), capacity, boundary=float(generation_seconds))
     now = 0.0
     duplicates = misses = 0
@@ -399,24 +401,24 @@ def test_matches_a_naive_model_and_stays_bounded(
 def test_time_alone_keeps_entries_more_than_one_and_at_most_two_generations(
     gaps: list[float], probe: float
 ) -> None:
-    table: RouteTable[float] = RouteTable("lifetime", 10.0, 10_000)
+    table: RouteTable = RouteTable("lifetime", 10.0, 10_000)
     now = 0.0
     recorded: list[tuple[bytes, float]] = []
     for n, gap in enumerate(gaps):
         now += gap
-        table.record(guid(n), now, now)
+        table.record(guid(n), n, now)
         recorded.append((guid(n), now))
     now += probe
-    for key, at in recorded:
+    for n, (key, at) in enumerate(recorded):
         found = table.lookup(key, now)
         if now - at <= 10.0:
-            assert found == at
+            assert found == n
         if now - at >= 20.0:
             assert found is None
 
 
 def test_first_gives_the_first_value_and_ttl_without_counting_a_lookup() -> None:
-    table: RouteTable[int] = RouteTable("query", 10.0, 100)
+    table: RouteTable = RouteTable("query", 10.0, 100)
     table.record(b"g" * 16, 3, 0.0, ttl=20, hops=1)
     table.record(b"g" * 16, 4, 1.0, ttl=5)
     assert table.first(b"g" * 16) == (3, 15)  # TTL capped at 15
@@ -431,7 +433,7 @@ def test_an_entry_keeps_its_time_to_the_millisecond_and_its_ttl_and_hops(start: 
     """Time, TTL and hops share one packed integer per entry; each reads back on its
     own, whatever the clock's origin (trio's may be anywhere), and raising the TTL keeps
     the rest."""
-    table: RouteTable[int] = RouteTable("query", 10.0, 100, now=start)
+    table: RouteTable = RouteTable("query", 10.0, 100, now=start)
     table.record(A, 1, start + 1.2345, ttl=7, hops=3)
     assert table.record_new([B, C], 2, start + 2.5, [pack_detail(4, 2), pack_detail(20, 1)])
     table.raise_ttl(A, 9)
@@ -445,10 +447,41 @@ def test_an_entry_keeps_its_time_to_the_millisecond_and_its_ttl_and_hops(start: 
 
 
 def test_record_new_refuses_a_batch_with_a_held_guid_and_changes_nothing() -> None:
-    table: RouteTable[int] = RouteTable("ping", 10.0, 100)
+    table: RouteTable = RouteTable("ping", 10.0, 100)
     table.record(B, 1, 0.0)
     assert not table.record_new([A, B, C], 2, 1.0, [0, 0, 0])
     assert [e.guid for e in table.entries(1.0)] == [B]
     assert table.lookup(B, 1.0) == 1
     assert table.record_new([A, C], 2, 1.0, [0, 0])
     assert len(table) == 3
+
+
+@pytest.mark.parametrize("value", [0, 1, -1, 2**22 + 5, -(2**40), 2**70])
+def test_any_int_value_reads_back_beside_its_time_ttl_and_hops(value: int) -> None:
+    """An entry packs its value above its time and detail: large values, negative
+    markers and the time, TTL and hops below them must not bleed into each other."""
+    table = RouteTable("query", 10.0, 100, now=50.0)
+    table.record(A, value, 59.999, ttl=15, hops=15)
+    assert table.record_new([B], value, 59.5, [pack_detail(3, 4)])
+    table.refresh(C, value, 59.0)
+    assert table.lookup(A, 59.999) == value
+    assert table.first(A) == (value, 15)
+    table.raise_ttl(A, 2)
+    entries = {e.guid: e for e in table.entries(59.999)}
+    assert (entries[A].value, entries[A].ttl, entries[A].hops) == (value, 2, 15)
+    assert entries[A].recorded_at == pytest.approx(59.999, abs=1e-6)
+    assert (entries[B].value, entries[B].ttl, entries[B].hops) == (value, 3, 4)
+    assert entries[C].value == value
+    assert entries[C].recorded_at == pytest.approx(59.0)
+    assert table.forget_value(value) == 3
+    assert len(table) == 0
+
+
+def test_an_entry_time_out_of_range_is_clamped_not_carried_into_the_value() -> None:
+    """A clock that went backwards (the table asks callers not to) records 0, and more
+    than 49 days since the generation began records 49 days: never a borrow or carry
+    into the value above."""
+    for offset, milliseconds in ((-0.5, 0), (0.0, 0), (1.0019, 1001), (10.0**9, 2**32 - 1)):
+        entry = pack_entry(-7, offset, pack_detail(3, 4))
+        assert (entry >> VALUE_SHIFT, entry >> 8 & (2**32 - 1)) == (-7, milliseconds)
+        assert entry & 0xFF == pack_detail(3, 4)

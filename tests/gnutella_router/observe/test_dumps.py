@@ -170,7 +170,7 @@ async def test_routes_are_read_in_pages_never_silently_cut(tmp_path: Path) -> No
 
 
 def test_a_table_entry_is_found_without_counting_a_lookup() -> None:
-    table: RouteTable[int] = RouteTable("query", 10.0, 100)
+    table: RouteTable = RouteTable("query", 10.0, 100)
     table.record(b"a" * 16, 7, now=1.0)
     before = table.statistics(2.0)
     entry = table.entry(b"a" * 16, 2.0)

@@ -193,7 +193,7 @@ async def test_a_pong_that_closes_its_link_stops_the_batch_where_it_did() -> Non
 
 
 def test_record_new_is_all_or_nothing() -> None:
-    table: RouteTable[int] = RouteTable("t", 60.0, 10)
+    table: RouteTable = RouteTable("t", 60.0, 10)
     assert table.record_new([b"a" * 16, b"b" * 16], 1, 0.0, [pack_detail(3, 1)] * 2)
     assert table.first(b"a" * 16) == (1, 3)
     # One known GUID: nothing recorded.

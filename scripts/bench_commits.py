@@ -1,0 +1,166 @@
+"""Two versions of the router side by side under the same floods: is a change faster?
+
+Run from the repository root, in the project's virtual environment (the ``dev`` extra:
+it compiles with mypyc, as the build does):
+
+    python scripts/bench_commits.py                   # HEAD against the working tree
+    python scripts/bench_commits.py --base HEAD~3 --head HEAD --repeats 7
+
+What is run: each version's packages in a temporary folder (a revision from ``git
+archive``, the working tree copied as it is, uncommitted changes included), with its hot
+modules compiled by that version's own ``hatch_build.py``, as ``pip install`` would on a
+machine with a C compiler; a router from each (its own process on a free loopback port,
+its copy first on ``PYTHONPATH``, on its defaults otherwise). Against each in turn,
+interleaved, the floods of ``scripts/bench_compiled.py``: the throughput load of
+``scripts/bench_router.py`` (85 % pings and 15 % queries, three sinks) and a query flood
+(two sinks). Each figure is the median of ``--repeats`` runs; the ratio is head / base.
+
+The machine's speed drifts by more than most changes gain, which is why the runs are
+interleaved and only the ratio of one invocation means anything. Nothing is written to
+``docs/``: a change's figure belongs in its commit message or in the section of
+``docs/benchmarks.md`` it concerns.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import os
+import subprocess
+import sys
+import tarfile
+import tempfile
+from collections.abc import Sequence
+from functools import partial
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_compiled import LOADS, router_from, tree_first, version_of
+from router_bench.interleaved import ServerCommand, interleaved_runs, rates_and_costs
+from router_bench.peers import BLAST_MESSAGES, BenchError, Blast, Wire, message_kinds
+from router_bench.processes import Problems
+
+import hatch_build
+
+ROOT = Path(__file__).resolve().parent.parent
+WORKING_TREE = "working tree"
+_COMPILE_HERE = (
+    "import sys, hatch_build; from pathlib import Path\n"
+    "try:\n"
+    "    hatch_build.compile_hot_path(Path.cwd())\n"
+    "except hatch_build.NativeBuildError as exc:\n"
+    "    sys.exit(f'cannot compile: {exc}')\n"
+)
+
+
+def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--base", default="HEAD", metavar="REV", help="the version before (HEAD)")
+    parser.add_argument(
+        "--head",
+        default=WORKING_TREE,
+        metavar="REV",
+        help="the version after (the working tree, uncommitted changes included)",
+    )
+    parser.add_argument("--repeats", type=int, default=5, metavar="N", help="runs per router (5)")
+    parser.add_argument(
+        "--duration", type=float, default=3.0, metavar="SECONDS", help="window (3 s)"
+    )
+    parser.add_argument(
+        "--warmup", type=float, default=1.0, metavar="SECONDS", help="before each window (1 s)"
+    )
+    parser.add_argument(
+        "--only", choices=("mixed", "query"), help="one of the two floods instead of both"
+    )
+    args = parser.parse_args(argv)
+    if args.repeats < 1 or args.duration <= 0 or args.warmup < 0:
+        parser.error("--repeats and --duration must be positive, --warmup not negative")
+    return args
+
+
+def export(revision: str, into: Path) -> Path:
+    """``revision``'s sources (or the working tree's) in ``into``, nothing compiled."""
+    if revision == WORKING_TREE:
+        return hatch_build.copy_of_the_sources(ROOT, into)
+    archive = subprocess.run(
+        ["git", "archive", "--format=tar", revision],
+        cwd=ROOT,
+        capture_output=True,
+        timeout=120,
+        check=False,
+    )
+    if archive.returncode != 0:
+        raise BenchError(f"git archive {revision}: {archive.stderr.decode().strip()}")
+    into.mkdir(parents=True)
+    with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
+        tar.extractall(into, filter="data")
+    return into
+
+
+def compile_in(tree: Path) -> None:
+    """Compile ``tree``'s hot path with ``tree``'s own build hook (its list of modules)."""
+    result = subprocess.run(
+        [sys.executable, "-c", _COMPILE_HERE],
+        cwd=tree,
+        env={**os.environ, **tree_first(tree)},
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+    if result.returncode != 0:
+        raise BenchError((result.stderr or result.stdout).strip().splitlines()[-1])
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parse(argv)
+    args.write = False
+    names = {"base": f"base ({args.base})", "head": f"head ({args.head})"}
+    with tempfile.TemporaryDirectory(prefix="bench-commits-") as folder:
+        trees: dict[str, Path] = {}
+        try:
+            for role, revision in (("base", args.base), ("head", args.head)):
+                tree = export(revision, Path(folder) / role)
+                print(f"compiling {names[role]} ...", flush=True)
+                compile_in(tree)
+                print(f"  {version_of(tree)}")
+                trees[role] = tree
+        except BenchError as exc:
+            print(f"FAILED: {exc}")
+            return 1
+
+        commands: dict[str, ServerCommand] = {
+            names[role]: partial(router_from, tree) for role, tree in trees.items()
+        }
+        problems = Problems()
+        rows: list[str] = []
+        for key, (load_name, query_share, sinks) in zip(("mixed", "query"), LOADS, strict=True):
+            if args.only is not None and args.only != key:
+                continue
+            wire = Wire.build()
+            blast = Blast(wire, message_kinds(BLAST_MESSAGES, query_share, 1))
+            print(f"\n{load_name}; {args.repeats} runs per router")
+            try:
+                runs = interleaved_runs(
+                    commands, wire=wire, blast=blast, args=args, sinks=sinks, problems=problems
+                )
+            except BenchError as exc:
+                print(f"FAILED: {exc}")
+                return 1
+            rates, costs = rates_and_costs(runs)
+            before, after = rates[names["base"]], rates[names["head"]]
+            ratio = f"{after / before:.2f}x" if before and after else "n/a"
+            cost = " -> ".join("n/a" if c is None else f"{c:.2f}" for c in costs.values())
+            rows.append(
+                f"{load_name}: {before or 0:,.0f} -> {after or 0:,.0f} msgs/s per sink "
+                f"({ratio}); µs of server CPU per message {cost}"
+            )
+    print()
+    print("\n".join(rows))
+    return 1 if problems.failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
