@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import io
 import os
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -83,7 +84,9 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
 def export(revision: str, into: Path) -> Path:
     """``revision``'s sources (or the working tree's) in ``into``, nothing compiled."""
     if revision == WORKING_TREE:
-        return hatch_build.copy_of_the_sources(ROOT, into)
+        hatch_build.copy_of_the_sources(ROOT, into)
+        shutil.copy(ROOT / "hatch_build.py", into / "hatch_build.py")  # compile_in runs it
+        return into
     archive = subprocess.run(
         ["git", "archive", "--format=tar", revision],
         cwd=ROOT,

@@ -15,7 +15,12 @@ from the source. The servers, each its own process on a free loopback port:
 * ``gnutella-router`` from this checkout, on its defaults (the per-IP connection limit
   lifted, as in ``scripts/bench_router.py``);
 * ``scripts/reference_router.py``, a naive single-file asyncio router (route tables,
-  duplicates, TTL, replies routed back; no stages, queues, counters or policies);
+  duplicates, TTL, replies routed back; no stages, queues, counters or policies), twice:
+  writing each message to each destination as it is routed (``--writes per-message``,
+  the obvious way), and collecting a read's messages into one write per destination
+  (``--writes per-read``, a batching router's main trick). The aim is judged against the
+  second: writing per message costs so much more than everything else that it would be
+  no yardstick;
 * ``scripts/baseline_forwarder.py``, the plain asyncio forwarder (no routing tables).
 
 Their runs are interleaved repetition by repetition, so the ratios hold on a shared
@@ -52,11 +57,18 @@ from router_bench.runs import ThroughputRun
 SINKS = 2
 RATIO_FLOOR = 1.3
 """gnutella-router's queries per sink over the naive router's: the aim."""
+NAIVE = {
+    "per-message": "naive router, a write per message",
+    "per-read": "naive router, a write per read",
+}
+"""The naive router's two ways of writing, by its ``--writes`` option, as named here."""
+YARDSTICK = NAIVE["per-read"]
+"""The naive router the aim is judged against."""
 
 
-def reference_argv(port: int) -> list[str]:
+def reference_argv(port: int, writes: str) -> list[str]:
     script = Path(__file__).resolve().parent / "reference_router.py"
-    return [sys.executable, str(script), "--listen", f"127.0.0.1:{port}"]
+    return [sys.executable, str(script), "--listen", f"127.0.0.1:{port}", "--writes", writes]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -68,7 +80,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"{wire.size}-byte queries, 1 source, {SINKS} sinks; {args.repeats} runs per server")
     commands: dict[str, ServerCommand] = {
         "gnutella-router": lambda port, home: router_argv(port, home, None),
-        "naive router": lambda port, _: reference_argv(port),
+        NAIVE["per-message"]: lambda port, _: reference_argv(port, "per-message"),
+        NAIVE["per-read"]: lambda port, _: reference_argv(port, "per-read"),
         "plain forwarder": lambda port, _: baseline_argv(port),
     }
     names = tuple(commands)
@@ -103,13 +116,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
         )
     print()
-    print(f"{'server':<18}{'queries/s per sink':>20}{'µs CPU per query':>18}{'ours / it':>11}")
+    print(f"{'server':<36}{'queries/s per sink':>20}{'µs CPU per query':>18}{'ours / it':>11}")
     for name, rate_text, cost_text, ratio in rows:
-        print(f"{name:<18}{rate_text:>20}{cost_text:>18}{ratio:>11}")
-    naive = rates["naive router"]
+        print(f"{name:<36}{rate_text:>20}{cost_text:>18}{ratio:>11}")
+    # The aim is judged against the naive router that writes per read: the one writing
+    # per message is a far lower bar (its sends cost more than everything else), shown
+    # for what joining the writes is worth, not as a yardstick.
+    naive = rates[YARDSTICK]
     met = ours is not None and naive is not None and ours >= RATIO_FLOOR * naive
-    verdict = f"{ours / naive:.2f}x the naive router" if ours and naive else "no ratio"
-    print(f"gnutella-router: {verdict} (aim {RATIO_FLOOR}x: {'met' if met else 'not met'})")
+    ratio_text = f"{ours / naive:.2f}x" if ours and naive else "no ratio"
+    verdict = f"{ratio_text} the {YARDSTICK} (aim {RATIO_FLOOR}x: {'met' if met else 'not met'})"
+    print(f"gnutella-router: {verdict}")
     if args.write:
         lines = [
             "## Query flood (`scripts/bench_query_flood.py`)",
@@ -121,14 +138,19 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"{args.repeats} runs of {args.duration:g} s after {args.warmup:g} s of warm-up, "
             "the servers' runs interleaved. The naive router is "
             "`scripts/reference_router.py` (route tables, duplicates, TTL, replies routed "
-            "back, one write per destination per read; no stages, queues, counters or "
-            "policies); the plain forwarder is `scripts/baseline_forwarder.py`.",
+            "back; no stages, queues, counters or policies), run twice: writing each "
+            "message to each destination as it is routed (`--writes per-message`, the "
+            "obvious way: a `send` per message per destination), and with one write per "
+            "destination per read (`--writes per-read`, which takes a batching router's "
+            "main trick; the aim is judged against this one, since the sends of the other "
+            "cost more than everything else); the plain forwarder is "
+            "`scripts/baseline_forwarder.py`.",
             "",
             "| server | queries/s per sink | µs of server CPU per query | gnutella-router / it |",
             "|---|---:|---:|---:|",
             *(f"| {a} | {b} | {c} | {d} |" for a, b, c, d in rows),
             "",
-            f"gnutella-router: {verdict} (aim: {RATIO_FLOOR}x, {'met' if met else 'not met'}).",
+            f"gnutella-router: {verdict}.",
             "",
             "Rerun: `.venv/bin/python scripts/bench_query_flood.py --write` (about a minute).",
         ]

@@ -17,14 +17,19 @@ Per connection:
   is recorded, answered with a pong (pings), and forwarded with TTL - 1 and hops + 1
   (clamped to 7) to every other connection unless its TTL runs out. Pongs and query hits
   are sent back to the connection their ping or query came from, if it is still open.
-  Everything else is dropped. Each destination gets one ``transport.write`` per read.
+  Everything else is dropped.
+* Writes, two ways (``--writes``): ``per-message``, the obvious way, writes each message
+  to each destination as it is routed (asyncio's transport sends at once while its
+  buffer is empty, so that is a ``send`` per message per destination); ``per-read``
+  (the default) collects a read's messages and gives each destination one
+  ``transport.write`` of them all, which is already a batching router's main trick.
 * The tables are simply cleared when they reach 100,000 entries.
 * The standard asyncio flow control: while any destination's buffer is over its high
   mark, every connection stops reading.
 
 Run (loopback only):
 
-    python scripts/reference_router.py --listen 127.0.0.1:6347
+    python scripts/reference_router.py --listen 127.0.0.1:6347 [--writes per-message]
 """
 
 from __future__ import annotations
@@ -51,7 +56,8 @@ PONG_PAYLOAD = struct.pack("<H4sII", 6346, bytes((127, 0, 0, 1)), 0, 0)
 class Router:
     """Shared state: live connections, route tables, the flow-control gate."""
 
-    def __init__(self) -> None:
+    def __init__(self, write_per_message: bool = False) -> None:
+        self.write_per_message = write_per_message
         self.peers: set[Peer] = set()
         self.routes: dict[int, dict[bytes, Peer]] = {PING: {}, QUERY: {}}
         self.blocked_writers = 0
@@ -145,8 +151,28 @@ class Peer(asyncio.Protocol):
             data = bytes(buffer)
             buffer.clear()
         routes = self.router.routes
+        peers = self.router.peers
         broadcast: list[bytes] = []
         replies: dict[Peer, list[bytes]] = {}
+        if self.router.write_per_message:
+
+            def reply(peer: Peer, message: bytes) -> None:
+                if peer.transport is not None:
+                    peer.transport.write(message)
+
+            def forward(message: bytes) -> None:
+                for peer in peers:
+                    if peer is not self and peer.transport is not None:
+                        peer.transport.write(message)
+
+        else:
+
+            def reply(peer: Peer, message: bytes) -> None:
+                replies.setdefault(peer, []).append(message)
+
+            def forward(message: bytes) -> None:
+                broadcast.append(message)
+
         position = 0
         available = len(data)
         while available - position >= HEADER_SIZE:
@@ -172,15 +198,14 @@ class Peer(asyncio.Protocol):
                 table[guid] = self
                 if kind == PING:
                     pong = HEADER.pack(guid, PONG, hops + 1, 0, len(PONG_PAYLOAD))
-                    replies.setdefault(self, []).append(pong + PONG_PAYLOAD)
+                    reply(self, pong + PONG_PAYLOAD)
                 ttl = min(ttl, MAX_TTL - hops)
                 if ttl > 1:
-                    broadcast.append(HEADER.pack(guid, kind, ttl - 1, hops + 1, length) + payload)
+                    forward(HEADER.pack(guid, kind, ttl - 1, hops + 1, length) + payload)
             elif kind in (PONG, QUERY_HIT):
                 back = routes[PING if kind == PONG else QUERY].get(guid)
                 if back is not None and back.open and ttl > 1:
-                    message = HEADER.pack(guid, kind, ttl - 1, hops + 1, length) + payload
-                    replies.setdefault(back, []).append(message)
+                    reply(back, HEADER.pack(guid, kind, ttl - 1, hops + 1, length) + payload)
         if position < available:
             buffer += data[position:]
         for peer, messages in replies.items():
@@ -188,7 +213,7 @@ class Peer(asyncio.Protocol):
                 peer.transport.write(b"".join(messages))
         if broadcast:
             chunk = b"".join(broadcast)
-            for peer in self.router.peers:
+            for peer in peers:
                 if peer is not self and peer.transport is not None:
                     peer.transport.write(chunk)
 
@@ -203,8 +228,8 @@ class Peer(asyncio.Protocol):
             self.transport.resume_reading()
 
 
-async def serve(host: str, port: int) -> None:
-    router = Router()
+async def serve(host: str, port: int, write_per_message: bool) -> None:
+    router = Router(write_per_message)
     loop = asyncio.get_running_loop()
     server = await loop.create_server(lambda: Peer(router), host, port)
     stop = asyncio.Event()
@@ -226,10 +251,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         metavar="HOST:PORT",
         help="loopback address to accept peers on (default 127.0.0.1:6347)",
     )
+    parser.add_argument(
+        "--writes",
+        choices=("per-read", "per-message"),
+        default="per-read",
+        help="one write per destination per read (default), or one per message",
+    )
     args = parser.parse_args(argv)
     host, port = args.listen
     try:
-        asyncio.run(serve(host, port))
+        asyncio.run(serve(host, port, args.writes == "per-message"))
     except OSError as exc:
         print(f"reference_router: cannot start: {exc}", file=sys.stderr)
         return 1
