@@ -218,6 +218,14 @@ class OutgoingQueue(abc.ABC):
         """
         return False
 
+    def has_room_for(self, count: int) -> bool:
+        """Whether ``count`` more messages would all be queued without a decision (none
+        refused, dropped or evicted), whatever they are. The router lets a link's
+        writes wait for its next batch only then (see ``Connection.may_defer_flush``).
+        This general version cannot tell, and says False.
+        """
+        return False
+
     @abc.abstractmethod
     def take(self, max_bytes: int = 65536) -> list[bytes]:
         """Hand the writer a batch to send in one write, most urgent first.

@@ -91,6 +91,11 @@ class ThresholdQueue(OutgoingQueue):
             return True
         return False
 
+    def has_room_for(self, count: int) -> bool:
+        # Messages only: a batch's bytes are not known ahead, and the byte limit is the
+        # safety net for large messages, not the slow-peer threshold.
+        return not self._closed and len(self._queue) + count <= self._limit_messages
+
     def take(self, max_bytes: int = 65536) -> list[bytes]:
         queue = self._queue
         if not queue:

@@ -504,9 +504,10 @@ class Stage(Generic[T]):
                         # yield a worker may run again before the connection writers
                         # its batch woke up; after the second, every task woken during
                         # the batch has run. With the turn held, no other worker slips
-                        # a batch in meanwhile either: between two of its writes a
-                        # healthy peer's queue grows by at most one batch, whatever the
-                        # pool size, which is what the slow-peer threshold relies on.
+                        # a batch in meanwhile either: between two flushes a healthy
+                        # peer's queue grows by at most one batch, whatever the pool
+                        # size, which is what the slow-peer threshold relies on (the
+                        # router skips a flush only where one batch more still fits).
                         await trio.lowlevel.checkpoint()
                         await trio.lowlevel.checkpoint()
                     finally:

@@ -76,7 +76,14 @@ class Link(Protocol):
 
     def flush(self) -> None:
         """Start writing what was queued. The router calls it on every link once per
-        batch, and after each message it originates outside a batch."""
+        batch (except one whose writes may wait for the next, see
+        :meth:`may_defer_flush`), and after each message it originates outside a batch."""
+        ...
+
+    def may_defer_flush(self, upcoming: int) -> bool:
+        """Whether what is queued may wait for the router's next batch, which will
+        queue at most ``upcoming`` more messages here, before being written: true only
+        when that cannot change a verdict of the link's outgoing-queue policy."""
         ...
 
     def frames_done(self, count: int) -> None:

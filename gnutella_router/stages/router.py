@@ -187,6 +187,8 @@ class GnutellaRouter(ReplyRouting):
             max_pool_size=config.max_threads,
             batch_size=config.batch_size,
         )
+        self._batch_ceiling = config.batch_size
+        """The largest batch the stage takes (the batching controller only lowers it)."""
         self.admission = None if self.shedder is None else self.shedder.controller
         """The response-time controller (under that shedding policy): it is told the
         stage's response times, and its TTL cut degrades forwarded queries."""
@@ -251,7 +253,7 @@ class GnutellaRouter(ReplyRouting):
                 self._route_each(connection, run[routed:] if routed else run, now)
             if connection is not None:
                 connection.frames_done(len(run))
-        self._flush_broadcasts(now)
+        self._flush_broadcasts(now, next_batch_due=bool(self.stage.queue))
         return None
 
     def _route_each(self, connection: Link | None, frames: list[Frame], now: float) -> None:
@@ -391,8 +393,15 @@ class GnutellaRouter(ReplyRouting):
             if queries.last_hop:
                 self._fan_last_hop.update(queries.last_hop)
 
-    def _flush_broadcasts(self, now: float) -> None:
-        """Hand the batch's broadcasts to every connection, then wake the writers."""
+    def _flush_broadcasts(self, now: float, *, next_batch_due: bool = False) -> None:
+        """Hand the batch's broadcasts to every connection, then wake the writers.
+
+        With ``next_batch_due`` (more events are queued, and the worker takes them as
+        soon as this batch is done), a link whose queue can take a whole batch more
+        without a policy decision is left unwritten: the next batch's write carries
+        both (:meth:`Link.may_defer_flush`). Under a flood that halves the writes; with
+        an empty queue, as at any load the router keeps up with, nothing waits.
+        """
         datas = self._fan_datas
         connections = self._connections()
         if datas:
@@ -440,7 +449,11 @@ class GnutellaRouter(ReplyRouting):
                     forwarded[PING] += pings
                     forwarded[QUERY] += queries
         self.query_routing.end_batch()
-        self._flush_links(connections)
+        if next_batch_due:
+            upcoming = self._batch_ceiling
+            self._flush_links([c for c in connections if not c.may_defer_flush(upcoming)])
+        else:
+            self._flush_links(connections)
 
     # ------------------------------------------------------------------ dynamic querying
 

@@ -77,6 +77,9 @@ class FakeLink:
     def flush(self) -> None:
         self.flushes += 1
 
+    def may_defer_flush(self, upcoming: int) -> bool:
+        return self.outgoing.has_room_for(upcoming) and not self.closing
+
     def frames_done(self, count: int) -> None:
         self.done += count
 

@@ -183,3 +183,28 @@ async def test_outside_a_batch_a_deflating_link_writes_at_once() -> None:
         pool.close()
         ours.close()
         theirs.close()
+
+
+def queue_all(link: Connection, datas: list[bytes]) -> None:
+    assert link.send_batch(datas, sum(map(len, datas)), 0.0) == []
+
+
+async def test_writes_may_wait_for_the_next_batch_only_while_no_verdict_can_change() -> None:
+    """A link's queued messages may wait for the router's next batch only when its queue
+    takes a whole batch more under the threshold, and holds less than half a write."""
+    ours, _ = trio.testing.memory_stream_pair()
+    link = connection(ours, "incoming")
+    link.outgoing = ThresholdQueue(max_messages=500)
+    assert link.may_defer_flush(250)  # empty
+    queue_all(link, queries(250, b"q"))
+    assert link.may_defer_flush(250)  # 250 + 250 fits under 500
+    assert not link.may_defer_flush(251)
+    queue_all(link, queries(1, b"q"))
+    assert not link.may_defer_flush(250)  # 251 + 250 would pass it
+    big = ThresholdQueue(max_messages=500)
+    link.outgoing = big
+    queue_all(link, queries(40, b"x" * 1000))  # 40 KB: over half a write
+    assert not link.may_defer_flush(1)
+    link.outgoing = ThresholdQueue(max_messages=500)
+    link.close("test")
+    assert not link.may_defer_flush(1)

@@ -208,3 +208,26 @@ def test_threshold_queue_matches_a_plain_fifo(
             del model[: len(batch)]
         assert queue.pending_messages == len(model)
         assert queue.pending_bytes == sum(map(len, model))
+
+
+def test_room_for_a_batch_is_judged_in_messages_and_never_once_closed() -> None:
+    queue = ThresholdQueue(max_messages=4)
+    assert queue.has_room_for(4)
+    assert not queue.has_room_for(5)
+    queue.offer(b"x" * 30, 0x80, 0, 0.0)
+    assert queue.has_room_for(3)
+    assert not queue.has_room_for(4)
+    for _ in range(4):
+        queue.offer(b"x" * 30, 0x80, 0, 0.0)  # the fifth message closes it
+    assert queue.closed
+    assert not queue.has_room_for(0)
+
+
+def test_an_unbounded_experiment_queue_always_has_room() -> None:
+    queue = ThresholdQueue(max_messages=0, unbounded_experiment=True)
+    assert queue.has_room_for(1_000_000)
+
+
+def test_flow_control_never_lets_writes_wait_for_a_batch() -> None:
+    """Its verdicts depend on what is queued and when, so it cannot promise room."""
+    assert not FlowControlQueue().has_room_for(1)

@@ -416,3 +416,23 @@ async def test_ttl_malformed_unknown_and_unroutable_offences_are_reported(
         Offence.UNKNOWN_TYPE: 1,
         Offence.MALFORMED: 1,
     }
+
+
+async def test_writes_wait_for_the_next_batch_only_when_one_is_due_and_fits(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """With more events queued, a link that takes a whole batch more is left for the
+    next batch's write; one that would not is written now, and so is every link once
+    the queue is empty."""
+    net = Network()
+    a, b, c = net.links
+    c.outgoing = ThresholdQueue(max_messages=net.router.stage.batch_size)
+    first = FrameDecoder(source=a.id).receive_data(encode_message(message(Query(b"1"), ttl=3)))
+    queued = FrameDecoder(source=a.id).receive_data(encode_message(message(Query(b"2"), ttl=3)))
+    assert net.router.stage.queue.admit(queued) == 1  # the next batch is due
+    await net.router.handle(first)
+    assert [link.flushes for link in net.links] == [0, 0, 1]  # c: 1 + a batch > its bound
+    net.router.stage.queue.take(10)  # the queue is empty again
+    await net.router.handle(queued)
+    assert [link.flushes for link in net.links] == [1, 1, 2]
+    assert [f.payload for f in b.sent()] == [first[0].payload, queued[0].payload]
