@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Sequence
+from typing import Final
 
-HEADER_SIZE = 23
+HEADER_SIZE: Final = 23
 """GUID (16) + payload type (1) + TTL (1) + hops (1) + payload length (4)."""
 
 GUID_SIZE = 16
 
-DEFAULT_MAX_PAYLOAD = 64 * 1024
+DEFAULT_MAX_PAYLOAD: Final = 64 * 1024
 """gtk-gnutella and LimeWire both close a connection announcing a larger payload."""
 
 HARD_TTL_LIMIT = 15

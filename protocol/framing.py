@@ -25,6 +25,7 @@ complete, before any of its payload is buffered.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Final
 
 from .codec import decode_message, encode_message
 from .constants import DEFAULT_MAX_PAYLOAD, HEADER_SIZE, ByeCode
@@ -32,9 +33,9 @@ from .errors import RemoteProtocolError, StreamBrokenError, TruncatedStreamError
 from .header import HEADER_STRUCT
 from .messages import Message, Payload
 
-_unpack_header = HEADER_STRUCT.unpack_from
+_unpack_header: Final = HEADER_STRUCT.unpack_from
 
-_COMPILED = not __file__.endswith(".py")
+_COMPILED: Final = not __file__.endswith(".py")
 """Whether this module runs compiled by mypyc (``hatch_build.py``). The decoder reads a
 header's fields one index at a time when compiled, and with one ``struct`` call when
 interpreted: each spelling is the fast one for one of the two, by well over a third

@@ -40,7 +40,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 from itertools import islice
-from typing import Literal
+from typing import Final, Literal
 
 from gnutella_router.net.route_entry import RouteEntry
 
@@ -70,8 +70,8 @@ PUSH_GENERATION_SECONDS = 420.0
 DEFAULT_CAPACITY = 50_000
 
 #: Where an entry's value begins: below it, 32 bits of milliseconds and 8 of detail.
-VALUE_SHIFT = 40
-_OFFSET_LIMIT = (1 << 32) - 1  # 49 days of milliseconds
+VALUE_SHIFT: Final = 40
+_OFFSET_LIMIT: Final = 0xFFFF_FFFF  # 49 days of milliseconds
 
 
 def pack_detail(ttl: int, hops: int) -> int:

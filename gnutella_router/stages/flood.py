@@ -34,21 +34,23 @@ which drops it as the per-message rules would.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Protocol
+from typing import Final, Protocol
 
 from gnutella_router.config.sections import RouterConfig
 from gnutella_router.net.route_table import RouteTable
 from gnutella_router.stages.link import Link
 from gnutella_router.stages.pongs import OwnPong
-from protocol.constants import MessageType
 from protocol.framing import Frame
 from protocol.header import HEADER_STRUCT
 
-PING = MessageType.PING
-PONG = MessageType.PONG
-QUERY = MessageType.QUERY
+# Plain int literals, not the enum's members: compiled, a Final literal is a constant in
+# the machine code, where a module-level name is a dict lookup per use and an enum
+# member a generic comparison (a test holds them to MessageType).
+PING: Final = 0x00
+PONG: Final = 0x01
+QUERY: Final = 0x80
 
-_pack_header = HEADER_STRUCT.pack
+_pack_header: Final = HEADER_STRUCT.pack
 
 
 class FloodQueries:

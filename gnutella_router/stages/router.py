@@ -159,7 +159,8 @@ class GnutellaRouter(ReplyRouting):
         self.cached_answers = CachedAnswers(self.pong_cache, config.pongs_per_ping)
         self.query_delay = config.query_delay_ms / 1000.0
         self._fan_datas: list[bytes] = []
-        self._fan_sources: list[Link] = []
+        self._fan_runs: list[tuple[Link, int]] = []
+        """Who each stretch of ``_fan_datas`` came from: (source, index just past it)."""
         self._fan_queries = 0
         self._fan_ancient: set[bytes] = set()
         """The batch's broadcast queries in the pre-0.6 form, kept from peers that drop them."""
@@ -370,7 +371,7 @@ class GnutellaRouter(ReplyRouting):
         message type and hop count stay readable in the header bytes themselves.
         """
         self._fan_datas.append(data)
-        self._fan_sources.append(source)
+        self._fan_from(source)
         self._fan_queries += 1  # only queries come through here; pings are inlined
         if data[23] == 0 and data[24] == 0:  # flags 0: the pre-0.6 form
             self._fan_ancient.add(data)
@@ -385,13 +386,23 @@ class GnutellaRouter(ReplyRouting):
         what the batch path found of their queries while it built them (pings need no
         bookkeeping)."""
         self._fan_datas.extend(datas)
-        self._fan_sources.extend(itertools.repeat(source, len(datas)))
+        self._fan_from(source)
         if queries.count:
             self._fan_queries += queries.count
             if queries.ancient:
                 self._fan_ancient.update(queries.ancient)
             if queries.last_hop:
                 self._fan_last_hop.update(queries.last_hop)
+
+    def _fan_from(self, source: Link) -> None:
+        """Note that the broadcasts added last came from ``source`` (a batch holds runs
+        of one link's frames, so this is one entry per run, not per message)."""
+        runs = self._fan_runs
+        end = len(self._fan_datas)
+        if runs and runs[-1][0] is source:
+            runs[-1] = (source, end)
+        else:
+            runs.append((source, end))
 
     def _flush_broadcasts(self, now: float, *, next_batch_due: bool = False) -> None:
         """Hand the batch's broadcasts to every connection, then wake the writers.
@@ -405,20 +416,20 @@ class GnutellaRouter(ReplyRouting):
         datas = self._fan_datas
         connections = self._connections()
         if datas:
-            sources = self._fan_sources
+            runs = self._fan_runs
             queries = self._fan_queries
             ancient = self._fan_ancient
             last_hop = self._fan_last_hop
             not_leaves = self._fan_not_leaves
             self._fan_datas = []
-            self._fan_sources = []
+            self._fan_runs = []
             self._fan_queries = 0
             self._fan_ancient = set()
             if last_hop:
                 self._fan_last_hop = set()
             if not_leaves:
                 self._fan_not_leaves = set()
-            senders = set(sources)
+            senders = {source for source, _ in runs}
             total_bytes = sum(map(len, datas))
             pings = len(datas) - queries
             highest_ttl = max(map(_TTL_BYTE, datas))
@@ -429,7 +440,7 @@ class GnutellaRouter(ReplyRouting):
                     continue
                 out = datas
                 if connection in senders:
-                    out = [d for d, s in zip(out, sources, strict=True) if s is not connection]
+                    out = _not_from(connection, datas, runs)
                 out = for_destination(
                     connection,
                     out,
@@ -525,7 +536,7 @@ class GnutellaRouter(ReplyRouting):
             self._fan_datas.append(
                 _pack_header(guid, PING, ttl - 1, hops + 1, len(payload)) + payload
             )
-            self._fan_sources.append(connection)
+            self._fan_from(connection)
 
     def _accept_query(self, connection: Link, frame: Frame, now: float) -> bytes | None:
         """Checks and route recording for a query; the bytes to broadcast, if any."""
@@ -673,6 +684,18 @@ def _current_time() -> float:
         return trio.current_time()
     except RuntimeError:
         return 0.0
+
+
+def _not_from(link: Link, datas: list[bytes], runs: list[tuple[Link, int]]) -> list[bytes]:
+    """The broadcasts in ``datas`` that did not come from ``link`` (a message never goes
+    back to its source), by whole runs: nothing at all for a batch of one link's."""
+    out: list[bytes] = []
+    start = 0
+    for source, end in runs:
+        if source is not link:
+            out += datas[start:end]
+        start = end
+    return out
 
 
 def _flush_each(links: Sequence[Link]) -> None:

@@ -209,3 +209,15 @@ def test_record_new_is_all_or_nothing() -> None:
     table.unrecord([b"b" * 16])
     assert b"b" * 16 not in table
     assert table.statistics(0.0).recorded == 1
+
+
+def test_the_batch_path_s_type_constants_are_the_protocol_s() -> None:
+    """flood.py spells its message types as int literals (constants once compiled)."""
+    from gnutella_router.stages import flood
+    from protocol.constants import MessageType
+
+    assert (flood.PING, flood.PONG, flood.QUERY) == (
+        MessageType.PING,
+        MessageType.PONG,
+        MessageType.QUERY,
+    )
