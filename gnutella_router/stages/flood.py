@@ -40,6 +40,7 @@ from gnutella_router.config.sections import RouterConfig
 from gnutella_router.net.route_table import RouteTable
 from gnutella_router.stages.link import Link
 from gnutella_router.stages.pongs import OwnPong
+from protocol.constants import HEADER_SIZE
 from protocol.framing import Frame
 from protocol.header import HEADER_STRUCT
 
@@ -53,14 +54,16 @@ QUERY: Final = 0x80
 _pack_header: Final = HEADER_STRUCT.pack
 
 
-class FloodQueries:
-    """What the fan-out needs to know of a run's query copies, found while building
-    them: how many, which are in the pre-0.6 form (flags 0, for peers that refuse it)
-    and which are at their last hop (TTL 0, for leaves only)."""
+class RunCopies:
+    """What the fan-out needs to know of a run's copies, found while building them:
+    their bytes in all, and of the queries among them how many, which are in the pre-0.6
+    form (flags 0, for peers that refuse it) and which are at their last hop (TTL 0, for
+    leaves only)."""
 
-    __slots__ = ("ancient", "count", "last_hop")
+    __slots__ = ("ancient", "count", "last_hop", "size")
 
     def __init__(self) -> None:
+        self.size = 0
         self.count = 0
         self.ancient: list[bytes] = []
         self.last_hop: list[bytes] = []
@@ -75,9 +78,8 @@ class FloodQueries:
             self.last_hop.append(data)
 
 
-Broadcast = Callable[[Link, list[bytes], FloodQueries], None]
-"""Takes the copies to broadcast from one link, in order, and what is known of their
-queries."""
+Broadcast = Callable[[Link, list[bytes], RunCopies], None]
+"""Takes the copies to broadcast from one link, in order, and what is known of them."""
 
 
 class Limits(Protocol):
@@ -153,7 +155,8 @@ class FloodPath:
         # qualifies: reading each frame once is worth more than the copies thrown away
         # on the rare run that does not.
         out: list[bytes] = []
-        queries = FloodQueries()
+        copies = RunCopies()
+        size = 0
         for frame in frames:
             ttl = frame.ttl
             hops = frame.hops
@@ -173,6 +176,7 @@ class FloodPath:
                 ping_details.append(detail)
                 if ttl > 1:
                     out.append(_pack_header(guid, PING, ttl - 1, hops + 1, len(payload)) + payload)
+                    size += HEADER_SIZE + len(payload)
             elif message_type == QUERY:
                 if len(payload) < 3 or payload.find(b"\x00", 2) < 0:
                     return 0
@@ -189,14 +193,15 @@ class FloodPath:
                         degraded_hops += keeps - ttl
                 if ttl > 1:
                     data = _pack_header(guid, QUERY, ttl - 1, hops + 1, len(payload)) + payload
-                    queries.add(data, ancient, False)
+                    copies.add(data, ancient, False)
                 elif last_hop:
                     # Its last hop: for the leaves that match only, marked by TTL 0 here.
                     data = _pack_header(guid, QUERY, 0, hops + 1, len(payload)) + payload
-                    queries.add(data, ancient, True)
+                    copies.add(data, ancient, True)
                 else:
                     continue
                 out.append(data)
+                size += len(data)
             else:
                 return 0
         link_id = link.id
@@ -217,7 +222,8 @@ class FloodPath:
             if degraded:
                 limits.count_degraded(degraded, degraded_hops)
             if out:
-                self.broadcast(link, out, queries)
+                copies.size = size
+                self.broadcast(link, out, copies)
             return routed
         self._take_back(frames[routed:])
         for frame in frames[:routed]:
@@ -276,7 +282,7 @@ class FloodPath:
         degrade = limits.degraded_ttl if limits.degrading else None
         last_hop = self.has_leaves()
         out: list[bytes] = []
-        queries = FloodQueries()
+        copies = RunCopies()
         for frame in frames:
             ttl = frame.ttl
             hops = frame.hops
@@ -299,14 +305,15 @@ class FloodPath:
             if ttl > 1:
                 data = _pack_header(frame.guid, QUERY, ttl - 1, hops + 1, len(payload)) + payload
                 out.append(data)
-                queries.add(data, ancient, False)
+                copies.add(data, ancient, False)
             elif last_hop:
                 # Its last hop: for the leaves that match only, marked by TTL 0 here.
                 data = _pack_header(frame.guid, QUERY, 0, hops + 1, len(payload)) + payload
                 out.append(data)
-                queries.add(data, ancient, True)
+                copies.add(data, ancient, True)
         if out:
-            self.broadcast(link, out, queries)
+            copies.size = sum(map(len, out))  # the rare fall-back: no need to count inline
+            self.broadcast(link, out, copies)
 
     def _take_back(self, frames: list[Frame]) -> None:
         """Forget the routes of frames the batch path will not route after all."""

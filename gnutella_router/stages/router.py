@@ -59,7 +59,7 @@ from gnutella_router.stages import vendor_messages
 from gnutella_router.stages.admission import admit
 from gnutella_router.stages.destinations import DestinationFilter
 from gnutella_router.stages.dynamic_query import TICK_SECONDS, DynamicQuerying
-from gnutella_router.stages.flood import FloodPath, FloodQueries
+from gnutella_router.stages.flood import FloodPath, RunCopies
 from gnutella_router.stages.link import Link
 from gnutella_router.stages.pongs import CachedAnswers, OwnPong, PongCache
 from gnutella_router.stages.query_routing import QueryRouting
@@ -77,6 +77,7 @@ from gnutella_router.stages.replies import (
 from gnutella_router.stages.router_statistics import RouterStatistics
 from protocol.codec import encode_message
 from protocol.constants import (
+    HEADER_SIZE,
     MessageType,
     counts_by_type_name,
     message_type_name,
@@ -159,6 +160,7 @@ class GnutellaRouter(ReplyRouting):
         self.cached_answers = CachedAnswers(self.pong_cache, config.pongs_per_ping)
         self.query_delay = config.query_delay_ms / 1000.0
         self._fan_datas: list[bytes] = []
+        self._fan_bytes = 0
         self._fan_runs: list[tuple[Link, int]] = []
         """Who each stretch of ``_fan_datas`` came from: (source, index just past it)."""
         self._fan_queries = 0
@@ -371,6 +373,7 @@ class GnutellaRouter(ReplyRouting):
         message type and hop count stay readable in the header bytes themselves.
         """
         self._fan_datas.append(data)
+        self._fan_bytes += len(data)
         self._fan_from(source)
         self._fan_queries += 1  # only queries come through here; pings are inlined
         if data[23] == 0 and data[24] == 0:  # flags 0: the pre-0.6 form
@@ -381,18 +384,19 @@ class GnutellaRouter(ReplyRouting):
             self._relay_not_to_leaves = False
             self._fan_not_leaves.add(data)
 
-    def _broadcast_many(self, source: Link, datas: list[bytes], queries: FloodQueries) -> None:
+    def _broadcast_many(self, source: Link, datas: list[bytes], copies: RunCopies) -> None:
         """:meth:`_broadcast` for a run the batch path routed: ``datas`` in order, with
-        what the batch path found of their queries while it built them (pings need no
-        bookkeeping)."""
+        what the batch path found of them while it built them (their bytes; of the
+        queries among them, what the fan-out needs)."""
         self._fan_datas.extend(datas)
+        self._fan_bytes += copies.size
         self._fan_from(source)
-        if queries.count:
-            self._fan_queries += queries.count
-            if queries.ancient:
-                self._fan_ancient.update(queries.ancient)
-            if queries.last_hop:
-                self._fan_last_hop.update(queries.last_hop)
+        if copies.count:
+            self._fan_queries += copies.count
+            if copies.ancient:
+                self._fan_ancient.update(copies.ancient)
+            if copies.last_hop:
+                self._fan_last_hop.update(copies.last_hop)
 
     def _fan_from(self, source: Link) -> None:
         """Note that the broadcasts added last came from ``source`` (a batch holds runs
@@ -421,7 +425,9 @@ class GnutellaRouter(ReplyRouting):
             ancient = self._fan_ancient
             last_hop = self._fan_last_hop
             not_leaves = self._fan_not_leaves
+            total_bytes = self._fan_bytes
             self._fan_datas = []
+            self._fan_bytes = 0
             self._fan_runs = []
             self._fan_queries = 0
             self._fan_ancient = set()
@@ -430,9 +436,14 @@ class GnutellaRouter(ReplyRouting):
             if not_leaves:
                 self._fan_not_leaves = set()
             senders = {source for source, _ in runs}
-            total_bytes = sum(map(len, datas))
             pings = len(datas) - queries
-            highest_ttl = max(map(_TTL_BYTE, datas))
+            # Copies never leave with more than max_ttl - 1: only a peer announcing a
+            # lower X-Max-TTL needs the batch's highest TTL read from every copy.
+            max_ttl = self.max_ttl
+            if any(c.capabilities.max_ttl < max_ttl for c in connections):
+                highest_ttl = max(map(_TTL_BYTE, datas))
+            else:
+                highest_ttl = 0
             forwarded = self.forwarded
             for_destination = self._destinations.apply
             for connection in connections:
@@ -536,6 +547,7 @@ class GnutellaRouter(ReplyRouting):
             self._fan_datas.append(
                 _pack_header(guid, PING, ttl - 1, hops + 1, len(payload)) + payload
             )
+            self._fan_bytes += HEADER_SIZE + len(payload)
             self._fan_from(connection)
 
     def _accept_query(self, connection: Link, frame: Frame, now: float) -> bytes | None:

@@ -69,6 +69,8 @@ class FakeLink:
         return verdict is Verdict.QUEUED
 
     def send_batch(self, datas: list[bytes], total_bytes: int, now: float) -> list[bytes]:
+        # A real link's queue trusts this total for its byte accounting.
+        assert total_bytes == sum(map(len, datas)), (total_bytes, sum(map(len, datas)))
         return [data for data in datas if not self.send(data, data[16], data[18], now)]
 
     def send_all(self, datas: list[bytes], total_bytes: int, now: float) -> bool:
