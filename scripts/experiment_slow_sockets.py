@@ -468,9 +468,9 @@ def comparison(by: dict[str, dict[str, Any]]) -> list[str]:
             f"{u['duration']:g} s and RSS grew by {growth:.1f} MiB"
             + (
                 f", against {base:.1f} MiB with the threshold (growth with no backlog at "
-                "all: the route tables filling, one entry per new GUID in two parallel "
-                "dicts (the next hop; the time, TTL and hops packed in one integer), "
-                "capped at 50,000 entries per generation), "
+                "all: the route tables filling, one entry per new GUID (one integer "
+                "holding the next hop, the time, TTL and hops), capped at 50,000 "
+                "entries per generation), "
                 "so about "
                 f"{growth - base:.1f} MiB is the slow peer's queue"
                 if base is not None
