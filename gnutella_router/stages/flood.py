@@ -108,6 +108,25 @@ class Limits(Protocol):
         ...
 
 
+def runs_of(batch: list[Frame]) -> list[list[Frame]]:
+    """``batch`` cut into its runs of consecutive frames from one link, in order; a
+    batch of one link's frames is its own single run, not copied."""
+    runs: list[list[Frame]] = []
+    count = len(batch)
+    if not count:
+        return runs
+    source = batch[0].source
+    start = 0
+    for index in range(1, count):
+        frame_source = batch[index].source
+        if frame_source != source:
+            runs.append(batch[start:index])
+            start = index
+            source = frame_source
+    runs.append(batch[start:] if start else batch)
+    return runs
+
+
 class FloodPath:
     """Routes runs of new pings and queries from ultrapeers in bulk (see the module)."""
 

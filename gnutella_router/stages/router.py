@@ -41,7 +41,6 @@ one encoded copy is shared by every connection it is broadcast to.
 from __future__ import annotations
 
 import collections
-import itertools
 import operator
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -59,7 +58,7 @@ from gnutella_router.stages import vendor_messages
 from gnutella_router.stages.admission import admit
 from gnutella_router.stages.destinations import DestinationFilter
 from gnutella_router.stages.dynamic_query import TICK_SECONDS, DynamicQuerying
-from gnutella_router.stages.flood import FloodPath, RunCopies
+from gnutella_router.stages.flood import FloodPath, RunCopies, runs_of
 from gnutella_router.stages.link import Link
 from gnutella_router.stages.pongs import CachedAnswers, OwnPong, PongCache
 from gnutella_router.stages.query_routing import QueryRouting
@@ -100,7 +99,6 @@ _TYPE_BYTE = operator.itemgetter(16)
 """The payload type's offset in an encoded message."""
 _TTL_BYTE = operator.itemgetter(17)
 """The TTL's offset in an encoded message."""
-_SOURCE = operator.attrgetter("source")
 
 
 class GnutellaRouter(ReplyRouting):
@@ -246,9 +244,8 @@ class GnutellaRouter(ReplyRouting):
             return await self._handle_each(batch, now)
         by_id = self._connection_by_id
         flood = self._flood.route
-        for source, frames in itertools.groupby(batch, _SOURCE):
-            run = list(frames)
-            connection = by_id(source)
+        for run in runs_of(batch):
+            connection = by_id(run[0].source)
             routed = 0
             if connection is not None and not connection.closing:
                 routed = flood(connection, run, now)

@@ -221,3 +221,18 @@ def test_the_batch_path_s_type_constants_are_the_protocol_s() -> None:
         MessageType.PONG,
         MessageType.QUERY,
     )
+
+
+def test_a_batch_is_cut_into_its_runs_of_one_link_s_frames_in_order() -> None:
+    from gnutella_router.stages.flood import runs_of
+
+    def frames(*sources: int) -> list[Frame]:
+        return [Frame(bytes(16), 0x00, 1, 0, b"", source=s) for s in sources]
+
+    assert runs_of([]) == []
+    single = frames(3, 3, 3)
+    assert runs_of(single) == [single]
+    assert runs_of(single)[0] is single  # not copied
+    mixed = frames(1, 1, 2, 1, 3, 3)
+    assert [[f.source for f in run] for run in runs_of(mixed)] == [[1, 1], [2], [1], [3, 3]]
+    assert [f for run in runs_of(mixed) for f in run] == mixed
