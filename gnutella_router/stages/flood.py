@@ -197,7 +197,10 @@ class FloodPath:
                     out.append(_pack_header(guid, PING, ttl - 1, hops + 1, len(payload)) + payload)
                     size += HEADER_SIZE + len(payload)
             elif message_type == QUERY:
-                if len(payload) < 3 or payload.find(b"\x00", 2) < 0:
+                # Its search text must end in a NUL. Most queries end in that NUL (no
+                # extensions after it), which settles it without a search; compiled,
+                # the search is a method call by name.
+                if len(payload) < 3 or (payload[-1] != 0 and payload.find(b"\x00", 2) < 0):
                     return 0
                 ancient = payload[0] == 0 and payload[1] == 0  # flags 0: pre-0.6
                 if drop_ancient and ancient:

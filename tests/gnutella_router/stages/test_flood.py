@@ -19,7 +19,7 @@ from gnutella_router.net.route_table import RouteTable, pack_detail
 from protocol.capabilities import Capabilities
 from protocol.codec import encode_message
 from protocol.framing import Frame, FrameDecoder
-from protocol.messages import Message, Ping, Pong, Query
+from protocol.messages import HugeExtension, Message, Ping, Pong, Query
 from tests.support.links import Network
 
 
@@ -61,12 +61,20 @@ def outcome(network: Network) -> tuple[object, ...]:
 
 GUIDS = [bytes([i]) * 15 + b"\x00" for i in range(1, 7)]
 
+# A query's search text ends in a NUL; most queries end there, the others go on with
+# extensions (the batch path checks the two cases differently).
+EXTENDED = (HugeExtension(b"urn:sha1:PLSTHIFQGSJZT45FJUPAKUZWUGYQYPFB"),)
+
 message = st.builds(
-    lambda guid, is_query, ttl, hops, ancient: Message(
+    lambda guid, is_query, ttl, hops, ancient, extended: Message(
         guid,
         ttl,
         hops,
-        (Query(b"flood test", flags=0) if ancient else Query(b"flood test"))
+        (
+            Query(b"flood test", flags=0, extensions=extended)
+            if ancient
+            else Query(b"flood test", extensions=extended)
+        )
         if is_query
         else Ping(),
     ),
@@ -75,6 +83,7 @@ message = st.builds(
     st.integers(0, 9),
     st.integers(0, 9),
     st.booleans(),  # a query in the pre-0.6 form (flags 0), which link 3 refuses
+    st.sampled_from(((), EXTENDED)),
 )
 batch = st.lists(st.tuples(st.integers(1, 3), message), min_size=1, max_size=12)
 
@@ -168,6 +177,18 @@ async def test_a_degrading_router_keeps_the_batch_path_and_cuts_queries_only() -
     cut = [m for m in messages if isinstance(m.payload, Query)]
     assert network.router.degraded == len(cut)
     assert network.router.degraded_hops == sum(m.ttl - max(1, m.ttl - 2) for m in cut)
+
+
+async def test_a_query_without_its_nul_is_left_to_the_per_message_rules() -> None:
+    """Whether or not its last byte is a NUL (the batch path's quick case)."""
+    good = frames_of(1, [Message(b"g" * 16, 3, 0, Query(b"fine"))])
+    for broken in (b"\x80\x00no nul", b"\x80\x00", b"\x80"):
+        bad = Frame(b"b" * 16, 0x80, 3, 0, broken, source=1)
+        ours, theirs = Network(), reference(Network())
+        for network in (ours, theirs):
+            await network.router.handle([*good, bad])
+        assert ours.router._flood.runs == 0
+        assert outcome(ours) == outcome(theirs)
 
 
 async def test_a_duplicate_in_the_run_leaves_it_to_the_per_message_rules() -> None:
