@@ -38,9 +38,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_compiled import LOADS, router_from, tree_first, version_of
-from router_bench.interleaved import ServerCommand, interleaved_runs, rates_and_costs
-from router_bench.peers import BLAST_MESSAGES, BenchError, Blast, Wire, message_kinds
+from bench_compiled import LOADS, flood_each, router_from, tree_first, version_of
+from router_bench.interleaved import ServerCommand
+from router_bench.peers import BenchError
 from router_bench.processes import Problems
 
 import hatch_build
@@ -139,20 +139,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         }
         problems = Problems()
         rows: list[str] = []
-        for key, (load_name, query_share, sinks) in zip(("mixed", "query"), LOADS, strict=True):
+        for key, load in zip(("mixed", "query"), LOADS, strict=True):
             if args.only is not None and args.only != key:
                 continue
-            wire = Wire.build()
-            blast = Blast(wire, message_kinds(BLAST_MESSAGES, query_share, 1))
-            print(f"\n{load_name}; {args.repeats} runs per router")
+            load_name = load[0]
             try:
-                runs = interleaved_runs(
-                    commands, wire=wire, blast=blast, args=args, sinks=sinks, problems=problems
-                )
+                rates, costs = flood_each(commands, load, args, problems)
             except BenchError as exc:
                 print(f"FAILED: {exc}")
                 return 1
-            rates, costs = rates_and_costs(runs)
             before, after = rates[names["base"]], rates[names["head"]]
             ratio = f"{after / before:.2f}x" if before and after else "n/a"
             cost = " -> ".join("n/a" if c is None else f"{c:.2f}" for c in costs.values())

@@ -19,11 +19,12 @@ figure is the median of ``--repeats`` runs.
 
 from __future__ import annotations
 
+import argparse
 import os
 import subprocess
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -74,6 +75,24 @@ def version_of(tree: Path) -> str:
     return (result.stdout or result.stderr).strip()
 
 
+def flood_each(
+    commands: Mapping[str, ServerCommand],
+    load: tuple[str, float, int],
+    args: argparse.Namespace,
+    problems: Problems,
+) -> tuple[dict[str, float | None], dict[str, float | None]]:
+    """Every server under one of :data:`LOADS`, their runs interleaved: each one's median
+    messages per sink and µs of its CPU per message. Raises BenchError when it cannot."""
+    load_name, query_share, sinks = load
+    wire = Wire.build()
+    blast = Blast(wire, message_kinds(BLAST_MESSAGES, query_share, 1))
+    print(f"\n{load_name}; {args.repeats} runs per router")
+    runs = interleaved_runs(
+        commands, wire=wire, blast=blast, args=args, sinks=sinks, problems=problems
+    )
+    return rates_and_costs(runs)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_flood_args(argv, __doc__.splitlines()[0] if __doc__ else None, "router")
     load_average = os.getloadavg()[0]
@@ -101,18 +120,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         }
         rows: list[tuple[str, str, str, str, str]] = []
         problems = Problems()
-        for load_name, query_share, sinks in LOADS:
-            wire = Wire.build()
-            blast = Blast(wire, message_kinds(BLAST_MESSAGES, query_share, 1))
-            print(f"\n{load_name}; {args.repeats} runs per router")
+        for load in LOADS:
+            load_name = load[0]
             try:
-                runs = interleaved_runs(
-                    commands, wire=wire, blast=blast, args=args, sinks=sinks, problems=problems
-                )
+                rates, costs = flood_each(commands, load, args, problems)
             except BenchError as exc:
                 print(f"FAILED: {exc}")
                 return 1
-            rates, costs = rates_and_costs(runs)
             before, after = rates["pure Python"], rates["compiled"]
             ratio = f"{after / before:.2f}x" if before and after else "n/a"
             rows.append(
