@@ -160,7 +160,8 @@ class GnutellaRouter(ReplyRouting):
         self._fan_datas: list[bytes] = []
         self._fan_bytes = 0
         self._fan_runs: list[tuple[Link, int]] = []
-        """Who each stretch of ``_fan_datas`` came from: (source, index just past it)."""
+        """Who each stretch of ``_fan_datas`` came from: (source, index it starts at), an
+        entry only where the source changes."""
         self._fan_queries = 0
         self._fan_ancient: set[bytes] = set()
         """The batch's broadcast queries in the pre-0.6 form, kept from peers that drop them."""
@@ -369,9 +370,9 @@ class GnutellaRouter(ReplyRouting):
         and destination, which is where a flooding router spends most of its time. The
         message type and hop count stay readable in the header bytes themselves.
         """
+        self._fan_from(source)
         self._fan_datas.append(data)
         self._fan_bytes += len(data)
-        self._fan_from(source)
         self._fan_queries += 1  # only queries come through here; pings are inlined
         if data[23] == 0 and data[24] == 0:  # flags 0: the pre-0.6 form
             self._fan_ancient.add(data)
@@ -385,9 +386,9 @@ class GnutellaRouter(ReplyRouting):
         """:meth:`_broadcast` for a run the batch path routed: ``datas`` in order, with
         what the batch path found of them while it built them (their bytes; of the
         queries among them, what the fan-out needs)."""
+        self._fan_from(source)
         self._fan_datas.extend(datas)
         self._fan_bytes += copies.size
-        self._fan_from(source)
         if copies.count:
             self._fan_queries += copies.count
             if copies.ancient:
@@ -396,14 +397,12 @@ class GnutellaRouter(ReplyRouting):
                 self._fan_last_hop.update(copies.last_hop)
 
     def _fan_from(self, source: Link) -> None:
-        """Note that the broadcasts added last came from ``source`` (a batch holds runs
-        of one link's frames, so this is one entry per run, not per message)."""
+        """Note that the broadcasts about to be added come from ``source``: an entry
+        where the source changes (a batch holds runs of one link's frames, so this is
+        one entry per run, and nothing to write per message)."""
         runs = self._fan_runs
-        end = len(self._fan_datas)
-        if runs and runs[-1][0] is source:
-            runs[-1] = (source, end)
-        else:
-            runs.append((source, end))
+        if not runs or runs[-1][0] is not source:
+            runs.append((source, len(self._fan_datas)))
 
     def _flush_broadcasts(self, now: float, *, next_batch_due: bool = False) -> None:
         """Hand the batch's broadcasts to every connection, then wake the writers.
@@ -541,11 +540,13 @@ class GnutellaRouter(ReplyRouting):
         if ttl > room:
             ttl = room
         if ttl > 1:
+            runs = self._fan_runs  # _fan_from, inlined
+            if not runs or runs[-1][0] is not connection:
+                runs.append((connection, len(self._fan_datas)))
             self._fan_datas.append(
                 _pack_header(guid, PING, ttl - 1, hops + 1, len(payload)) + payload
             )
             self._fan_bytes += HEADER_SIZE + len(payload)
-            self._fan_from(connection)
 
     def _accept_query(self, connection: Link, frame: Frame, now: float) -> bytes | None:
         """Checks and route recording for a query; the bytes to broadcast, if any."""
@@ -699,11 +700,11 @@ def _not_from(link: Link, datas: list[bytes], runs: list[tuple[Link, int]]) -> l
     """The broadcasts in ``datas`` that did not come from ``link`` (a message never goes
     back to its source), by whole runs: nothing at all for a batch of one link's."""
     out: list[bytes] = []
-    start = 0
-    for source, end in runs:
+    ends = [start for _, start in runs[1:]]
+    ends.append(len(datas))
+    for (source, start), end in zip(runs, ends, strict=True):
         if source is not link:
             out += datas[start:end]
-        start = end
     return out
 
 
