@@ -40,7 +40,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 from itertools import islice
-from typing import Final, Literal
+from typing import Final, Literal, cast
 
 from gnutella_router.net.route_entry import RouteEntry
 
@@ -240,28 +240,71 @@ class RouteTable:
         The router's batch path: one membership pass over the previous generation, then
         one probe-and-insert per GUID into the current one, with no call per message.
         True when every GUID was new (none held, none repeated within ``guids``) and all
-        were recorded, exactly as ``record`` one by one would have; False when the
-        table changed nothing and the caller must fall back to ``record`` per message (a
-        duplicate, a rotation due, or a generation that would fill up mid-batch).
-        ``details`` are the packed TTL/hops of each GUID (see :func:`pack_detail`).
+        were recorded, exactly as ``record`` one by one would have, rotations included;
+        False when the table changed nothing the per-message calls would not have
+        changed first (a rotation due by time) and the caller must fall back to
+        ``record`` per message. ``details`` are the packed TTL/hops of each GUID (see
+        :func:`pack_detail`).
         """
+        if now >= self._deadline:
+            self._rotate_for_time(now)  # what the first of the calls would do first
         current = self._current
         count = len(guids)
-        if now >= self._deadline or len(current) + count > self._capacity:
-            return False
+        if len(current) + count > self._capacity:
+            return self._record_new_across_rotation(guids, value, now, details)
         previous = self._previous
         if previous and not previous.keys().isdisjoint(guids):
             return False
         base = pack_entry(value, now - self._current_since, 0)
+        # The entries as objects, so that GUIDs with the same TTL and hops (under a flood,
+        # nearly all of a batch) share one: an int made per GUID would be an allocation
+        # per GUID now and a free per GUID when its generation is dropped.
+        entries = cast("dict[bytes, object]", current)
+        detail = -1
+        entry: object = None
         size = len(current)
         for index, guid in enumerate(guids):
+            if details[index] != detail:
+                detail = details[index]
+                entry = base | detail
             # One probe that inserts a new GUID and leaves a held one alone.
-            current.setdefault(guid, base | details[index])
+            entries.setdefault(guid, entry)
             size += 1
             if len(current) != size:  # held already, or twice in the batch: undo
                 for inserted in guids[:index]:
                     del current[inserted]
                 return False
+        self._recorded += count
+        return True
+
+    def _record_new_across_rotation(
+        self, guids: list[bytes], value: int, now: float, details: list[int]
+    ) -> bool:
+        """:meth:`record_new` for a batch that fills the current generation: the GUIDs
+        that fit go into it, the next one rotates it for capacity, the rest go into the
+        new one, as ``record`` one by one would do (it happens once per ``capacity``
+        GUIDs, so this is written for exactness, not speed).
+
+        Done one by one, the GUID that rotates is checked against both generations, the
+        ones after it only against the generation it retired (the older one is gone).
+        """
+        count = len(guids)
+        current = self._current
+        room = self._capacity - len(current)
+        if count - room > self._capacity or len(set(guids)) != count:
+            return False  # a second rotation, or a repeat: one by one it is
+        if not current.keys().isdisjoint(guids):
+            return False
+        if not self._previous.keys().isdisjoint(guids[: room + 1]):
+            return False
+        base = pack_entry(value, now - self._current_since, 0)
+        for index in range(room):
+            current[guids[index]] = base | details[index]
+        self._rotate_for_capacity(now)
+        current = self._current
+        base = pack_entry(value, 0.0, 0)
+        for index in range(room, count):
+            current[guids[index]] = base | details[index]
         self._recorded += count
         return True
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 
 import pytest
@@ -346,6 +347,7 @@ operations = st.lists(
         st.tuples(st.just("refresh"), st.integers(0, 11), st.integers(0, 3)),
         st.tuples(st.just("forget"), st.just(0), st.integers(0, 3)),
         st.tuples(st.just("wait"), st.integers(0, 25), st.just(0)),
+        st.tuples(st.just("batch"), st.lists(st.integers(0, 11), max_size=7), st.integers(0, 3)),
     ),
     max_size=80,
 )
@@ -358,7 +360,7 @@ operations = st.lists(
     ops=operations,
 )
 def test_matches_a_naive_model_and_stays_bounded(
-    generation_seconds: int, capacity: int, ops: list[tuple[str, int, int]]
+    generation_seconds: int, capacity: int, ops: list[tuple[str, int | list[int], int]]
 ) -> None:
     # Whole-number times keep float arithmetic exact, so both sides see the same grid.
     table: RouteTable = RouteTable("model", float(generation_seconds), capacity)
@@ -366,8 +368,22 @@ def test_matches_a_naive_model_and_stays_bounded(
     now = 0.0
     duplicates = misses = 0
     for op, arg, value in [*ops, ("wait", 0, 0)]:
-        key = guid(arg)
-        if op == "record":
+        key = guid(arg) if isinstance(arg, int) else b""
+        if isinstance(arg, list):  # a batch, as the router's batch path records one
+            keys = [guid(n) for n in arg]
+            one_by_one = copy.deepcopy(model)
+            outcomes = [one_by_one.record(k, value, now) for k in keys]
+            recorded = table.record_new(keys, value, now, [pack_detail(n % 8, 1) for n in arg])
+            if len(keys) <= capacity:  # more may need two rotations: one by one it is
+                assert recorded == all(outcomes)
+            if recorded:
+                model = one_by_one
+            else:  # nothing recorded: the router then records them one by one
+                for key, expected in zip(keys, outcomes, strict=True):
+                    assert model.record(key, value, now) == expected
+                    assert table.record(key, value, now) == expected
+                    duplicates += not expected
+        elif op == "record":
             expected = model.record(key, value, now)
             assert table.record(key, value, now) == expected
             duplicates += not expected
@@ -381,6 +397,7 @@ def test_matches_a_naive_model_and_stays_bounded(
         elif op == "forget":
             assert table.forget_value(value) == model.forget_value(value)
         else:
+            assert isinstance(arg, int)
             now += arg
         assert len(table) <= 2 * capacity
         # Thanks to the fixed grid, looking at the table never changes what it will do.

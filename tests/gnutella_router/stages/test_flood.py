@@ -223,13 +223,21 @@ def test_record_new_is_all_or_nothing() -> None:
     # Twice in the batch: nothing recorded.
     assert not table.record_new([b"d" * 16, b"d" * 16], 2, 0.0, [0, 0])
     assert b"d" * 16 not in table
-    # Past the generation's capacity, or a rotation due: left to record().
-    assert not table.record_new([bytes([i]) * 16 for i in range(9)], 2, 0.0, [0] * 9)
-    assert not table.record_new([b"e" * 16], 2, 61.0, [0])
-    assert table.statistics(0.0).recorded == 2
+    # Two rotations for capacity in one batch: left to record().
+    assert not table.record_new([bytes([i]) * 16 for i in range(25)], 2, 0.0, [0] * 25)
+    assert len(table) == 2
     table.unrecord([b"b" * 16])
     assert b"b" * 16 not in table
     assert table.statistics(0.0).recorded == 1
+    # One rotation for capacity: the first 9 fill the generation, the last begins anew.
+    assert table.record_new([bytes([i]) * 16 for i in range(10)], 2, 0.0, [0] * 10)
+    stats = table.statistics(0.0)
+    assert (stats.rotations_for_capacity, stats.previous_size, stats.current_size) == (1, 10, 1)
+    assert table.lookup(bytes([9]) * 16, 0.0) == 2
+    # A rotation due by time: done first, as record() would.
+    assert table.record_new([b"e" * 16], 3, 61.0, [0])
+    assert table.lookup(b"e" * 16, 61.0) == 3
+    assert table.statistics(61.0).rotations == 2
 
 
 def test_the_batch_path_s_type_constants_are_the_protocol_s() -> None:
