@@ -64,11 +64,22 @@ class DeflatePool:
     @contextlib.contextmanager
     def batch(self) -> Iterator[None]:
         """Collect the deflates of the links flushed in the block; run them at its end."""
-        self._jobs = []
+        self.begin_batch()
         try:
             yield
         finally:
-            jobs, self._jobs = self._jobs, None
+            self.end_batch()
+
+    def begin_batch(self) -> None:
+        """:meth:`batch` without the context manager, for the router's end of every batch
+        (a generator-based context per batch is measurable under a flood): every
+        ``begin_batch`` must be followed by ``end_batch``, in a ``finally``."""
+        self._jobs = []
+
+    def end_batch(self) -> None:
+        """Run the deflates collected since :meth:`begin_batch`."""
+        jobs, self._jobs = self._jobs, None
+        if jobs:
             self._run(jobs)
 
     def defer(self, compressor: DeflateCompressor, data: bytes, then: Written) -> bool:

@@ -52,6 +52,45 @@ PONG: Final = 0x01
 QUERY: Final = 0x80
 
 _pack_header: Final = HEADER_STRUCT.pack
+_NO_GUID: Final = bytes(16)
+TAILS_KEPT: Final = 1024
+"""Distinct header tails a :class:`Copies` keeps; past that it starts again."""
+
+
+class Copies:
+    """Builds the copies the router forwards: a message with a new TTL and hops.
+
+    A copy is its GUID, the seven header bytes after it (type, TTL, hops, payload
+    length) and its payload. Packing those seven bytes per copy with ``struct`` was a
+    tenth of the batch path's instructions (boxing five arguments, parsing them back);
+    under any load they take few distinct values (two types, a few TTLs and hops, the
+    lengths queries have), so each distinct one is packed once and kept, and a run of
+    copies alike (a flood) does not even look it up.
+    """
+
+    __slots__ = ("_last_key", "_last_tail", "_tails")
+
+    def __init__(self) -> None:
+        self._tails: dict[int, bytes] = {}
+        self._last_key = -1
+        self._last_tail = b""
+
+    def copy(self, guid: bytes, message_type: int, ttl: int, hops: int, payload: bytes) -> bytes:
+        """``guid``'s message of ``message_type`` with ``ttl`` and ``hops`` and ``payload``,
+        encoded (each header field within its byte; lengths within four)."""
+        length = len(payload)
+        key = length << 24 | message_type << 16 | ttl << 8 | hops
+        if key != self._last_key:
+            tails = self._tails
+            tail = tails.get(key)
+            if tail is None:
+                if len(tails) >= TAILS_KEPT:
+                    tails.clear()
+                tail = _pack_header(_NO_GUID, message_type, ttl, hops, length)[16:]
+                tails[key] = tail
+            self._last_key = key
+            self._last_tail = tail
+        return guid + self._last_tail + payload
 
 
 class RunCopies:
@@ -150,6 +189,7 @@ class FloodPath:
         self.limits = limits
         self.has_leaves = has_leaves
         self.broadcast = broadcast
+        self.copies = Copies()
         self.runs = 0
         """Runs routed here (for tests and profiles)."""
 
@@ -175,6 +215,7 @@ class FloodPath:
         # on the rare run that does not.
         out: list[bytes] = []
         copies = RunCopies()
+        copies_of = self.copies
         size = 0
         for frame in frames:
             ttl = frame.ttl
@@ -194,7 +235,7 @@ class FloodPath:
                 ping_guids.append(guid)
                 ping_details.append(detail)
                 if ttl > 1:
-                    out.append(_pack_header(guid, PING, ttl - 1, hops + 1, len(payload)) + payload)
+                    out.append(copies_of.copy(guid, PING, ttl - 1, hops + 1, payload))
                     size += HEADER_SIZE + len(payload)
             elif message_type == QUERY:
                 # Its search text must end in a NUL. Most queries end in that NUL (no
@@ -214,11 +255,11 @@ class FloodPath:
                         degraded += 1
                         degraded_hops += keeps - ttl
                 if ttl > 1:
-                    data = _pack_header(guid, QUERY, ttl - 1, hops + 1, len(payload)) + payload
+                    data = copies_of.copy(guid, QUERY, ttl - 1, hops + 1, payload)
                     copies.add(data, ancient, False)
                 elif last_hop:
                     # Its last hop: for the leaves that match only, marked by TTL 0 here.
-                    data = _pack_header(guid, QUERY, 0, hops + 1, len(payload)) + payload
+                    data = copies_of.copy(guid, QUERY, 0, hops + 1, payload)
                     copies.add(data, ancient, True)
                 else:
                     continue
@@ -305,6 +346,7 @@ class FloodPath:
         last_hop = self.has_leaves()
         out: list[bytes] = []
         copies = RunCopies()
+        copies_of = self.copies
         for frame in frames:
             ttl = frame.ttl
             hops = frame.hops
@@ -314,9 +356,7 @@ class FloodPath:
             payload = frame.payload
             if frame.payload_type == PING:
                 if ttl > 1:
-                    out.append(
-                        _pack_header(frame.guid, PING, ttl - 1, hops + 1, len(payload)) + payload
-                    )
+                    out.append(copies_of.copy(frame.guid, PING, ttl - 1, hops + 1, payload))
                 continue
             if degrade is not None:
                 keeps = ttl
@@ -325,12 +365,12 @@ class FloodPath:
                     limits.count_degraded(1, keeps - ttl)
             ancient = payload[0] == 0 and payload[1] == 0  # flags 0: pre-0.6
             if ttl > 1:
-                data = _pack_header(frame.guid, QUERY, ttl - 1, hops + 1, len(payload)) + payload
+                data = copies_of.copy(frame.guid, QUERY, ttl - 1, hops + 1, payload)
                 out.append(data)
                 copies.add(data, ancient, False)
             elif last_hop:
                 # Its last hop: for the leaves that match only, marked by TTL 0 here.
-                data = _pack_header(frame.guid, QUERY, 0, hops + 1, len(payload)) + payload
+                data = copies_of.copy(frame.guid, QUERY, 0, hops + 1, payload)
                 out.append(data)
                 copies.add(data, ancient, True)
         if out:

@@ -328,9 +328,13 @@ class GnutellaServer:
             for link in links:
                 link.flush()
             return
-        with self.deflate_pool.batch():
+        pool = self.deflate_pool
+        pool.begin_batch()
+        try:
             for link in links:
                 link.flush()
+        finally:
+            pool.end_batch()
 
     async def _accept_loop(self, listener: trio.SocketListener) -> None:
         assert self._nursery is not None

@@ -1,0 +1,278 @@
+"""The router's own work per routed message, counted in instructions: no noise.
+
+Run from the repository root, in the project's virtual environment, with valgrind
+installed (``apt install valgrind``):
+
+    python scripts/bench_instructions.py                 # the working tree, as installed
+    python scripts/bench_instructions.py --load mixed    # 85 % pings, 15 % queries
+
+Loopback benchmarks (``bench_router.py``, ``bench_query_flood.py``, ``bench_commits.py``)
+measure what users get, but on a shared machine two runs of the same code differ by 10 %
+and more, so a change worth a few percent cannot be seen in them. This counts instead:
+the router's code runs under valgrind's cachegrind, which counts every instruction it
+executes and simulates the caches, so two runs of the same code give the same figures
+to a fraction of a percent, and a change's effect on the router's own work is read
+directly.
+
+What runs, in one process with no sockets: a ``GnutellaRouter`` on its defaults with
+three ultrapeer links (one source, two sinks) whose outgoing queues are the real
+threshold queues; 64 KiB reads of pre-encoded messages (TTL 2, every GUID unique) cut by
+the real ``FrameDecoder``; the frames handed to the router 250 at a time, as its stage
+takes them; after each batch every sink's queue taken and joined into one buffer, as a
+connection's flush does before its write. The kernel's part (the reads and writes, the
+wake-ups) is not here: it is the same for any version of the router, and the loopback
+benchmarks carry it.
+
+The figure is the difference between two runs, of ``--messages`` and twice as many
+messages, divided by ``--messages``, so that starting Python and importing the router
+cancel out: instructions per routed message, and the last-level cache misses per
+message the simulation counts (reads and writes). Compare two versions by running this
+in each (``scripts/bench_commits.py`` runs the loopback floods).
+
+Without ``--under-cachegrind`` this script is also the load itself, run by the
+above in a child process: ``--run N`` routes N messages and exits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+_TREE = "--tree"
+if _TREE in sys.argv:  # the version to count: another checkout, compiled in place
+    sys.path.insert(0, str(Path(sys.argv[sys.argv.index(_TREE) + 1]).resolve()))
+else:
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+READ_SIZE = 64 * 1024
+BATCH = 250
+"""Frames per router batch: the router stage's default ``batch_size``."""
+
+
+def _load(kind: str, count: int, seed: int) -> list[bytes]:
+    """``count`` encoded messages in reads of at most :data:`READ_SIZE` bytes."""
+    from protocol.codec import encode_message
+    from protocol.constants import HEADER_SIZE
+    from protocol.header import HEADER_STRUCT
+    from protocol.messages import Message, Query
+
+    rng = random.Random(seed)
+    # The loopback benchmarks' query: 30 bytes in all, a modern flags word.
+    query = encode_message(Message(bytes(16), 2, 0, Query(b"jazz")))[HEADER_SIZE:]
+    messages = []
+    for _ in range(count):
+        guid = rng.randbytes(16)
+        if kind == "query" or rng.random() < 0.15:
+            messages.append(HEADER_STRUCT.pack(guid, 0x80, 2, 0, len(query)) + query)
+        else:
+            messages.append(HEADER_STRUCT.pack(guid, 0x00, 2, 0, 0))
+    reads: list[bytes] = []
+    chunk: list[bytes] = []
+    size = 0
+    for data in messages:
+        if size + len(data) > READ_SIZE:
+            reads.append(b"".join(chunk))
+            chunk, size = [], 0
+        chunk.append(data)
+        size += len(data)
+    if chunk:
+        reads.append(b"".join(chunk))
+    return reads
+
+
+def _route(kind: str, count: int, made: int, seed: int) -> int:
+    """Route ``count`` of ``made`` messages through a socketless router; the bytes the
+    sinks got. (Making the messages is Python work per message, so the runs compared
+    make as many and route different numbers.)"""
+    import trio
+
+    from gnutella_router.config import Config
+    from gnutella_router.net.threshold_queue import ThresholdQueue
+    from gnutella_router.stages.router import GnutellaRouter
+    from protocol.capabilities import Capabilities
+    from protocol.framing import FrameDecoder
+    from protocol.vendor import NO_HOPS_FLOW
+
+    class Link:
+        """The parts of a connection the router uses, around a real threshold queue."""
+
+        def __init__(self, link_id: int) -> None:
+            self.id = link_id
+            self.capabilities = Capabilities(ultrapeer=True)
+            self.outgoing = ThresholdQueue()
+            self.closing = False
+            self.flow_controlled = False
+            self.hops_flow = NO_HOPS_FLOW
+            self.written = 0
+
+        def send(self, data: bytes, message_type: int, hops: int, now: float) -> bool:
+            return self.outgoing.offer(data, message_type, hops, now).name == "QUEUED"
+
+        def send_batch(self, datas: list[bytes], total_bytes: int, now: float) -> list[bytes]:
+            return [] if self.outgoing.offer_bulk(datas, total_bytes) else list(datas)
+
+        def send_all(self, datas: list[bytes], total_bytes: int, now: float) -> bool:
+            return self.outgoing.offer_bulk(datas, total_bytes)
+
+        def may_defer_flush(self, upcoming: int) -> bool:
+            return False  # every batch written: the same work for any version
+
+        def flush(self) -> None:
+            self.written += len(b"".join(self.outgoing.take(READ_SIZE)))
+
+        def frames_done(self, count: int) -> None:
+            pass
+
+        # The rest of a link: nothing in this load calls them.
+        listen_address = None
+
+        def offended(self, offence: object, now: float) -> None:
+            pass
+
+        def received_bye(self, code: int, reason: str) -> None:
+            pass
+
+        def received_messages_supported(self, understood: tuple[object, ...]) -> None:
+            pass
+
+        def received_features_supported(self, features: tuple[object, ...]) -> None:
+            pass
+
+        def understands(self, message: object) -> bool:
+            return False
+
+        def received_hops_flow(self, hops: int) -> None:
+            pass
+
+        def close(self, reason: str, *, bye_code: int | None = None) -> None:
+            self.closing = True
+
+    links = [Link(1), Link(2), Link(3)]
+    reads = _load(kind, made, seed)
+    routed = 0
+
+    async def main() -> None:
+        import gc
+
+        from gnutella_router.daemon import YOUNG_COLLECTION_THRESHOLD
+
+        config = Config()
+        router = GnutellaRouter(
+            config.router,
+            connections=lambda: tuple(links),
+            connection_by_id=lambda link_id: links[link_id - 1],
+            own_address=lambda: ("192.0.2.1", 6346),
+            own_guid=b"R" * 16,
+            max_ttl=config.network.max_ttl,
+            hard_ttl_limit=config.network.hard_ttl_limit,
+            now=trio.current_time(),
+        )
+        nonlocal routed
+        # The collector as the daemon sets it once it runs.
+        gc.freeze()
+        gc.set_threshold(YOUNG_COLLECTION_THRESHOLD, *gc.get_threshold()[1:])
+        decoder = FrameDecoder(source=1)
+        for data in reads:
+            if routed >= count:
+                break
+            frames = decoder.receive_data(data)
+            for start in range(0, len(frames), BATCH):
+                await router.handle(frames[start : start + BATCH])
+            routed += len(frames)
+
+    trio.run(main)
+    print(f"{sum(link.written for link in links)} bytes written to the sinks")
+    return routed
+
+
+_SUMMARY = re.compile(r"==\d+== (I\s+refs|LL misses):\s+([\d,]+)")
+
+
+def _counted(kind: str, count: int, made: int, seed: int, tree: str | None) -> tuple[int, int, int]:
+    """Messages routed, instructions and last-level cache misses of routing ``count`` of
+    ``made`` messages in a child process under cachegrind."""
+    with tempfile.TemporaryDirectory() as scratch:
+        result = subprocess.run(
+            [
+                "valgrind",
+                "--tool=cachegrind",
+                "--cache-sim=yes",
+                "--LL=8388608,16,64",
+                f"--cachegrind-out-file={os.path.join(scratch, 'out')}",
+                sys.executable,
+                __file__,
+                "--run",
+                str(count),
+                "--made",
+                str(made),
+                "--load",
+                kind,
+                "--seed",
+                str(seed),
+                *([_TREE, tree] if tree else []),
+            ],
+            # The same dict layouts in every run, so the same cache misses.
+            env={**os.environ, "PYTHONHASHSEED": "0"},
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+    if result.returncode != 0:
+        raise SystemExit(f"the counted run failed:\n{result.stderr[-2000:]}")
+    found = {
+        name.split()[0]: int(value.replace(",", ""))
+        for name, value in _SUMMARY.findall(result.stderr)
+    }
+    routed = re.search(r"^routed (\d+)$", result.stdout, re.MULTILINE)
+    if routed is None:
+        raise SystemExit(f"the counted run said nothing of its messages:\n{result.stdout}")
+    return int(routed.group(1)), found["I"], found["LL"]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--load", choices=("query", "mixed"), default="query")
+    parser.add_argument("--messages", type=int, default=100_000, metavar="N")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        _TREE,
+        metavar="DIR",
+        help="count the router in this checkout (its hot path compiled in place, as "
+        "scripts/venv.sh or hatch_build.py leave it) instead of this one",
+    )
+    parser.add_argument("--run", type=int, metavar="N", help=argparse.SUPPRESS)
+    parser.add_argument("--made", type=int, metavar="N", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.run is not None:
+        routed = _route(args.load, args.run, args.made or args.run, args.seed)
+        print(f"routed {routed}")
+        return 0
+    if shutil.which("valgrind") is None:
+        print("bench_instructions: valgrind is not installed", file=sys.stderr)
+        return 1
+    from gnutella_router import native
+
+    print(f"router: {native.describe()}")
+    made = 2 * args.messages
+    once = _counted(args.load, args.messages, made, args.seed, args.tree)
+    twice = _counted(args.load, made, made, args.seed, args.tree)
+    more = twice[0] - once[0]
+    instructions = (twice[1] - once[1]) / more
+    misses = (twice[2] - once[2]) / more
+    print(
+        f"{args.load} load, {more:,} more messages routed: {instructions:,.0f} instructions "
+        f"and {misses:.3f} last-level cache misses per routed message"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,40 @@
+"""The instruction-count benchmark: its load, and what it says without valgrind."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+RunScript = Callable[..., subprocess.CompletedProcess[str]]
+"""The ``run_script`` fixture (tests/scripts/conftest.py)."""
+
+
+def test_the_counted_load_routes_every_message_to_both_sinks(run_script: RunScript) -> None:
+    for load in ("query", "mixed"):
+        run = run_script("bench_instructions.py", "--run", "3000", "--made", "6000", "--load", load)
+        assert run.returncode == 0, run.stderr
+        routed = int(run.stdout.split("routed ")[1])
+        written = int(run.stdout.split(" bytes written")[0])
+        # Whole reads: at least what was asked, at most one read more.
+        assert 3000 <= routed < 3000 + 64 * 1024 // 23
+        if load == "query":
+            assert written == 2 * 30 * routed  # every 30-byte query copied to both sinks
+        else:  # 23-byte pings and 30-byte queries to both sinks, our 37-byte pongs back
+            assert 2 * 23 * routed + 37 * routed // 2 < written < (2 * 30 + 37) * routed
+
+
+def test_without_valgrind_it_says_so(tmp_path: Path) -> None:
+    script = Path(__file__).resolve().parents[2] / "scripts" / "bench_instructions.py"
+    run = subprocess.run(
+        [sys.executable, str(script), "--messages", "10"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PATH": str(tmp_path)},
+        timeout=60,
+        check=False,
+    )
+    assert run.returncode == 1
+    assert "valgrind is not installed" in run.stderr
