@@ -27,6 +27,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Final
 
+from mypy_extensions import i64
+
 from .codec import decode_message, encode_message
 from .constants import DEFAULT_MAX_PAYLOAD, HEADER_SIZE, ByeCode
 from .errors import RemoteProtocolError, StreamBrokenError, TruncatedStreamError
@@ -194,19 +196,20 @@ class FrameDecoder:
             buffer = bytes(pending)
         else:
             buffer = data if isinstance(data, bytes) else bytes(data)
-        available = len(buffer)
-        limit = self.max_payload
+        # Machine integers once compiled (plain ints interpreted): the offsets' arithmetic
+        # is then plain C, with no check for ints too large for a machine word.
+        available: i64 = len(buffer)
+        limit: i64 = self.max_payload
         source = self.source
         frames: list[Frame] = []
-        append = frames.append
-        position = 0
-        needed = HEADER_SIZE
+        position: i64 = 0
+        needed: i64 = HEADER_SIZE
         by_index = _COMPILED
         while available - position >= HEADER_SIZE:
             if by_index:
                 # Compiled, each index is a read from the buffer into a machine integer;
                 # the struct call below would build a tuple and five objects.
-                length = (
+                length: i64 = (
                     buffer[position + 19]
                     | buffer[position + 20] << 8
                     | buffer[position + 21] << 16
@@ -217,7 +220,8 @@ class FrameDecoder:
                 ttl = buffer[position + 17]
                 hops = buffer[position + 18]
             else:
-                guid, payload_type, ttl, hops, length = _unpack_header(buffer, position)
+                guid, payload_type, ttl, hops, unpacked = _unpack_header(buffer, position)
+                length = unpacked
             if length > limit:
                 self._pending = bytearray()
                 self._failure = FrameTooLargeError(length, limit, frames)
@@ -227,7 +231,9 @@ class FrameDecoder:
             if end > available:
                 needed = end - position
                 break
-            append(Frame(guid, payload_type, ttl, hops, buffer[start:end], source))
+            # A list's append by name, not bound to a local: compiled, that is a call of
+            # the list primitive, where a bound method would be a generic call.
+            frames.append(Frame(guid, payload_type, ttl, hops, buffer[start:end], source))
             position = end
         if position < available:
             self._pending = bytearray(buffer[position:])
