@@ -36,6 +36,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Final, Protocol
 
+from mypy_extensions import i64
+
 from gnutella_router.config.sections import RouterConfig
 from gnutella_router.net.route_table import RouteTable
 from gnutella_router.stages.link import Link
@@ -72,14 +74,14 @@ class Copies:
 
     def __init__(self) -> None:
         self._tails: dict[int, bytes] = {}
-        self._last_key = -1
+        self._last_key: i64 = -1
         self._last_tail = b""
 
-    def copy(self, guid: bytes, message_type: int, ttl: int, hops: int, payload: bytes) -> bytes:
+    def copy(self, guid: bytes, message_type: i64, ttl: i64, hops: i64, payload: bytes) -> bytes:
         """``guid``'s message of ``message_type`` with ``ttl`` and ``hops`` and ``payload``,
         encoded (each header field within its byte; lengths within four)."""
-        length = len(payload)
-        key = length << 24 | message_type << 16 | ttl << 8 | hops
+        length: i64 = len(payload)
+        key: i64 = length << 24 | message_type << 16 | ttl << 8 | hops
         if key != self._last_key:
             tails = self._tails
             tail = tails.get(key)
@@ -202,9 +204,9 @@ class FloodPath:
         limits = self.limits
         degrade = limits.degraded_ttl if limits.degrading else None
         degraded = degraded_hops = 0
-        hard = limits.hard_ttl_limit
+        hard: i64 = limits.hard_ttl_limit
         drop_ancient = limits.config.drop_ancient_queries
-        max_ttl = limits.max_ttl
+        max_ttl: i64 = limits.max_ttl
         last_hop = self.has_leaves()
         ping_guids: list[bytes] = []
         ping_details: list[int] = []
@@ -218,8 +220,9 @@ class FloodPath:
         copies_of = self.copies
         size = 0
         for frame in frames:
-            ttl = frame.ttl
-            hops = frame.hops
+            # Machine integers once compiled: header fields are bytes, no check needed.
+            ttl: i64 = frame.ttl
+            hops: i64 = frame.hops
             if not ttl or ttl + hops > hard:
                 return 0
             guid = frame.guid
