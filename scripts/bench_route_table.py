@@ -36,7 +36,7 @@ def _per_guid_batch(batches: list[list[bytes]], details: list[int]) -> float:
     started = time.perf_counter()
     for guids in batches:
         if not table.record_new(guids, 3, now, details):
-            for guid in guids:  # a rotation due: what the router does then
+            for guid in guids:  # two rotations in one batch: what the router does then
                 table.record(guid, 3, now)
         now += 0.0005
     return time.perf_counter() - started

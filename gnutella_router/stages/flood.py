@@ -8,9 +8,10 @@ each: check TTL and hops, check the payload's shape, record the reverse route (w
 also the duplicate check), answer a ping with our pong, and queue a copy with TTL - 1
 and hops + 1 for the broadcast. Done one message at a time, a good half of that is the
 interpreter calling methods. Here the frames of one link's run in a batch are checked
-in one pass, their routes recorded in bulk (:meth:`.RouteTable.record_new`: one
-membership pass per generation and three bulk dict updates), and their copies built in
-a second pass, with no call per message except the pong's send.
+in one pass that also builds their copies (from kept header tails, :class:`Copies`),
+their routes are recorded in bulk (:meth:`.RouteTable.record_new`: a membership pass
+over the previous generation, then one probe-and-insert per GUID), and our pongs go to
+the source in one call when its queue takes them without a decision.
 
 The batch path takes a run only when the per-message rules would give it exactly the
 same outcome with no special case: every frame a ping or a query, TTL and hops within
