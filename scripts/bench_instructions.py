@@ -24,14 +24,20 @@ connection's flush does before its write. The kernel's part (the reads and write
 wake-ups) is not here: it is the same for any version of the router, and the loopback
 benchmarks carry it.
 
-The figure is the difference between two runs, of ``--messages`` and twice as many
-messages, divided by ``--messages``, so that starting Python and importing the router
-cancel out: instructions per routed message, and the last-level cache misses per
-message the simulation counts (reads and writes). Compare two versions by running this
-in each (``scripts/bench_commits.py`` runs the loopback floods).
+The figure is the difference between two counted runs, one routing ``--messages`` and
+one twice as many (both make twice as many, since making them is Python work per
+message), divided by the difference in messages routed, so that starting Python,
+importing the router and making the load cancel out: instructions per routed message,
+and the last-level cache misses per message the simulation counts (reads and writes,
+in a simulated 8 MiB cache). Compare two versions with ``--tree DIR``, a checkout of the
+other version with its hot path compiled in place (``git archive REV | tar -x -C DIR``,
+then ``python -c "import hatch_build; from pathlib import Path;
+hatch_build.compile_hot_path(Path.cwd())"`` in it); ``scripts/bench_commits.py`` runs
+the loopback floods the same way.
 
-Without ``--under-cachegrind`` this script is also the load itself, run by the
-above in a child process: ``--run N`` routes N messages and exits.
+Each counted run is this script again in a child process under valgrind, with ``--run
+N`` (route N messages and exit) and ``PYTHONHASHSEED=0``, so that dicts are laid out
+alike in every run.
 """
 
 from __future__ import annotations

@@ -240,10 +240,11 @@ class RouteTable:
         The router's batch path: one membership pass over the previous generation, then
         one probe-and-insert per GUID into the current one, with no call per message.
         True when every GUID was new (none held, none repeated within ``guids``) and all
-        were recorded, exactly as ``record`` one by one would have, rotations included;
-        False when the table changed nothing the per-message calls would not have
-        changed first (a rotation due by time) and the caller must fall back to
-        ``record`` per message. ``details`` are the packed TTL/hops of each GUID (see
+        were recorded, exactly as ``record`` one by one would have, rotations included.
+        False for a GUID held or repeated, or a batch that would rotate the table twice:
+        then the table has changed nothing that the calls one by one would not change
+        first (a rotation due by time), and the caller must fall back to ``record`` per
+        message. ``details`` are the packed TTL/hops of each GUID (see
         :func:`pack_detail`).
         """
         if now >= self._deadline:
