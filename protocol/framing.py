@@ -205,11 +205,12 @@ class FrameDecoder:
         position: i64 = 0
         needed: i64 = HEADER_SIZE
         by_index = _COMPILED
+        length: i64
         while available - position >= HEADER_SIZE:
             if by_index:
                 # Compiled, each index is a read from the buffer into a machine integer;
                 # the struct call below would build a tuple and five objects.
-                length: i64 = (
+                length = (
                     buffer[position + 19]
                     | buffer[position + 20] << 8
                     | buffer[position + 21] << 16
@@ -220,8 +221,7 @@ class FrameDecoder:
                 ttl = buffer[position + 17]
                 hops = buffer[position + 18]
             else:
-                guid, payload_type, ttl, hops, unpacked = _unpack_header(buffer, position)
-                length = unpacked
+                guid, payload_type, ttl, hops, length = _unpack_header(buffer, position)
             if length > limit:
                 self._pending = bytearray()
                 self._failure = FrameTooLargeError(length, limit, frames)

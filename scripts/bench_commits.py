@@ -38,7 +38,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_compiled import LOADS, flood_each, router_from, tree_first, version_of
+from bench_compiled import LOADS, router_from, side_by_side, tree_first, version_of
 from router_bench.interleaved import ServerCommand
 from router_bench.peers import BenchError
 from router_bench.processes import Problems
@@ -138,25 +138,22 @@ def main(argv: Sequence[str] | None = None) -> int:
             names[role]: partial(router_from, tree) for role, tree in trees.items()
         }
         problems = Problems()
-        rows: list[str] = []
-        for key, load in zip(("mixed", "query"), LOADS, strict=True):
-            if args.only is not None and args.only != key:
-                continue
-            load_name = load[0]
-            try:
-                rates, costs = flood_each(commands, load, args, problems)
-            except BenchError as exc:
-                print(f"FAILED: {exc}")
-                return 1
-            before, after = rates[names["base"]], rates[names["head"]]
-            ratio = f"{after / before:.2f}x" if before and after else "n/a"
-            cost = " -> ".join("n/a" if c is None else f"{c:.2f}" for c in costs.values())
-            rows.append(
-                f"{load_name}: {before or 0:,.0f} -> {after or 0:,.0f} msgs/s per sink "
-                f"({ratio}); µs of server CPU per message {cost}"
-            )
+        loads = [
+            load
+            for key, load in zip(("mixed", "query"), LOADS, strict=True)
+            if args.only is None or args.only == key
+        ]
+        try:
+            compared = side_by_side(commands, loads, args, problems)
+        except BenchError as exc:
+            print(f"FAILED: {exc}")
+            return 1
     print()
-    print("\n".join(rows))
+    for each in compared:
+        print(
+            f"{each.load}: {each.before or 0:,.0f} -> {each.after or 0:,.0f} msgs/s per sink "
+            f"({each.ratio}); µs of server CPU per message {each.cost_change}"
+        )
     return 1 if problems.failures else 0
 
 

@@ -25,6 +25,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -75,22 +76,49 @@ def version_of(tree: Path) -> str:
     return (result.stdout or result.stderr).strip()
 
 
-def flood_each(
+@dataclass(frozen=True)
+class SideBySide:
+    """Two routers under one load: the first's and the second's median messages per
+    sink and µs of CPU per message (None where no run gave a figure)."""
+
+    load: str
+    before: float | None
+    after: float | None
+    costs: tuple[float | None, float | None]
+
+    @property
+    def ratio(self) -> str:
+        """The second's messages per sink over the first's."""
+        return f"{self.after / self.before:.2f}x" if self.before and self.after else "n/a"
+
+    @property
+    def cost_change(self) -> str:
+        """µs of CPU per message, first -> second."""
+        return " -> ".join("n/a" if cost is None else f"{cost:.2f}" for cost in self.costs)
+
+
+def side_by_side(
     commands: Mapping[str, ServerCommand],
-    load: tuple[str, float, int],
+    loads: Sequence[tuple[str, float, int]],
     args: argparse.Namespace,
     problems: Problems,
-) -> tuple[dict[str, float | None], dict[str, float | None]]:
-    """Every server under one of :data:`LOADS`, their runs interleaved: each one's median
-    messages per sink and µs of its CPU per message. Raises BenchError when it cannot."""
-    load_name, query_share, sinks = load
-    wire = Wire.build()
-    blast = Blast(wire, message_kinds(BLAST_MESSAGES, query_share, 1))
-    print(f"\n{load_name}; {args.repeats} runs per router")
-    runs = interleaved_runs(
-        commands, wire=wire, blast=blast, args=args, sinks=sinks, problems=problems
-    )
-    return rates_and_costs(runs)
+) -> list[SideBySide]:
+    """The two routers of ``commands`` (before, then after) under each of ``loads`` (as
+    in :data:`LOADS`), their runs interleaved. Raises BenchError when it cannot."""
+    first, second = commands
+    compared = []
+    for load_name, query_share, sinks in loads:
+        wire = Wire.build()
+        blast = Blast(wire, message_kinds(BLAST_MESSAGES, query_share, 1))
+        print(f"\n{load_name}; {args.repeats} runs per router")
+        runs = interleaved_runs(
+            commands, wire=wire, blast=blast, args=args, sinks=sinks, problems=problems
+        )
+        rates, costs = rates_and_costs(runs)
+        compared.append(
+            SideBySide(load_name, rates[first], rates[second], (costs[first], costs[second]))
+        )
+    return compared
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -118,28 +146,22 @@ def main(argv: Sequence[str] | None = None) -> int:
             "pure Python": lambda port, home: router_from(pure, port, home),
             "compiled": lambda port, home: router_from(compiled, port, home),
         }
-        rows: list[tuple[str, str, str, str, str]] = []
         problems = Problems()
-        for load in LOADS:
-            load_name = load[0]
-            try:
-                rates, costs = flood_each(commands, load, args, problems)
-            except BenchError as exc:
-                print(f"FAILED: {exc}")
-                return 1
-            before, after = rates["pure Python"], rates["compiled"]
-            ratio = f"{after / before:.2f}x" if before and after else "n/a"
-            rows.append(
-                (
-                    load_name,
-                    "n/a" if before is None else f"{before:,.0f}",
-                    "n/a" if after is None else f"{after:,.0f}",
-                    ratio,
-                    " -> ".join(
-                        "n/a" if costs[name] is None else f"{costs[name]:.2f}" for name in commands
-                    ),
-                )
+        try:
+            compared = side_by_side(commands, LOADS, args, problems)
+        except BenchError as exc:
+            print(f"FAILED: {exc}")
+            return 1
+        rows = [
+            (
+                each.load,
+                "n/a" if each.before is None else f"{each.before:,.0f}",
+                "n/a" if each.after is None else f"{each.after:,.0f}",
+                each.ratio,
+                each.cost_change,
             )
+            for each in compared
+        ]
     print()
     for row in rows:
         print("  ".join(row))

@@ -96,6 +96,11 @@ def pack_entry(value: int, offset: float, detail: int) -> int:
     return value << VALUE_SHIFT | milliseconds << 8 | detail
 
 
+def _recorded_at(entry: int, since: float) -> float:
+    """When ``entry`` was recorded, to the millisecond, in a generation begun at ``since``."""
+    return since + (entry >> 8 & _OFFSET_LIMIT) / 1000.0
+
+
 @dataclass(frozen=True, slots=True)
 class RouteTableStatistics:
     """A snapshot of one table, taken after any rotation that ``now`` makes due."""
@@ -453,7 +458,7 @@ class RouteTable:
     def _entry(
         self, guid: bytes, entry: int, since: float, generation: _Generation, now: float
     ) -> RouteEntry:
-        recorded_at = since + (entry >> 8 & _OFFSET_LIMIT) / 1000.0
+        recorded_at = _recorded_at(entry, since)
         return RouteEntry(
             guid,
             entry >> VALUE_SHIFT,
@@ -485,8 +490,7 @@ class RouteTable:
         oldest_age = None
         for table, since, _ in reversed(self._generations()):
             if table:
-                oldest = next(iter(table.values()))
-                oldest_age = now - (since + (oldest >> 8 & _OFFSET_LIMIT) / 1000.0)
+                oldest_age = now - _recorded_at(next(iter(table.values())), since)
                 break
         return RouteTableStatistics(
             name=self._name,

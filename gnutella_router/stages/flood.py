@@ -60,6 +60,11 @@ TAILS_KEPT: Final = 1024
 """Distinct header tails a :class:`Copies` keeps; past that it starts again."""
 
 
+def header_tail(message_type: int, ttl: int, hops: int, length: int) -> bytes:
+    """The seven header bytes after the GUID, as packed: type, TTL, hops, length."""
+    return _pack_header(_NO_GUID, message_type, ttl, hops, length)[16:]
+
+
 class Copies:
     """Builds the copies the router forwards: a message with a new TTL and hops.
 
@@ -89,7 +94,7 @@ class Copies:
             if tail is None:
                 if len(tails) >= TAILS_KEPT:
                     tails.clear()
-                tail = _pack_header(_NO_GUID, message_type, ttl, hops, length)[16:]
+                tail = header_tail(message_type, ttl, hops, length)
                 tails[key] = tail
             self._last_key = key
             self._last_tail = tail
@@ -319,7 +324,7 @@ class FloodPath:
         for detail in set(details):
             hops = detail & 0x0F
             if hops not in tails:
-                tails[hops] = _pack_header(bytes(16), PONG, hops + 1, 0, len(pong))[16:] + pong
+                tails[hops] = header_tail(PONG, hops + 1, 0, len(pong)) + pong
         if len(tails) == 1:
             tail = tails.popitem()[1]
             pongs = [guid + tail for guid in guids]

@@ -58,7 +58,7 @@ from gnutella_router.stages import vendor_messages
 from gnutella_router.stages.admission import admit
 from gnutella_router.stages.destinations import DestinationFilter
 from gnutella_router.stages.dynamic_query import TICK_SECONDS, DynamicQuerying
-from gnutella_router.stages.flood import FloodPath, RunCopies, runs_of
+from gnutella_router.stages.flood import Copies, FloodPath, RunCopies, runs_of
 from gnutella_router.stages.link import Link
 from gnutella_router.stages.pongs import CachedAnswers, OwnPong, PongCache
 from gnutella_router.stages.query_routing import QueryRouting
@@ -157,6 +157,8 @@ class GnutellaRouter(ReplyRouting):
         self.own_pong = OwnPong(own_address, now)
         self.cached_answers = CachedAnswers(self.pong_cache, config.pongs_per_ping)
         self.query_delay = config.query_delay_ms / 1000.0
+        self._copy = Copies().copy
+        """Builds the broadcast copies on the per-message path, as the batch path does."""
         self._fan_datas: list[bytes] = []
         self._fan_bytes = 0
         self._fan_runs: list[tuple[Link, int]] = []
@@ -189,8 +191,6 @@ class GnutellaRouter(ReplyRouting):
             max_pool_size=config.max_threads,
             batch_size=config.batch_size,
         )
-        self._batch_ceiling = config.batch_size
-        """The largest batch the stage takes (the batching controller only lowers it)."""
         self.admission = None if self.shedder is None else self.shedder.controller
         """The response-time controller (under that shedding policy): it is told the
         stage's response times, and its TTL cut degrades forwarded queries."""
@@ -468,7 +468,7 @@ class GnutellaRouter(ReplyRouting):
                     forwarded[QUERY] += queries
         self.query_routing.end_batch()
         if next_batch_due:
-            upcoming = self._batch_ceiling
+            upcoming = self.config.batch_size  # the largest batch the stage takes
             self._flush_links([c for c in connections if not c.may_defer_flush(upcoming)])
         else:
             self._flush_links(connections)
@@ -543,9 +543,7 @@ class GnutellaRouter(ReplyRouting):
             runs = self._fan_runs  # _fan_from, inlined
             if not runs or runs[-1][0] is not connection:
                 runs.append((connection, len(self._fan_datas)))
-            self._fan_datas.append(
-                _pack_header(guid, PING, ttl - 1, hops + 1, len(payload)) + payload
-            )
+            self._fan_datas.append(self._copy(guid, PING, ttl - 1, hops + 1, payload))
             self._fan_bytes += HEADER_SIZE + len(payload)
 
     def _accept_query(self, connection: Link, frame: Frame, now: float) -> bytes | None:
@@ -588,8 +586,8 @@ class GnutellaRouter(ReplyRouting):
                 return None
             # Its last hop: it still goes to the leaves that match (as gtk-gnutella
             # does), marked by TTL 0 here and sent with TTL 1, and to no ultrapeer.
-            return _pack_header(frame.guid, QUERY, 0, hops + 1, len(payload)) + payload
-        return _pack_header(frame.guid, QUERY, ttl - 1, hops + 1, len(payload)) + payload
+            return self._copy(frame.guid, QUERY, 0, hops + 1, payload)
+        return self._copy(frame.guid, QUERY, ttl - 1, hops + 1, payload)
 
     def _observe_response(self, seconds: float, now: float, oldest: Frame) -> None:
         assert self.admission is not None
