@@ -249,7 +249,15 @@ def _counted(kind: str, count: int, made: int, seed: int, tree: str | None) -> t
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--load", choices=LOADS, default="query")
-    parser.add_argument("--messages", type=int, default=100_000, metavar="N")
+    parser.add_argument(
+        "--messages",
+        type=int,
+        default=100_000,
+        metavar="N",
+        help="count the messages routed past the first N (100,000: with the router's "
+        "50,000 per route-table generation, two full generations are dropped in the "
+        "window, as in a long flood)",
+    )
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument(
         _TREE,
@@ -308,7 +316,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "|---|---:|---:|",
             *rows,
             "",
-            "Rerun: `.venv/bin/python scripts/bench_instructions.py --write` (about three "
+            "Rerun: `.venv/bin/python scripts/bench_instructions.py --write` (about two "
             "minutes; needs valgrind).",
         ]
         print(f"wrote {replace_section('instructions', lines)}")
