@@ -121,6 +121,7 @@ def _route(kind: str, count: int, made: int, seed: int) -> int:
             self.flow_controlled = False
             self.hops_flow = NO_HOPS_FLOW
             self.written = 0
+            self.writer_busy = False  # its writes are made in flush, none left over
 
         def send(self, data: bytes, message_type: int, hops: int, now: float) -> bool:
             return self.outgoing.offer(data, message_type, hops, now).name == "QUEUED"

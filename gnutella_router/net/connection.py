@@ -296,6 +296,12 @@ class Connection:
             and not self.closing
         )
 
+    @property
+    def writer_busy(self) -> bool:
+        """Whether the writer holds work the socket has not taken (see :class:`Link`):
+        it is not parked idle, or a deflate is under way."""
+        return self._deferred or not self._writer_waiting
+
     def flush(self) -> None:
         """Send what is queued now if the writer is idle; otherwise leave it to the writer.
 

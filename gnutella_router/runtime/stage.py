@@ -21,6 +21,14 @@ blocked event waits, which is the paper's single-threaded router. The pool can b
 resized while running (the thread governor does this), and shrinking only ever stops a
 worker between batches.
 
+After a batch a worker lets every other task run (two scheduler rounds, see
+:meth:`Stage._work`) before it takes the next, so that the tasks its batch woke (the
+connections' writers, the readers waiting for room) go on first. A stage may skip that
+when it is safe (``may_continue``): under a flood, the rounds between batches were a
+good part of a batch's cost. The skip is bounded: only while a whole batch more is
+queued, and for at most :data:`RUN_BUDGET_SECONDS` since the worker last let the others
+run; nobody admits meanwhile, so the queue only shrinks.
+
 Routing state is touched only from the trio thread, so handlers need no locks.
 """
 
@@ -41,6 +49,11 @@ from gnutella_router.runtime.meters import BatchMeter, StageMeter
 
 T = TypeVar("T")
 R = TypeVar("R")
+
+RUN_BUDGET_SECONDS = 0.001
+"""How long a worker may go on taking batches without letting the other tasks run,
+when its stage says it may (``may_continue``): under the latency a batch's own routing
+time adds anyway at the default sizes."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -371,7 +384,12 @@ class Stage(Generic[T]):
         pool_size: int = 1,
         max_pool_size: int = 20,
         batch_size: int = 250,
+        may_continue: Callable[[], bool] | None = None,
     ) -> None:
+        """``may_continue``, when given, is asked after a batch while a whole batch more
+        is queued: whether the worker may take it at once, before the tasks the batch
+        woke have run (see the module). Without it, every batch is followed by the
+        scheduler rounds."""
         if not 1 <= pool_size <= max_pool_size:
             raise ValueError(f"stage {name!r}: pool size must be within 1..{max_pool_size}")
         if batch_size < 1:
@@ -380,6 +398,9 @@ class Stage(Generic[T]):
         self.queue: StageQueue[T] = StageQueue(name, threshold)
         self.handler = handler
         self.batch_size = batch_size
+        self.may_continue = may_continue
+        self.batches_in_a_row = 0
+        """Batches taken without the scheduler rounds in between (see ``may_continue``)."""
         self.max_pool_size = max_pool_size
         self._pool_size = pool_size
         self._workers: list[_Worker] = []
@@ -456,11 +477,14 @@ class Stage(Generic[T]):
         queue = self.queue
         handler = self.handler
         turn = self._turn
+        may_continue = self.may_continue
+        yielded_at = trio.current_time()  # when the other tasks last had their turn
         try:
             with worker.cancel_scope:
                 while not worker.retire:
                     if not queue:
                         await queue.wait_for_events()
+                        yielded_at = trio.current_time()
                         continue
                     try:
                         # Without waiting when the turn is free: Lock.acquire() always
@@ -502,6 +526,16 @@ class Stage(Generic[T]):
                         # A handler that handed events back says how many it handled
                         # (None: all of them); the rest are counted by whoever takes them.
                         self.events += len(batch) if handled is None else handled
+                        if (
+                            may_continue is not None
+                            and len(queue) >= self.batch_size
+                            and ended - yielded_at < RUN_BUDGET_SECONDS
+                            and may_continue()
+                        ):
+                            # A whole batch is waiting and nothing the batch did needs
+                            # another task first: take it without the rounds below.
+                            self.batches_in_a_row += 1
+                            continue
                         # Two schedule points, still holding the turn. trio runs each
                         # round of runnable tasks in a random order, so after a single
                         # yield a worker may run again before the connection writers
@@ -513,6 +547,7 @@ class Stage(Generic[T]):
                         # router skips a flush only where one batch more still fits).
                         await trio.lowlevel.checkpoint()
                         await trio.lowlevel.checkpoint()
+                        yielded_at = trio.current_time()
                     finally:
                         # Cancelled while waiting on its thread, a worker may not have
                         # got the turn back (see run_blocking): release only if held.

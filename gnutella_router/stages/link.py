@@ -86,6 +86,13 @@ class Link(Protocol):
         when that cannot change a verdict of the link's outgoing-queue policy."""
         ...
 
+    @property
+    def writer_busy(self) -> bool:
+        """Whether the link's writer has work the socket has not taken yet (the rest of
+        a write, or a deflate under way): it needs the scheduler before the router
+        queues another batch here."""
+        ...
+
     def frames_done(self, count: int) -> None:
         """The router has finished with ``count`` more of this link's frames (routed,
         dropped or shed): a link whose peer hung up closes once all are done."""

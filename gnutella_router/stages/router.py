@@ -190,6 +190,7 @@ class GnutellaRouter(ReplyRouting):
             pool_size=config.threads,
             max_pool_size=config.max_threads,
             batch_size=config.batch_size,
+            may_continue=self._links_written,
         )
         self.admission = None if self.shedder is None else self.shedder.controller
         """The response-time controller (under that shedding policy): it is told the
@@ -472,6 +473,14 @@ class GnutellaRouter(ReplyRouting):
             self._flush_links([c for c in connections if not c.may_defer_flush(upcoming)])
         else:
             self._flush_links(connections)
+
+    def _links_written(self) -> bool:
+        """Whether no link's writer has work left (every write of the batch went straight
+        to its socket, or waits for the next batch by :meth:`Link.may_defer_flush`): the
+        stage may then route its next batch before the other tasks run. A writer with
+        work must run first, or its peer's queue could grow by more than a batch between
+        two writes, and the slow-peer threshold is set on the promise that it does not."""
+        return not any(link.writer_busy for link in self._connections())
 
     # ------------------------------------------------------------------ dynamic querying
 

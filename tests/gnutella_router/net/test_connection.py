@@ -208,3 +208,39 @@ async def test_writes_may_wait_for_the_next_batch_only_while_no_verdict_can_chan
     link.outgoing = ThresholdQueue(max_messages=500)
     link.close("test")
     assert not link.may_defer_flush(1)
+
+
+async def test_the_writer_is_busy_only_while_the_socket_has_not_taken_a_write() -> None:
+    """The router may route its next batch before the writers run only while no writer
+    is busy: after a write the socket took whole, none is; after one it took in part,
+    the writer holds the rest until the peer has read enough."""
+    ours, theirs = socket.socketpair()
+    ours.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+    theirs.setblocking(False)
+    link = connection(trio.SocketStream(trio.socket.from_stdlib_socket(ours)), "incoming")
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(link.run, _ignore)
+            await trio.testing.wait_all_tasks_blocked()
+            assert not link.writer_busy  # parked with nothing to write
+            small = queries(3, b"x")
+            queue_all(link, small)
+            link.flush()
+            assert not link.writer_busy  # the socket took it whole
+            assert _received(theirs) == b"".join(small)
+            big = queries(400, b"y" * 500)  # far more than the socket buffers
+            queue_all(link, big)
+            link.flush()
+            assert link.writer_busy
+            got = b""
+            with trio.fail_after(10):
+                while len(got) < len(b"".join(big)):
+                    got += _received(theirs)
+                    await trio.sleep(0.001)
+            await trio.testing.wait_all_tasks_blocked()
+            assert got == b"".join(big)
+            assert not link.writer_busy  # all written: parked again
+            nursery.cancel_scope.cancel()
+    finally:
+        ours.close()
+        theirs.close()

@@ -436,3 +436,18 @@ async def test_writes_wait_for_the_next_batch_only_when_one_is_due_and_fits(
     await net.router.handle(queued)
     assert [link.flushes for link in net.links] == [1, 1, 2]
     assert [f.payload for f in b.sent()] == [first[0].payload, queued[0].payload]
+
+
+async def test_the_next_batch_may_follow_at_once_only_while_no_writer_is_busy(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """The router's stage takes its next batch before the other tasks run only while
+    every link's writes went to its socket: a busy writer must run first."""
+    net = Network()
+    may_continue = net.router.stage.may_continue
+    assert may_continue is not None
+    assert may_continue()
+    net.links[1].busy_writer = True
+    assert not may_continue()
+    net.links[1].busy_writer = False
+    assert may_continue()
