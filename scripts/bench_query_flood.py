@@ -152,10 +152,26 @@ def main(argv: Sequence[str] | None = None) -> int:
             "",
             f"gnutella-router: {verdict}.",
             "",
+            *_failure_notes(problems, runs, args.repeats),
             "Rerun: `.venv/bin/python scripts/bench_query_flood.py --write` (about a minute).",
         ]
         print(f"wrote {replace_section('query_flood', lines)}")
     return 1 if problems.failures else 0
+
+
+def _failure_notes(
+    problems: Problems, runs: dict[str, list[ThroughputRun]], repeats: int
+) -> list[str]:
+    """What went wrong in the runs, for the written section: runs repeated after a
+    failure, runs left out, and whose medians therefore count fewer runs."""
+    notes = [f"- Repeated after a failure: {text}." for text in problems.retried]
+    notes += [f"- Failed: {text}." for text in problems.failures]
+    notes += [
+        f"- {name}: the median of {len(done)} run{'' if len(done) == 1 else 's'}, not {repeats}."
+        for name, done in runs.items()
+        if len(done) != repeats
+    ]
+    return [*notes, ""] if notes else []
 
 
 if __name__ == "__main__":

@@ -57,6 +57,25 @@ def test_a_short_deflate_benchmark_runs_both_routers_to_its_ratio(run_script: Ru
     assert "no ratio" not in run.stdout
 
 
+def test_the_written_section_says_which_runs_failed_and_how_many_each_median_counts() -> None:
+    from bench_query_flood import _failure_notes
+    from router_bench.processes import Cpu, Problems
+    from router_bench.runs import ThroughputRun
+
+    run = ThroughputRun(per_sink=1.0, slowest_sink=1.0, accepted=1.0, cpu=Cpu(None, 0.0, None))
+    problems = Problems()
+    assert _failure_notes(problems, {"a": [run, run], "b": [run, run]}, 2) == []
+    problems.retried.append("a, run 1: sink 1 closed by the server")
+    problems.fail("a, run 2: sink 1 closed by the server")
+    notes = _failure_notes(problems, {"a": [run], "b": [run, run]}, 2)
+    assert notes == [
+        "- Repeated after a failure: a, run 1: sink 1 closed by the server.",
+        "- Failed: a, run 2: sink 1 closed by the server.",
+        "- a: the median of 1 run, not 2.",
+        "",
+    ]
+
+
 def test_each_sample_is_charged_to_its_innermost_recognised_part() -> None:
     lines = [
         "main (x.py:1);Stage._work (s.py:2);GnutellaRouter._flush_broadcasts (r.py:3);"
