@@ -337,6 +337,15 @@ class DaemonCollector(Collector):
             "events": CounterMetricFamily(
                 "gnutella_stage_events", "Events handled by the stage.", labels=["stage"]
             ),
+            "batches": CounterMetricFamily(
+                "gnutella_stage_batches", "Batches handled by the stage.", labels=["stage"]
+            ),
+            "back_to_back": CounterMetricFamily(
+                "gnutella_stage_batches_back_to_back",
+                "Batches taken right after the one before, without letting the other tasks "
+                "run first (under a flood, while every write went straight to its socket).",
+                labels=["stage"],
+            ),
         }
         histograms = {
             "queue_wait": HistogramMetricFamily(
@@ -363,6 +372,8 @@ class DaemonCollector(Collector):
             families["batch"].add_metric([name], stats.batch_size)
             families["busy"].add_metric([name], stats.busy_workers)
             families["events"].add_metric([name], stats.events)
+            families["batches"].add_metric([name], stats.batches)
+            families["back_to_back"].add_metric([name], stats.batches_back_to_back)
             for key, family in histograms.items():
                 _histogram(family, name, getattr(stats, key))
         yield from families.values()

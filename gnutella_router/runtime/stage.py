@@ -52,8 +52,9 @@ R = TypeVar("R")
 
 RUN_BUDGET_SECONDS = 0.001
 """How long a worker may go on taking batches without letting the other tasks run,
-when its stage says it may (``may_continue``): under the latency a batch's own routing
-time adds anyway at the default sizes."""
+when its stage says it may (``may_continue``): about what the four batches of a full
+router queue take to route at the defaults, so a timer or a handshake waits at most
+about that much longer for its turn."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -355,6 +356,9 @@ class StageStatistics:
     thread_seconds: float = 0.0
     turn_wait_seconds: float = 0.0
     """Totals of the blocking calls (see :class:`StageMeter`): where the slow events' time goes."""
+    batches_back_to_back: int = 0
+    """Of ``batches``, those taken right after the one before, without letting the other
+    tasks run first (see ``Stage``'s ``may_continue``): under a flood, most of them."""
 
 
 class _Worker:
@@ -399,8 +403,9 @@ class Stage(Generic[T]):
         self.handler = handler
         self.batch_size = batch_size
         self.may_continue = may_continue
-        self.batches_in_a_row = 0
-        """Batches taken without the scheduler rounds in between (see ``may_continue``)."""
+        self.batches_back_to_back = 0
+        """Batches taken right after the one before, without the scheduler rounds in
+        between (see ``may_continue``)."""
         self.max_pool_size = max_pool_size
         self._pool_size = pool_size
         self._workers: list[_Worker] = []
@@ -534,7 +539,7 @@ class Stage(Generic[T]):
                         ):
                             # A whole batch is waiting and nothing the batch did needs
                             # another task first: take it without the rounds below.
-                            self.batches_in_a_row += 1
+                            self.batches_back_to_back += 1
                             continue
                         # Two schedule points, still holding the turn. trio runs each
                         # round of runnable tasks in a random order, so after a single
@@ -649,6 +654,7 @@ class Stage(Generic[T]):
             blocking_calls=self._blocking_calls,
             thread_seconds=self._thread_seconds,
             turn_wait_seconds=self._turn_wait_seconds,
+            batches_back_to_back=self.batches_back_to_back,
             idle_seconds=idle,
             queue_wait=self.queue_wait.snapshot(),
             service_time=self.service_time.snapshot(),

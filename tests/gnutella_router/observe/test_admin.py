@@ -165,6 +165,9 @@ async def test_metrics_match_the_daemons_counters(tmp_path: Path) -> None:
         assert value("gnutella_stage_queue_threshold", stage="router") == 1000
         assert value("gnutella_stage_queue_length", stage="router") == 0
         assert value("gnutella_stage_pool_size", stage="router") == 1
+        assert value("gnutella_stage_batches_total", stage="router") >= 1
+        # Two messages at this pace never fill a batch: no batch followed another at once.
+        assert value("gnutella_stage_batches_back_to_back_total", stage="router") == 0
         assert value("gnutella_outgoing_queue_bytes") >= 0
         assert value("gnutella_router_info", version=__version__, guid=daemon.guid.hex()) == 1
 

@@ -15,9 +15,10 @@ async def _run(
     events: int,
     batch_size: int = 10,
     seconds_a_batch: float = 0.0,
-) -> list[str]:
-    """Route ``events`` queued at once; return what ran, in order: ``batch`` for each
-    batch the worker handled, ``other`` each time the test's own task had its turn."""
+) -> tuple[list[str], int]:
+    """Route ``events`` queued at once; return what ran, in order (``batch`` for each
+    batch the worker handled, ``other`` each time the test's own task had its turn), and
+    the batches the stage counted as taken back to back."""
     ran: list[str] = []
 
     async def handler(batch: list[int]) -> None:
@@ -39,7 +40,7 @@ async def _run(
             await trio.lowlevel.checkpoint()
         nursery.cancel_scope.cancel()
     # Only the turns between batches matter: drop the test's turns before the first.
-    return ran[ran.index("batch") :]
+    return ran[ran.index("batch") :], stage.statistics().batches_back_to_back
 
 
 def _runs_of_batches(ran: list[str]) -> list[int]:
@@ -57,24 +58,23 @@ def _runs_of_batches(ran: list[str]) -> list[int]:
     return runs
 
 
-async def test_without_leave_every_batch_lets_the_other_tasks_run(
+async def test_unless_the_stage_may_continue_every_batch_lets_the_other_tasks_run(
     mock_clock: trio.testing.MockClock,
 ) -> None:
-    clock = mock_clock
-    ran = await _run(clock, may_continue=None, events=40)
-    assert _runs_of_batches(ran) == [1, 1, 1, 1]
-    ran = await _run(clock, may_continue=False, events=40)
-    assert _runs_of_batches(ran) == [1, 1, 1, 1]
+    ran, back_to_back = await _run(mock_clock, may_continue=None, events=40)
+    assert (_runs_of_batches(ran), back_to_back) == ([1, 1, 1, 1], 0)
+    ran, back_to_back = await _run(mock_clock, may_continue=False, events=40)
+    assert (_runs_of_batches(ran), back_to_back) == ([1, 1, 1, 1], 0)
 
 
-async def test_with_leave_a_full_queue_is_routed_back_to_back(
+async def test_when_it_may_continue_a_full_queue_is_routed_back_to_back(
     mock_clock: trio.testing.MockClock,
 ) -> None:
     """Nobody admits while the worker goes on, so it stops once less than a whole batch
     is left: 45 events in batches of 10 are four batches in a row, then the last five
     after the other tasks have run."""
-    ran = await _run(mock_clock, may_continue=True, events=45)
-    assert _runs_of_batches(ran) == [4, 1]
+    ran, back_to_back = await _run(mock_clock, may_continue=True, events=45)
+    assert (_runs_of_batches(ran), back_to_back) == ([4, 1], 3)
 
 
 async def test_the_worker_lets_the_others_run_once_its_budget_is_spent(
@@ -82,7 +82,7 @@ async def test_the_worker_lets_the_others_run_once_its_budget_is_spent(
 ) -> None:
     """Time stands still but for the batches, each 0.4 of the budget: after the third
     the budget is spent, so the others run, and the count starts again."""
-    ran = await _run(
+    ran, back_to_back = await _run(
         mock_clock, may_continue=True, events=60, seconds_a_batch=RUN_BUDGET_SECONDS * 0.4
     )
-    assert _runs_of_batches(ran) == [3, 3]
+    assert (_runs_of_batches(ran), back_to_back) == ([3, 3], 4)
