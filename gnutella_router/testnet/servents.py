@@ -39,6 +39,23 @@ def free_port(host: str = LOOPBACK) -> int:
         return int(probe.getsockname()[1])
 
 
+def free_router_port(host: str = LOOPBACK) -> int:
+    """A port nothing uses now whose next port is free too: a router started there with
+    no ``admin.listen`` puts its admin interface on the next port, and exits if it cannot
+    (for scripts and tests that start routers on a free port)."""
+    for _ in range(100):
+        port = free_port(host)
+        if port >= 65535:
+            continue
+        with socket.socket() as probe:
+            try:
+                probe.bind((host, port + 1))
+            except OSError:
+                continue
+        return port
+    raise OSError(f"no two free ports side by side on {host}")
+
+
 def attachments(servents: int, routers: int, seed: int) -> list[list[int]]:
     """For each servent, the routers that dial it: :data:`LINKS_PER_SERVENT` of them
     (all, when there are fewer), drawn with ``seed``."""

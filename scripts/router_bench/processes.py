@@ -15,6 +15,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gnutella_router.testnet.servents import free_router_port
 from router_bench.peers import BenchError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -67,10 +68,9 @@ def listener_pid(port: int) -> int | None:
 
 
 def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+    """A loopback port for a server, with the next one free too (a router's default
+    admin port)."""
+    return free_router_port()
 
 
 class Server:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -10,14 +9,14 @@ from pathlib import Path
 import trio
 
 from gnutella_router.testnet.process import start_router_process
+from gnutella_router.testnet.servents import free_router_port
 
 COMMAND = [sys.executable, "-m", "gnutella_router"]
 
 
 def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
+    """A loopback port for a router, with its default admin port (the next) free too."""
+    return free_router_port()
 
 
 def start(args: list[str], state: Path) -> subprocess.Popen[bytes]:

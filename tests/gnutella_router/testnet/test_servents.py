@@ -85,3 +85,28 @@ async def test_a_servent_that_does_not_start_is_named(tmp_path: Path) -> None:
     assert outcome.error.startswith("servent-0 exited with status 3 before it listened")
     assert "no such servent on" in outcome.error  # the end of its log, quoted
     assert outcome.summary["nodes"] == []  # no router was started for nothing
+
+
+def test_a_router_port_comes_with_the_next_port_free(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A router puts its admin interface on the next port by default: a candidate whose
+    next port is taken is passed over."""
+    import socket
+
+    from gnutella_router.testnet import servents
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        busy = int(taken.getsockname()[1])
+        real = servents.free_port
+        candidates = iter([busy - 1])  # the first answer: its next port is taken
+
+        def candidate(host: str) -> int:
+            return next(candidates, None) or real(host)
+
+        monkeypatch.setattr(servents, "free_port", candidate)
+        port = servents.free_router_port()
+        assert port != busy - 1
+        for each in (port, port + 1):
+            with socket.socket() as probe:
+                probe.bind(("127.0.0.1", each))
