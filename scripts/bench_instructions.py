@@ -17,12 +17,12 @@ directly.
 
 What runs, in one process with no sockets: a ``GnutellaRouter`` on its defaults with
 three ultrapeer links (one source, two sinks) whose outgoing queues are the real
-threshold queues; 64 KiB reads of pre-encoded messages (TTL 2, every GUID unique) cut by
-the real ``FrameDecoder``; the frames handed to the router 250 at a time, as its stage
-takes them; after each batch every sink's queue taken and joined into one buffer, as a
-connection's flush does before its write. The kernel's part (the reads and writes, the
-wake-ups) is not here: it is the same for any version of the router, and the loopback
-benchmarks carry it.
+threshold queues; 64 KiB reads of the loopback benchmarks' 30-byte messages (TTL 2,
+every GUID unique) cut by the real ``FrameDecoder``; the frames handed to the router 250
+at a time, as its stage takes them; after each batch every sink's queue taken and joined
+into one buffer, as a connection's flush does before its write. The kernel's part (the
+reads and writes, the wake-ups) is not here: it is the same for any version of the
+router, and the loopback benchmarks carry it.
 
 The figure is the difference between two counted runs, one routing ``--messages`` and
 one twice as many (both make twice as many, since making them is Python work per
@@ -64,25 +64,20 @@ LOADS = ("query", "mixed")
 READ_SIZE = 64 * 1024
 BATCH = 250
 """Frames per router batch: the router stage's default ``batch_size``."""
+MIXED_QUERY_SHARE = 0.15
+"""The mixed load's queries, as in ``scripts/bench_router.py``."""
 
 
 def _load(kind: str, count: int, seed: int) -> list[bytes]:
-    """``count`` encoded messages in reads of at most :data:`READ_SIZE` bytes."""
-    from protocol.codec import encode_message
-    from protocol.constants import HEADER_SIZE
-    from protocol.header import HEADER_STRUCT
-    from protocol.messages import Message, Query
+    """``count`` messages in reads of at most :data:`READ_SIZE` bytes: the loopback
+    benchmarks' ping and query (:class:`router_bench.peers.Wire`) in their order and
+    shares (``message_kinds``), each with a GUID of its own."""
+    from router_bench.peers import Wire, message_kinds
 
+    wire = Wire.build()
     rng = random.Random(seed)
-    # The loopback benchmarks' query: 30 bytes in all, a modern flags word.
-    query = encode_message(Message(bytes(16), 2, 0, Query(b"jazz")))[HEADER_SIZE:]
-    messages = []
-    for _ in range(count):
-        guid = rng.randbytes(16)
-        if kind == "query" or rng.random() < 0.15:
-            messages.append(HEADER_STRUCT.pack(guid, 0x80, 2, 0, len(query)) + query)
-        else:
-            messages.append(HEADER_STRUCT.pack(guid, 0x00, 2, 0, 0))
+    kinds = message_kinds(count, 1.0 if kind == "query" else MIXED_QUERY_SHARE, seed)
+    messages = [rng.randbytes(16) + (wire.query if q else wire.ping)[16:] for q in kinds]
     reads: list[bytes] = []
     chunk: list[bytes] = []
     size = 0
@@ -304,7 +299,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             "",
             f"Counted on {machine()}, under valgrind's cachegrind (its last-level cache "
             f"set to 8 MiB, 16-way); {described}. The router's own work, with no sockets: "
-            "64 KiB reads of 30-byte queries (or 85 % 23-byte pings, 15 % queries), TTL 2, "
+            "64 KiB reads of the loopback benchmarks' 30-byte queries (or 85 % pings, 15 % "
+            "queries, of the same size), TTL 2, "
             "every GUID unique, cut by the real decoder and routed 250 frames a batch from "
             "one ultrapeer to two, each sink's queue joined after every batch. The figure "
             f"is the difference between routing {args.messages:,} and {made:,} messages, "

@@ -58,7 +58,7 @@ from gnutella_router.stages import vendor_messages
 from gnutella_router.stages.admission import admit
 from gnutella_router.stages.destinations import DestinationFilter
 from gnutella_router.stages.dynamic_query import TICK_SECONDS, DynamicQuerying
-from gnutella_router.stages.flood import Copies, FloodPath, RunCopies, runs_of
+from gnutella_router.stages.flood import FloodPath, RunCopies, runs_of
 from gnutella_router.stages.link import Link
 from gnutella_router.stages.pongs import CachedAnswers, OwnPong, PongCache
 from gnutella_router.stages.query_routing import QueryRouting
@@ -82,7 +82,6 @@ from protocol.constants import (
     message_type_name,
 )
 from protocol.framing import Frame
-from protocol.header import HEADER_STRUCT
 from protocol.messages import (
     Message,
     Ping,
@@ -94,7 +93,6 @@ PING = MessageType.PING
 QUERY = MessageType.QUERY
 HOP_BY_HOP = frozenset({MessageType.STANDARD_VENDOR})
 
-_pack_header = HEADER_STRUCT.pack
 _TYPE_BYTE = operator.itemgetter(16)
 """The payload type's offset in an encoded message."""
 _TTL_BYTE = operator.itemgetter(17)
@@ -157,8 +155,6 @@ class GnutellaRouter(ReplyRouting):
         self.own_pong = OwnPong(own_address, now)
         self.cached_answers = CachedAnswers(self.pong_cache, config.pongs_per_ping)
         self.query_delay = config.query_delay_ms / 1000.0
-        self._copy = Copies().copy
-        """Builds the broadcast copies on the per-message path, as the batch path does."""
         self._fan_datas: list[bytes] = []
         self._fan_bytes = 0
         self._fan_runs: list[tuple[Link, int]] = []
@@ -222,6 +218,9 @@ class GnutellaRouter(ReplyRouting):
             has_leaves=lambda: bool(self.query_routing.leaves),
             broadcast=self._broadcast_many,
         )
+        self._copy = self._flood.copies.copy
+        """Encodes the messages the per-message path sends (copies, our pongs) with the
+        batch path's kept header tails."""
 
     # ------------------------------------------------------------------ admission
 
@@ -535,23 +534,21 @@ class GnutellaRouter(ReplyRouting):
             self._duplicate(self.ping_routes, connection, frame, now)
             return
         pong = self.own_pong.payload(connection.capabilities.ggep, now)
-        if connection.send(_pack_header(guid, PONG, hops + 1, 0, len(pong)) + pong, PONG, 0, now):
+        if connection.send(self._copy(guid, PONG, hops + 1, 0, pong), PONG, 0, now):
             self.generated[PONG] += 1
         if connection.capabilities.pong_caching or connection.capabilities.ultrapeer is False:
             links = self._connections()
             if ttl > 1 and self.cached_answers.due(connection.id, now, links):
                 for cached, cached_hops in self.cached_answers.answers(connection, now, links):
-                    header = _pack_header(guid, PONG, hops + 1, cached_hops + 1, len(cached))
-                    if connection.send(header + cached, PONG, cached_hops + 1, now):
+                    answer = self._copy(guid, PONG, hops + 1, cached_hops + 1, cached)
+                    if connection.send(answer, PONG, cached_hops + 1, now):
                         self.generated[PONG] += 1
             return
         room = self.max_ttl - hops
         if ttl > room:
             ttl = room
         if ttl > 1:
-            runs = self._fan_runs  # _fan_from, inlined
-            if not runs or runs[-1][0] is not connection:
-                runs.append((connection, len(self._fan_datas)))
+            self._fan_from(connection)
             self._fan_datas.append(self._copy(guid, PING, ttl - 1, hops + 1, payload))
             self._fan_bytes += HEADER_SIZE + len(payload)
 

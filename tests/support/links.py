@@ -48,8 +48,8 @@ class FakeLink:
         self.malformed_in = 0
         self.bye_code_received: int | None = None
         self.flushes = 0
-        self.busy_writer = False
-        """What :attr:`writer_busy` answers (a fake link has no writer; tests set it)."""
+        self.writer_busy = False
+        """A fake link has no writer: tests set this to play one with work left."""
         self.done = 0
         self.hops_flow = NO_HOPS_FLOW
         self.offences: collections.Counter[Offence] = collections.Counter()
@@ -80,10 +80,6 @@ class FakeLink:
 
     def flush(self) -> None:
         self.flushes += 1
-
-    @property
-    def writer_busy(self) -> bool:
-        return self.busy_writer
 
     def may_defer_flush(self, upcoming: int) -> bool:
         return self.outgoing.has_room_for(upcoming) and not self.closing
