@@ -22,7 +22,7 @@ def test_the_counted_load_routes_every_message_to_both_sinks(run_script: RunScri
         assert 3000 <= routed < 3000 + 64 * 1024 // 23
         if load == "query":
             assert written == 2 * 30 * routed  # every 30-byte query copied to both sinks
-        else:  # 23-byte pings and 30-byte queries to both sinks, our 37-byte pongs back
+        else:  # 30-byte pings and queries to both sinks, our 37-byte pongs back
             assert 2 * 23 * routed + 37 * routed // 2 < written < (2 * 30 + 37) * routed
 
 
