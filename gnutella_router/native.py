@@ -24,6 +24,7 @@ from pathlib import Path
 
 HOT_SOURCES = (
     "protocol/framing.py",
+    "gnutella_router/stages/rules.py",
     "gnutella_router/stages/flood.py",
     "gnutella_router/net/route_table.py",
 )

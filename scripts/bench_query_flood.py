@@ -55,8 +55,10 @@ from router_bench.processes import (
 from router_bench.runs import ThroughputRun
 
 SINKS = 2
-RATIO_FLOOR = 1.3
+RATIO_FLOOR = 1.5
 """gnutella-router's queries per sink over the naive router's: the aim."""
+FORWARDER_FLOOR = 0.9
+"""gnutella-router's queries per sink over the plain forwarder's: the aim."""
 NAIVE = {
     "per-message": "naive router, a write per message",
     "per-read": "naive router, a write per read",
@@ -77,7 +79,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     blast = Blast(wire, message_kinds(BLAST_MESSAGES, 1.0, 1))
     problems = Problems()
     load = os.getloadavg()[0]
-    print(f"{wire.size}-byte queries, 1 source, {SINKS} sinks; {args.repeats} runs per server")
+    print(
+        f"{wire.size}-byte queries, 1 source, {SINKS} sinks, {args.peers} peers; "
+        f"{args.repeats} runs per server"
+    )
     commands: dict[str, ServerCommand] = {
         "gnutella-router": lambda port, home: router_argv(port, home, None),
         NAIVE["per-message"]: lambda port, _: reference_argv(port, "per-message"),
@@ -126,13 +131,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     met = ours is not None and naive is not None and ours >= RATIO_FLOOR * naive
     ratio_text = f"{ours / naive:.2f}x" if ours and naive else "no ratio"
     verdict = f"{ratio_text} the {YARDSTICK} (aim {RATIO_FLOOR}x: {'met' if met else 'not met'})"
+    forwarder = rates["plain forwarder"]
+    if ours and forwarder:
+        near = ours >= FORWARDER_FLOOR * forwarder
+        verdict += (
+            f"; {ours / forwarder:.2f}x the plain forwarder "
+            f"(aim {FORWARDER_FLOOR}x: {'met' if near else 'not met'})"
+        )
     print(f"gnutella-router: {verdict}")
     if args.write:
         lines = [
             "## Query flood (`scripts/bench_query_flood.py`)",
             "",
             f"Measured on {machine()}; load average before the runs {load:.2f}. One source "
-            f"and {SINKS} sinks per server over loopback TCP; the source writes pre-encoded "
+            f"and {SINKS} sinks per server over loopback TCP, every peer announcing "
+            + (
+                "gtk-gnutella 1.2.3's handshake (`--peers gtk-like`: Pong-Caching, GGEP, "
+                "Vendor-Message, X-Query-Routing, X-Max-TTL 4, as real servents do)"
+                if args.peers == "gtk-like"
+                else "a bare ultrapeer's handshake (`--peers minimal`: no Pong-Caching)"
+            )
+            + "; the source writes pre-encoded "
             f"{wire.size}-byte queries (TTL 2, hops 0, every GUID unique) as fast as the "
             "server reads them, the sinks only count bytes. Each figure is the median of "
             f"{args.repeats} runs of {args.duration:g} s after {args.warmup:g} s of warm-up, "

@@ -8,8 +8,8 @@ It times the table as installed: ``GNUTELLA_ROUTER_PURE=1 scripts/venv.sh dev``
 reinstalls it as pure Python, ``scripts/venv.sh dev`` compiles it again.
 
 A table with the router's capacity (50,000 entries per generation) records random
-16-byte GUIDs the way the batch path does (``record_new``, batches of ``--batch``) and
-the way the per-message path does (``record``, one call per GUID), through enough GUIDs
+16-byte GUIDs the way the run router does (``record_many``, runs of ``--batch``) and
+one call per GUID (``record``, as dumps, replies and our own messages do), through enough GUIDs
 that generations fill and rotate, so dropping old generations is in the figure. Each
 figure is the best of ``--repeats`` passes, in ns per GUID; the first line says whether
 the table ran compiled (``gnutella-router --version`` says the same).
@@ -35,9 +35,7 @@ def _per_guid_batch(batches: list[list[bytes]], details: list[int]) -> float:
     now = 0.0
     started = time.perf_counter()
     for guids in batches:
-        if not table.record_new(guids, 3, now, details):
-            for guid in guids:  # two rotations in one batch: what the router does then
-                table.record(guid, 3, now)
+        table.record_many(guids, 3, now, details)
         now += 0.0005
     return time.perf_counter() - started
 
@@ -56,7 +54,7 @@ def _per_guid_single(batches: list[list[bytes]]) -> float:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--guids", type=int, default=1_000_000, help="GUIDs per pass")
-    parser.add_argument("--batch", type=int, default=200, help="GUIDs per record_new call")
+    parser.add_argument("--batch", type=int, default=200, help="GUIDs per record_many call")
     parser.add_argument("--repeats", type=int, default=5, help="passes; the best counts")
     args = parser.parse_args(argv)
     if args.guids < args.batch or args.batch < 1 or args.repeats < 1:
@@ -67,7 +65,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"route table: {native.describe()}; {count:,} GUIDs a pass")
     bulk = min(_per_guid_batch(batches, details) for _ in range(args.repeats))
     single = min(_per_guid_single(batches) for _ in range(args.repeats))
-    print(f"record_new, batches of {args.batch}: {bulk / count * 1e9:.0f} ns per GUID")
+    print(f"record_many, runs of {args.batch}: {bulk / count * 1e9:.0f} ns per GUID")
     print(f"record, one call per GUID:   {single / count * 1e9:.0f} ns per GUID")
     return 0
 

@@ -35,12 +35,12 @@ PARTS: tuple[tuple[str, str], ...] = (
     ("duplicates and reverse routes (route tables)", r"RouteTable\.|RouteTable___|SeenTable"),
     (
         "checks, our pongs, copies with TTL - 1 and hops + 1",
-        r"FloodPath|_on_ping|_accept_query|OwnPong|Connection\.send\b|_ttl_ok|"
-        r"GnutellaRouter\._broadcast \(|ThresholdQueue\.offer \(",
+        r"RunRouter|rules___|OwnPong|Connection\.send\b|_ttl_ok|route_single|"
+        r"ThresholdQueue\.offer \(",
     ),
     (
         "fan-out (each destination's list, its queue)",
-        r"_flush_broadcasts|_broadcast_many|offer_bulk|send_batch|send_all|"
+        r"_flush_broadcasts|_fan_out|Broadcasts\.|offer_bulk|send_batch|send_all|"
         r"DestinationFilter|_count_fanned",
     ),
     (

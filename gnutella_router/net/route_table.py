@@ -239,84 +239,61 @@ class RouteTable:
         self._recorded += 1
         return True
 
-    def record_new(self, guids: list[bytes], value: int, now: float, details: list[int]) -> bool:
-        """Record a batch of GUIDs that must all be new, or none of them.
+    def record_many(
+        self, guids: list[bytes], value: int, now: float, details: list[int]
+    ) -> list[int]:
+        """Record a run's GUIDs at once; the positions of those that were not new.
 
-        The router's batch path: one membership pass over the previous generation, then
-        one probe-and-insert per GUID into the current one, with no call per message.
-        True when every GUID was new (none held, none repeated within ``guids``) and all
-        were recorded, exactly as ``record`` one by one would have, rotations included.
-        False for a GUID held or repeated, or a batch that would rotate the table twice:
-        then the table has changed nothing that the calls one by one would not change
-        first (a rotation due by time), and the caller must fall back to ``record`` per
-        message. ``details`` are the packed TTL/hops of each GUID (see
-        :func:`pack_detail`).
+        Exactly what :meth:`record` one by one would do, rotations included: a GUID
+        held in either generation, or repeated within ``guids``, is a duplicate (its
+        first entry stays) and its position is returned; every other GUID is recorded.
+        The run router's way in: one membership pass over the previous generation
+        (skipped per GUID when it holds none of them, as it mostly does), then one
+        probe-and-insert per GUID into the current one, with no call per message.
+        ``details`` are the packed TTL/hops of each GUID (see :func:`pack_detail`).
         """
         if now >= self._deadline:
             self._rotate_for_time(now)  # what the first of the calls would do first
         current = self._current
         count = len(guids)
+        repeats: list[int] = []
         if len(current) + count > self._capacity:
-            return self._record_new_across_rotation(guids, value, now, details)
+            # A generation fills within the run (once per ``capacity`` GUIDs): one by one.
+            for index in range(count):
+                detail = details[index]
+                if not self.record(guids[index], value, now, detail >> 4, detail & 0x0F):
+                    repeats.append(index)
+            return repeats
         previous = self._previous
-        if previous and not previous.keys().isdisjoint(guids):
-            return False
+        check_previous = bool(previous) and not previous.keys().isdisjoint(guids)
         base = pack_entry(value, now - self._current_since, 0)
         # The entries as objects, so that GUIDs with the same TTL and hops (under a flood,
-        # nearly all of a batch) share one: an int made per GUID would be an allocation
+        # nearly all of a run) share one: an int made per GUID would be an allocation
         # per GUID now and a free per GUID when its generation is dropped.
         entries = cast("dict[bytes, object]", current)
         detail = -1
         entry: object = None
         size = len(current)
         for index, guid in enumerate(guids):
+            if check_previous and guid in previous:
+                repeats.append(index)
+                continue
             if details[index] != detail:
                 detail = details[index]
                 entry = base | detail
             # One probe that inserts a new GUID and leaves a held one alone.
             entries.setdefault(guid, entry)
-            size += 1
-            if len(current) != size:  # held already, or twice in the batch: undo
-                for inserted in guids[:index]:
-                    del current[inserted]
-                return False
-        self._recorded += count
-        return True
-
-    def _record_new_across_rotation(
-        self, guids: list[bytes], value: int, now: float, details: list[int]
-    ) -> bool:
-        """:meth:`record_new` for a batch that fills the current generation: the GUIDs
-        that fit go into it, the next one rotates it for capacity, the rest go into the
-        new one, as ``record`` one by one would do (it happens once per ``capacity``
-        GUIDs, so this is written for exactness, not speed).
-
-        Done one by one, the GUID that rotates is checked against both generations, the
-        ones after it only against the generation it retired (the older one is gone).
-        """
-        count = len(guids)
-        current = self._current
-        room = self._capacity - len(current)
-        if count - room > self._capacity or len(set(guids)) != count:
-            return False  # a second rotation, or a repeat: one by one it is
-        if not current.keys().isdisjoint(guids):
-            return False
-        if not self._previous.keys().isdisjoint(guids[: room + 1]):
-            return False
-        base = pack_entry(value, now - self._current_since, 0)
-        for index in range(room):
-            current[guids[index]] = base | details[index]
-        self._rotate_for_capacity(now)
-        current = self._current
-        base = pack_entry(value, 0.0, 0)
-        for index in range(room, count):
-            current[guids[index]] = base | details[index]
-        self._recorded += count
-        return True
+            if len(current) == size:  # held already, or earlier in the run
+                repeats.append(index)
+            else:
+                size += 1
+        self._recorded += count - len(repeats)
+        self._duplicates += len(repeats)
+        return repeats
 
     def unrecord(self, guids: list[bytes]) -> None:
-        """Take back entries just made by :meth:`record_new` (their messages were not
-        routed after all: their link closed part-way through the batch)."""
+        """Take back entries just made by :meth:`record_many` (their messages were not
+        routed after all: their link closed part-way through the run)."""
         current = self._current
         for guid in guids:
             if guid in current:

@@ -1,40 +1,49 @@
-"""The router's batch path: a run of pings and queries from one link, routed at once.
+"""The router's one routing path: a run of one link's frames, routed as a run.
 
 Theory of operation
 -------------------
-Under a flood almost every frame the router takes is a new ping or query from an
-ultrapeer, and the per-message rules (:mod:`.router`) then do the same few things for
-each: check TTL and hops, check the payload's shape, record the reverse route (which is
-also the duplicate check), answer a ping with our pong, and queue a copy with TTL - 1
-and hops + 1 for the broadcast. Done one message at a time, a good half of that is the
-interpreter calling methods. Here the frames of one link's run in a batch are checked
-in one pass that also builds their copies (from kept header tails, :class:`Copies`),
-their routes are recorded in bulk (:meth:`.RouteTable.record_new`: a membership pass
-over the previous generation, then one probe-and-insert per GUID), and our pongs go to
-the source in one call when its queue takes them without a decision.
+A batch the router stage takes holds runs of consecutive frames from one link
+(:func:`runs_of`). Every run is routed here, whatever the link: an ultrapeer or a leaf,
+caching pongs or not, flow-controlled or not, every message type. The rules each frame
+is judged by are :mod:`.rules`, written once; what differs between peers is handled
+inside the loop, never by leaving it.
 
-The batch path takes a run only when the per-message rules would give it exactly the
-same outcome with no special case: every frame a ping or a query, TTL and hops within
-the limits, payloads of the right shape (and no pre-0.6 query where those are
-dropped), every GUID new to its table and to the run, the link an ultrapeer that does
-not cache pongs and is not flow-controlled. Otherwise it changes nothing and answers 0,
-and the router routes the run message by message. So drop reasons, offences, relays of
-higher-TTL copies, leaves' dynamic querying and the query delay hook all stay on the
-per-message path, which is the reference behaviour. The admission controller's TTL cut
-(degradation) is one rule both paths apply (:meth:`Limits.degraded_ttl`), so a router
-shedding load keeps its batch path, when it needs it most.
+Under any load almost every frame is a ping or query that passes its rules, and doing
+the same few things for each one message at a time is mostly the interpreter calling
+methods. So the run router cuts a run into *stretches*: as many consecutive pings and
+queries as pass their rules (:func:`.rules.ping_verdict`, :func:`.rules.query_verdict`),
+read in one pass that also builds their broadcast copies from kept header tails
+(:class:`Copies`). A stretch is routed at once:
 
-Our pongs are offered one by one, in order, as the per-message path does, because each
-offer may change what follows: the link's queue may close it (a peer that does not read
-its pongs) or put it in flow control (its queries are then dropped). When that happens
-the batch path stops right after that ping, takes back the routes recorded for the rest
-of the run, and says how far it got; the router routes the rest message by message,
-which drops it as the per-message rules would.
+1. its GUIDs are recorded in bulk (:meth:`.RouteTable.record_many`, which also finds
+   the duplicates, exactly as recording one by one would);
+2. our pongs answer its new pings, in one offer to the source's queue when the queue
+   takes them without a decision; a peer that caches pongs (or a leaf) also gets
+   cached pongs, at most once a second, after the ping that earned them;
+3. each duplicate is dealt with where it stands (a query seen before with a higher TTL
+   from an ultrapeer is relayed again; any other is dropped, and the same peer's own
+   repeat is an offence);
+4. the copies go to the fan-out in one call (from a leaf, each query instead starts
+   its dynamic query, so a leaf's query ends its stretch: dynamic querying sends at
+   once).
+
+The first frame that does not pass ends the stretch and is handled alone by the
+router (:meth:`RunOwner.route_single`): it acts on the very verdict that ended the
+stretch (the drop reason, the offence), or routes a reply, Bye, QRP or vendor message.
+Then the next stretch begins.
+
+Order is kept as one message at a time would keep it. An offer of our pong may change
+the link (its queue may close a peer that does not read, or put it in flow control,
+after which its queries are dropped), and so may a duplicate's offence (a kick): when
+either happens part-way, the stretch stops right after that frame, the routes recorded
+for the rest are taken back, and the loop goes on from there under the link's new
+state. The copies built in the first pass stand only when nothing of the kind happened
+and the stretch held no duplicate; otherwise they are built again for what was routed.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from bisect import bisect_left
 from typing import Final, Protocol
 
 from mypy_extensions import i64
@@ -42,7 +51,18 @@ from mypy_extensions import i64
 from gnutella_router.config.sections import RouterConfig
 from gnutella_router.net.route_table import RouteTable
 from gnutella_router.stages.link import Link
-from gnutella_router.stages.pongs import OwnPong
+from gnutella_router.stages.pongs import CachedAnswers, OwnPong
+from gnutella_router.stages.rules import (
+    NO_COPY,
+    OK,
+    clamped_ttl,
+    is_ancient,
+    ping_copy_ttl,
+    ping_verdict,
+    query_copy_ttl,
+    query_verdict,
+    relay_copy_ttl,
+)
 from protocol.constants import HEADER_SIZE
 from protocol.framing import Frame
 from protocol.header import HEADER_STRUCT
@@ -104,16 +124,17 @@ class Copies:
 class RunCopies:
     """What the fan-out needs to know of a run's copies, found while building them:
     their bytes in all, and of the queries among them how many, which are in the pre-0.6
-    form (flags 0, for peers that refuse it) and which are at their last hop (TTL 0, for
-    leaves only)."""
+    form (flags 0, for peers that refuse it), which are at their last hop (TTL 0, for
+    leaves only) and which are relayed again (for ultrapeers only)."""
 
-    __slots__ = ("ancient", "count", "last_hop", "size")
+    __slots__ = ("ancient", "count", "last_hop", "not_leaves", "size")
 
     def __init__(self) -> None:
         self.size = 0
         self.count = 0
         self.ancient: list[bytes] = []
         self.last_hop: list[bytes] = []
+        self.not_leaves: list[bytes] = []
 
     def add(self, data: bytes, ancient: bool, last_hop: bool) -> None:
         """Count one query copy (only for the rare one that is ancient or at its last
@@ -125,12 +146,9 @@ class RunCopies:
             self.last_hop.append(data)
 
 
-Broadcast = Callable[[Link, list[bytes], RunCopies], None]
-"""Takes the copies to broadcast from one link, in order, and what is known of them."""
-
-
-class Limits(Protocol):
-    """The router's limits, read on every run (they may be changed while it runs)."""
+class RunOwner(Protocol):
+    """What the run router needs of the router: its limits, read on every stretch (they
+    may change while it runs), and the acts that belong to the router."""
 
     @property
     def config(self) -> RouterConfig: ...
@@ -154,6 +172,39 @@ class Limits(Protocol):
         """Count ``queries`` forwarded with ``hops`` less TTL in all."""
         ...
 
+    def has_leaves(self) -> bool:
+        """Whether any leaf is connected (queries at their last hop are kept for them)."""
+        ...
+
+    def links(self) -> tuple[Link, ...]:
+        """The connected links (cached answers name our neighbours)."""
+        ...
+
+    def route_single(self, link: Link, frame: Frame, now: float) -> None:
+        """Handle a frame that ends a stretch (see the module)."""
+        ...
+
+    def duplicate(self, table: RouteTable, link: Link, frame: Frame, now: float) -> None:
+        """Count a duplicate, and a peer's own repeat as its offence."""
+        ...
+
+    def relays_higher_ttl(self, link: Link, frame: Frame) -> bool:
+        """Whether a query seen before is relayed again (noting its higher TTL)."""
+        ...
+
+    def start_dynamic_query(self, leaf: Link, data: bytes, now: float) -> None:
+        """A leaf's query (its copy as it would be forwarded) to dynamic querying."""
+        ...
+
+    def broadcast(self, source: Link, datas: list[bytes], copies: RunCopies) -> None:
+        """Take the copies to broadcast from ``source``, in order, and what is known of
+        them."""
+        ...
+
+    def drop_closing(self, frames: list[Frame]) -> None:
+        """Count frames whose link closed before they were routed."""
+        ...
+
 
 def runs_of(batch: list[Frame]) -> list[list[Frame]]:
     """``batch`` cut into its runs of consecutive frames from one link, in order; a
@@ -174,219 +225,352 @@ def runs_of(batch: list[Frame]) -> list[list[Frame]]:
     return runs
 
 
-class FloodPath:
-    """Routes runs of new pings and queries from ultrapeers in bulk (see the module)."""
+class Stretch:
+    """What the first pass over a stretch found: its pings' and queries' GUIDs, their
+    packed TTL/hops and where they stand in the run, and the copies built on the
+    assumption that all are new."""
+
+    __slots__ = (
+        "copies",
+        "degraded",
+        "degraded_hops",
+        "out",
+        "ping_at",
+        "ping_details",
+        "ping_guids",
+        "query_at",
+        "query_details",
+        "query_guids",
+    )
+
+    def __init__(self) -> None:
+        self.ping_guids: list[bytes] = []
+        self.ping_details: list[int] = []
+        self.ping_at: list[int] = []
+        self.query_guids: list[bytes] = []
+        self.query_details: list[int] = []
+        self.query_at: list[int] = []
+        self.out: list[bytes] = []
+        self.copies = RunCopies()
+        self.degraded = 0
+        self.degraded_hops = 0
+
+
+class RunRouter:
+    """Routes every run of one link's frames (see the module)."""
 
     def __init__(
         self,
         *,
+        owner: RunOwner,
         ping_routes: RouteTable,
         query_routes: RouteTable,
         own_pong: OwnPong,
+        cached_answers: CachedAnswers,
         received: list[int],
         generated: list[int],
-        limits: Limits,
-        has_leaves: Callable[[], bool],
-        broadcast: Broadcast,
     ) -> None:
+        self.owner = owner
         self.ping_routes = ping_routes
         self.query_routes = query_routes
         self.own_pong = own_pong
+        self.cached_answers = cached_answers
         self.received = received
         self.generated = generated
-        self.limits = limits
-        self.has_leaves = has_leaves
-        self.broadcast = broadcast
         self.copies = Copies()
-        self.runs = 0
-        """Runs routed here (for tests and profiles)."""
+        self.stretches = 0
+        """Stretches routed in bulk (for tests and profiles)."""
+        self.accepted_queries = 0
+        """Queries routed on (broadcast, relayed or to dynamic querying), for the query
+        delay hook, which must know whether a frame was one."""
 
-    def route(self, link: Link, frames: list[Frame], now: float) -> int:
-        """Route ``frames`` (one link's run, the link not closing) if the batch path can;
-        return how many it routed, from the front: 0 when it changed nothing."""
+    def route(self, link: Link, frames: list[Frame], now: float) -> None:
+        """Route ``frames``, one link's run, in order."""
+        owner = self.owner
+        received = self.received
+        count = len(frames)
+        start = 0
+        while start < count:
+            if link.closing:
+                owner.drop_closing(frames[start:] if start else frames)
+                return
+            end = self._stretch(link, frames, start, now)
+            if end == start:
+                frame = frames[start]
+                received[frame.payload_type] += 1
+                owner.route_single(link, frame, now)
+                end = start + 1
+            start = end
+
+    def _stretch(self, link: Link, frames: list[Frame], start: int, now: float) -> int:
+        """Route the stretch of pings and queries that passes its rules from ``start``;
+        where the next one begins (``start`` when the frame there does not pass)."""
+        owner = self.owner
         capabilities = link.capabilities
-        if capabilities.ultrapeer is False or capabilities.pong_caching or link.flow_controlled:
-            return 0
-        limits = self.limits
-        degrade = limits.degraded_ttl if limits.degrading else None
-        degraded = degraded_hops = 0
-        hard: i64 = limits.hard_ttl_limit
-        drop_ancient = limits.config.drop_ancient_queries
-        max_ttl: i64 = limits.max_ttl
-        last_hop = self.has_leaves()
-        ping_guids: list[bytes] = []
-        ping_details: list[int] = []
-        query_guids: list[bytes] = []
-        query_details: list[int] = []
-        # The copies are built in the same pass, before it is known whether the run
-        # qualifies: reading each frame once is worth more than the copies thrown away
-        # on the rare run that does not.
-        out: list[bytes] = []
-        copies = RunCopies()
+        leaf = capabilities.ultrapeer is False
+        from_cache = leaf or capabilities.pong_caching
+        source_flow_controlled = link.flow_controlled
+        hard: i64 = owner.hard_ttl_limit
+        max_ttl: i64 = owner.max_ttl
+        drop_ancient = owner.config.drop_ancient_queries
+        degrade = owner.degrading
+        last_hop = owner.has_leaves()
+        found = Stretch()
+        ping_guids = found.ping_guids
+        ping_details = found.ping_details
+        ping_at = found.ping_at
+        query_guids = found.query_guids
+        query_details = found.query_details
+        query_at = found.query_at
+        out = found.out
+        copies = found.copies
         copies_of = self.copies
         size = 0
-        for frame in frames:
+        count = len(frames)
+        end = start
+        # The copies are built in the same pass, before it is known whether every frame
+        # is new: reading each frame once is worth more than the copies built again on
+        # the rarer stretch that holds a duplicate.
+        while end < count:
+            frame = frames[end]
             # Machine integers once compiled: header fields are bytes, no check needed.
             ttl: i64 = frame.ttl
             hops: i64 = frame.hops
-            if not ttl or ttl + hops > hard:
-                return 0
-            guid = frame.guid
             payload = frame.payload
-            detail = ttl << 4 | hops  # both below 16: ttl + hops <= 15
-            room = max_ttl - hops
-            if ttl > room:
-                ttl = room
             message_type = frame.payload_type
             if message_type == PING:
-                if payload and payload[0] != 0xC3:
-                    return 0
-                ping_guids.append(guid)
-                ping_details.append(detail)
-                if ttl > 1:
-                    out.append(copies_of.copy(guid, PING, ttl - 1, hops + 1, payload))
-                    size += HEADER_SIZE + len(payload)
+                if ping_verdict(ttl, hops, payload, hard) != OK:
+                    break
+                ping_guids.append(frame.guid)
+                ping_details.append(ttl << 4 | hops)  # both below 16: ttl + hops <= 15
+                ping_at.append(end)
+                if not from_cache:
+                    copy_ttl = ping_copy_ttl(clamped_ttl(ttl, hops, max_ttl))
+                    if copy_ttl != NO_COPY:
+                        out.append(copies_of.copy(frame.guid, PING, copy_ttl, hops + 1, payload))
+                        size += HEADER_SIZE + len(payload)
             elif message_type == QUERY:
-                # Its search text must end in a NUL. Most queries end in that NUL (no
-                # extensions after it), which settles it without a search; compiled,
-                # the search is a method call by name.
-                if len(payload) < 3 or (payload[-1] != 0 and payload.find(b"\x00", 2) < 0):
-                    return 0
-                ancient = payload[0] == 0 and payload[1] == 0  # flags 0: pre-0.6
-                if drop_ancient and ancient:
-                    return 0
-                query_guids.append(guid)
-                query_details.append(detail)
-                if degrade is not None:
-                    keeps = ttl
-                    ttl = degrade(keeps)
-                    if ttl < keeps:
-                        degraded += 1
-                        degraded_hops += keeps - ttl
-                if ttl > 1:
-                    data = copies_of.copy(guid, QUERY, ttl - 1, hops + 1, payload)
-                    copies.add(data, ancient, False)
-                elif last_hop:
-                    # Its last hop: for the leaves that match only, marked by TTL 0 here.
-                    data = copies_of.copy(guid, QUERY, 0, hops + 1, payload)
-                    copies.add(data, ancient, True)
-                else:
-                    continue
-                out.append(data)
-                size += len(data)
+                verdict = query_verdict(
+                    ttl, hops, payload, hard, source_flow_controlled, drop_ancient
+                )
+                if verdict != OK:
+                    break
+                query_guids.append(frame.guid)
+                query_details.append(ttl << 4 | hops)
+                query_at.append(end)
+                keeps = clamped_ttl(ttl, hops, max_ttl)
+                if degrade:
+                    kept: i64 = owner.degraded_ttl(keeps)
+                    if kept < keeps:
+                        found.degraded += 1
+                        found.degraded_hops += keeps - kept
+                    keeps = kept
+                copy_ttl = query_copy_ttl(keeps, last_hop)
+                if copy_ttl != NO_COPY:
+                    data = copies_of.copy(frame.guid, QUERY, copy_ttl, hops + 1, payload)
+                    copies.add(data, is_ancient(payload), copy_ttl == 0)
+                    out.append(data)
+                    size += len(data)
+                if leaf:
+                    end += 1  # dynamic querying sends at once: see the module
+                    break
             else:
-                return 0
+                break
+            end += 1
+        if end == start:
+            return start
+        self.stretches += 1
         link_id = link.id
-        if ping_guids and not self.ping_routes.record_new(ping_guids, link_id, now, ping_details):
-            return 0
-        if query_guids and not self.query_routes.record_new(
-            query_guids, link_id, now, query_details
-        ):
-            if ping_guids:
-                self.ping_routes.unrecord(ping_guids)
-            return 0
-        self.runs += 1
-        routed = self._answer(link, frames, ping_guids, ping_details, now)
+        repeats: list[int] = []
+        if ping_guids:
+            held = self.ping_routes.record_many(ping_guids, link_id, now, ping_details)
+            repeats.extend([ping_at[index] for index in held])
+        if query_guids:
+            held = self.query_routes.record_many(query_guids, link_id, now, query_details)
+            repeats.extend([query_at[index] for index in held])
+        if repeats:
+            repeats.sort()
+        routed, relays = self._answer(link, frames, start, end, found, repeats, now)
         received = self.received
-        if routed == len(frames):
+        if routed == end and not repeats:
             received[PING] += len(ping_guids)
             received[QUERY] += len(query_guids)
-            if degraded:
-                limits.count_degraded(degraded, degraded_hops)
-            if out:
-                copies.size = size
-                self.broadcast(link, out, copies)
-            return routed
-        self._take_back(frames[routed:])
-        for frame in frames[:routed]:
-            received[frame.payload_type] += 1
-        self._forward(link, frames[:routed])
+            copies.size = size
+        else:
+            if routed < end:
+                self._take_back(found, repeats, frames, routed)
+            for index in range(start, routed):
+                received[frames[index].payload_type] += 1
+            out = self._copies_again(link, frames, start, routed, repeats, relays, found)
+            copies = found.copies
+        if found.degraded:
+            owner.count_degraded(found.degraded, found.degraded_hops)
+        if leaf:
+            for data in out:
+                if data[16] == QUERY:
+                    self.accepted_queries += 1
+                    owner.start_dynamic_query(link, data, now)
+        elif out:
+            self.accepted_queries += copies.count
+            owner.broadcast(link, out, copies)
         return routed
 
     def _answer(
         self,
         link: Link,
         frames: list[Frame],
-        guids: list[bytes],
-        details: list[int],
+        start: int,
+        end: int,
+        found: Stretch,
+        repeats: list[int],
         now: float,
+    ) -> tuple[int, list[int]]:
+        """Our pongs for the stretch's new pings and each duplicate dealt with, in
+        order; how far the stretch was routed (``end`` unless the link closed or went
+        into flow control part-way) and which duplicates are relayed."""
+        relays: list[int] = []
+        position = start
+        owner = self.owner
+        for repeat in repeats:
+            reached = self._pongs(link, frames, position, repeat, found, now)
+            if reached >= 0:
+                return reached, relays
+            frame = frames[repeat]
+            if frame.payload_type == QUERY:
+                if owner.relays_higher_ttl(link, frame):
+                    relays.append(repeat)
+                else:
+                    owner.duplicate(self.query_routes, link, frame, now)
+            else:
+                owner.duplicate(self.ping_routes, link, frame, now)
+            position = repeat + 1
+            if link.closing:  # its offence got it kicked
+                return position, relays
+        reached = self._pongs(link, frames, position, end, found, now)
+        return (end if reached < 0 else reached), relays
+
+    def _pongs(
+        self, link: Link, frames: list[Frame], start: int, end: int, found: Stretch, now: float
     ) -> int:
-        """Our pong for every ping; how many frames may be routed after that.
+        """Our pong for every ping in ``frames[start:end]`` (none of them a duplicate);
+        -1 when all went, else where the stretch must stop: just past the ping whose
+        offer closed the link or changed its flow control.
 
-        All at once when the link's queue takes them without a decision; otherwise one
-        by one, as the per-message path does, stopping after a ping whose pong closed
-        the link or put it in flow control (see the module).
+        All in one offer when the link's queue takes them without a decision and no
+        cached answer falls among them; otherwise one by one, as one message at a time
+        would (a cached answer follows the pong of the ping that earned it).
         """
-        if not guids:
-            return len(frames)
-        pong = self.own_pong.payload(link.capabilities.ggep, now)
-        tails: dict[int, bytes] = {}
-        for detail in set(details):
-            hops = detail & 0x0F
-            if hops not in tails:
-                tails[hops] = header_tail(PONG, hops + 1, 0, len(pong)) + pong
-        if len(tails) == 1:
-            tail = tails.popitem()[1]
-            pongs = [guid + tail for guid in guids]
-        else:
-            pairs = zip(guids, details, strict=True)
-            pongs = [guid + tails[detail & 0x0F] for guid, detail in pairs]
+        ping_at = found.ping_at
+        first = bisect_left(ping_at, start)
+        last = bisect_left(ping_at, end, first)
+        if first == last:
+            return -1
+        capabilities = link.capabilities
+        from_cache = capabilities.ultrapeer is False or capabilities.pong_caching
+        pong = self.own_pong.payload(capabilities.ggep, now)
+        copies_of = self.copies
+        guids = found.ping_guids
+        details = found.ping_details
+        pongs = [
+            copies_of.copy(guids[k], PONG, (details[k] & 0x0F) + 1, 0, pong)
+            for k in range(first, last)
+        ]
         generated = self.generated
-        if link.send_all(pongs, len(pongs) * len(pongs[0]), now):
+        answers_due = from_cache and self.cached_answers.would_be_due(link.id, now)
+        if not answers_due and link.send_all(pongs, len(pongs) * len(pongs[0]), now):
             generated[PONG] += len(pongs)
-            return len(frames)
+            return -1
+        flow_controlled = link.flow_controlled
         send = link.send
-        answered = iter(pongs)
-        for index, frame in enumerate(frames):
-            if frame.payload_type != PING:
-                continue
-            if send(next(answered), PONG, 0, now):
+        for k in range(first, last):
+            if send(pongs[k - first], PONG, 0, now):
                 generated[PONG] += 1
-            if link.closing or link.flow_controlled:
-                return index + 1
-        return len(frames)
+            if answers_due and details[k] >> 4 > 1:
+                answers_due = not self._cached_answers(link, guids[k], details[k] & 0x0F, now)
+            if link.closing or link.flow_controlled != flow_controlled:
+                return ping_at[k] + 1
+        return -1
 
-    def _forward(self, link: Link, frames: list[Frame]) -> None:
-        """The broadcast copies of routed frames, TTL - 1 and hops + 1 (clamped to
-        ``max_ttl``), queries at their last hop marked TTL 0 for the leaves."""
-        limits = self.limits
-        max_ttl = limits.max_ttl
-        degrade = limits.degraded_ttl if limits.degrading else None
-        last_hop = self.has_leaves()
-        out: list[bytes] = []
+    def _cached_answers(self, link: Link, guid: bytes, hops: int, now: float) -> bool:
+        """Cached pongs for a caching peer's ping, if due (then True)."""
+        links = self.owner.links()
+        cached = self.cached_answers
+        if not cached.due(link.id, now, links):
+            return False
+        generated = self.generated
+        copies_of = self.copies
+        for payload, cached_hops in cached.answers(link, now, links):
+            answer = copies_of.copy(guid, PONG, hops + 1, cached_hops + 1, payload)
+            if link.send(answer, PONG, cached_hops + 1, now):
+                generated[PONG] += 1
+        return True
+
+    def _take_back(
+        self, found: Stretch, repeats: list[int], frames: list[Frame], routed: int
+    ) -> None:
+        """Forget the routes recorded for frames from ``routed`` on: their link closed
+        or went into flow control before they were routed."""
+        held = set(repeats)
+        self.ping_routes.unrecord(
+            [frames[i].guid for i in found.ping_at if i >= routed and i not in held]
+        )
+        self.query_routes.unrecord(
+            [frames[i].guid for i in found.query_at if i >= routed and i not in held]
+        )
+
+    def _copies_again(
+        self,
+        link: Link,
+        frames: list[Frame],
+        start: int,
+        routed: int,
+        repeats: list[int],
+        relays: list[int],
+        found: Stretch,
+    ) -> list[bytes]:
+        """The copies of ``frames[start:routed]`` as routed: none for a duplicate, a
+        copy for ultrapeers only for a relay (the rules again, for the stretches the
+        first pass could not settle)."""
+        owner = self.owner
+        capabilities = link.capabilities
+        from_cache = capabilities.ultrapeer is False or capabilities.pong_caching
+        max_ttl: i64 = owner.max_ttl
+        degrade = owner.degrading
+        last_hop = owner.has_leaves()
+        held = set(repeats)
+        relayed = set(relays)
         copies = RunCopies()
         copies_of = self.copies
-        for frame in frames:
-            ttl = frame.ttl
-            hops = frame.hops
-            room = max_ttl - hops
-            if ttl > room:
-                ttl = room
+        out: list[bytes] = []
+        found.degraded = found.degraded_hops = 0
+        for index in range(start, routed):
+            if index in held and index not in relayed:
+                continue
+            frame = frames[index]
+            ttl: i64 = frame.ttl
+            hops: i64 = frame.hops
             payload = frame.payload
             if frame.payload_type == PING:
-                if ttl > 1:
-                    out.append(copies_of.copy(frame.guid, PING, ttl - 1, hops + 1, payload))
+                if not from_cache:
+                    copy_ttl = ping_copy_ttl(clamped_ttl(ttl, hops, max_ttl))
+                    if copy_ttl != NO_COPY:
+                        out.append(copies_of.copy(frame.guid, PING, copy_ttl, hops + 1, payload))
                 continue
-            if degrade is not None:
-                keeps = ttl
-                ttl = degrade(keeps)
-                if ttl < keeps:
-                    limits.count_degraded(1, keeps - ttl)
-            ancient = payload[0] == 0 and payload[1] == 0  # flags 0: pre-0.6
-            if ttl > 1:
-                data = copies_of.copy(frame.guid, QUERY, ttl - 1, hops + 1, payload)
+            keeps = clamped_ttl(ttl, hops, max_ttl)
+            if degrade:
+                kept: i64 = owner.degraded_ttl(keeps)
+                if kept < keeps:
+                    found.degraded += 1
+                    found.degraded_hops += keeps - kept
+                keeps = kept
+            relay = index in relayed
+            copy_ttl = relay_copy_ttl(keeps) if relay else query_copy_ttl(keeps, last_hop)
+            if copy_ttl != NO_COPY:
+                data = copies_of.copy(frame.guid, QUERY, copy_ttl, hops + 1, payload)
+                copies.add(data, is_ancient(payload), copy_ttl == 0)
+                if relay:
+                    copies.not_leaves.append(data)
                 out.append(data)
-                copies.add(data, ancient, False)
-            elif last_hop:
-                # Its last hop: for the leaves that match only, marked by TTL 0 here.
-                data = copies_of.copy(frame.guid, QUERY, 0, hops + 1, payload)
-                out.append(data)
-                copies.add(data, ancient, True)
-        if out:
-            copies.size = sum(map(len, out))  # the rare fall-back: no need to count inline
-            self.broadcast(link, out, copies)
-
-    def _take_back(self, frames: list[Frame]) -> None:
-        """Forget the routes of frames the batch path will not route after all."""
-        self.ping_routes.unrecord([f.guid for f in frames if f.payload_type == PING])
-        self.query_routes.unrecord([f.guid for f in frames if f.payload_type == QUERY])
+        copies.size = sum(map(len, out))
+        found.copies = copies
+        return out

@@ -119,6 +119,11 @@ class CachedAnswers:
         self._answered: dict[int, float] = {}
         """When each link's ping was last answered from the cache; pruned to the live."""
 
+    def would_be_due(self, link_id: int, now: float) -> bool:
+        """Whether :meth:`due` would answer True now, without noting anything: the run
+        router answers a run's pings in bulk unless a cached answer falls among them."""
+        return now - self._answered.get(link_id, -1e9) >= CACHE_ANSWER_INTERVAL
+
     def due(self, link_id: int, now: float, links: tuple[Link, ...]) -> bool:
         """Whether a link's ping may be answered from the cache now (then noted)."""
         answered = self._answered

@@ -21,11 +21,11 @@ from gnutella_router.stages.dynamic_query import DynamicQuerying
 from gnutella_router.stages.link import Link
 from gnutella_router.stages.pongs import PongCache
 from gnutella_router.stages.query_routing import QueryRouting
+from gnutella_router.stages.rules import DROP_REASONS, MALFORMED, OFFENCES, OK, ttl_verdict
 from protocol.codec import parse_payload
 from protocol.constants import GUID_SIZE, MessageType
 from protocol.errors import MalformedPayloadError
 from protocol.framing import Frame
-from protocol.header import HEADER_STRUCT
 from protocol.messages import Bye, Payload, Pong, QrpPatch, QrpReset, VendorMessage
 
 PONG = MessageType.PONG
@@ -36,8 +36,6 @@ VENDOR = MessageType.VENDOR
 QRP = MessageType.QRP
 LOCAL = 0
 """The route of a message this router originated (connection ids start at 1)."""
-
-_pack_header = HEADER_STRUCT.pack
 
 HostLearned = Callable[[str, int, str], None]
 
@@ -63,16 +61,20 @@ class ReplyRouting:
     dropped: collections.Counter[tuple[str, int]]
     _connections: Callable[[], tuple[Link, ...]]
     _connection_by_id: Callable[[int], Link | None]
+    _copy: Callable[[bytes, int, int, int, bytes], bytes]
+
+    def refuse(self, link: Link, frame: Frame, verdict: int, now: float) -> None:
+        """Drop a frame for a rule's ``verdict`` (:mod:`.rules`): counted under its
+        reason, and the sender's offence where it is one."""
+        self.dropped[DROP_REASONS[verdict], frame.payload_type] += 1
+        offence = OFFENCES.get(verdict)
+        if offence is not None:
+            link.offended(offence, now)
 
     def _ttl_ok(self, connection: Link, frame: Frame, now: float) -> bool:
-        ttl = frame.ttl
-        if ttl == 0:
-            self.dropped["ttl-zero", frame.payload_type] += 1
-            connection.offended(Offence.TTL_ZERO, now)
-            return False
-        if ttl + frame.hops > self.hard_ttl_limit:
-            self.dropped["hard-ttl-limit", frame.payload_type] += 1
-            connection.offended(Offence.HIGH_TTL, now)
+        verdict = ttl_verdict(frame.ttl, frame.hops, self.hard_ttl_limit)
+        if verdict != OK:
+            self.refuse(connection, frame, verdict, now)
             return False
         return True
 
@@ -90,8 +92,7 @@ class ReplyRouting:
         if ttl <= 0:
             self.dropped["ttl-expired", message_type] += 1
             return
-        payload = frame.payload
-        data = _pack_header(frame.guid, message_type, ttl, frame.hops + 1, len(payload)) + payload
+        data = self._copy(frame.guid, message_type, ttl, frame.hops + 1, frame.payload)
         if route.send(data, message_type, frame.hops + 1, now):
             self.forwarded[message_type] += 1
         else:
@@ -217,8 +218,7 @@ class ReplyRouting:
             return None
 
     def _malformed(self, connection: Link, frame: Frame, now: float) -> None:
-        self.dropped["malformed", frame.payload_type] += 1
-        connection.offended(Offence.MALFORMED, now)
+        self.refuse(connection, frame, MALFORMED, now)
 
     def _on_unknown(self, connection: Link, frame: Frame, now: float) -> None:
         self.dropped["unknown-type", frame.payload_type] += 1

@@ -56,9 +56,10 @@ from gnutella_router.net.route_table import RouteTable, SeenTable
 from gnutella_router.runtime.stage import Stage
 from gnutella_router.stages import vendor_messages
 from gnutella_router.stages.admission import admit
+from gnutella_router.stages.broadcasts import Broadcasts
 from gnutella_router.stages.destinations import DestinationFilter
 from gnutella_router.stages.dynamic_query import TICK_SECONDS, DynamicQuerying
-from gnutella_router.stages.flood import FloodPath, RunCopies, runs_of
+from gnutella_router.stages.flood import RunCopies, RunRouter, runs_of
 from gnutella_router.stages.link import Link
 from gnutella_router.stages.pongs import CachedAnswers, OwnPong, PongCache
 from gnutella_router.stages.query_routing import QueryRouting
@@ -74,9 +75,9 @@ from gnutella_router.stages.replies import (
     ReplyRouting,
 )
 from gnutella_router.stages.router_statistics import RouterStatistics
+from gnutella_router.stages.rules import ping_verdict, query_verdict
 from protocol.codec import encode_message
 from protocol.constants import (
-    HEADER_SIZE,
     MessageType,
     counts_by_type_name,
     message_type_name,
@@ -155,23 +156,13 @@ class GnutellaRouter(ReplyRouting):
         self.own_pong = OwnPong(own_address, now)
         self.cached_answers = CachedAnswers(self.pong_cache, config.pongs_per_ping)
         self.query_delay = config.query_delay_ms / 1000.0
-        self._fan_datas: list[bytes] = []
-        self._fan_bytes = 0
-        self._fan_runs: list[tuple[Link, int]] = []
-        """Who each stretch of ``_fan_datas`` came from: (source, index it starts at), an
-        entry only where the source changes."""
-        self._fan_queries = 0
-        self._fan_ancient: set[bytes] = set()
-        """The batch's broadcast queries in the pre-0.6 form, kept from peers that drop them."""
-        self._fan_last_hop: set[bytes] = set()
-        self._fan_not_leaves: set[bytes] = set()
-        """Relayed copies with a higher TTL: for ultrapeers only."""
-        self._relay_not_to_leaves = False
+        self._broadcasts = Broadcasts()
+        """The batch's copies, until the fan-out (:meth:`_flush_broadcasts`)."""
         self.relayed_higher_ttl = 0
         self.degraded = 0
         """Queries forwarded with less TTL because the admission controller degrades."""
         self.degraded_hops = 0
-        """The batch's queries at their last hop: for leaves only."""
+        """The TTL degradation took from those queries, in all."""
         self.received = [0] * 256
         self.forwarded = [0] * 256
         self.generated = [0] * 256
@@ -194,7 +185,6 @@ class GnutellaRouter(ReplyRouting):
         if self.admission is not None:
             self.stage.response_observer = self._observe_response
         self._handlers: list[Callable[[Link, Frame, float], None]] = [self._on_unknown] * 256
-        self._handlers[PING] = self._on_ping
         self._handlers[PONG] = self._on_pong
         self._handlers[BYE] = self._on_bye
         self._handlers[PUSH] = self._on_push
@@ -208,19 +198,18 @@ class GnutellaRouter(ReplyRouting):
         self.dynamic = DynamicQuerying(
             connections, connection_by_id, self.query_routing, self.forwarded
         )
-        self._flood = FloodPath(
+        self._runs = RunRouter(
+            owner=self,
             ping_routes=self.ping_routes,
             query_routes=self.query_routes,
             own_pong=self.own_pong,
+            cached_answers=self.cached_answers,
             received=self.received,
             generated=self.generated,
-            limits=self,
-            has_leaves=lambda: bool(self.query_routing.leaves),
-            broadcast=self._broadcast_many,
         )
-        self._copy = self._flood.copies.copy
-        """Encodes the messages the per-message path sends (copies, our pongs) with the
-        batch path's kept header tails."""
+        self._copy = self._runs.copies.copy
+        """The one encoder of what the router sends (copies, our pongs, replies passed
+        on): kept header tails, see :class:`.flood.Copies`."""
 
     # ------------------------------------------------------------------ admission
 
@@ -235,105 +224,59 @@ class GnutellaRouter(ReplyRouting):
         """Route a batch; returns how many frames were handled when some were handed
         back to the queue (see :meth:`_delayed_broadcast`), else None for all.
 
-        A batch holds runs of frames from one link. Each run is offered to the batch
-        path (:mod:`.flood`) first, which routes new pings and queries from ultrapeers
-        in bulk; whatever it leaves is routed message by message. With the query delay
-        hook on, every frame goes the per-message way (:meth:`_handle_each`).
+        A batch holds runs of frames from one link; each run is routed by the one
+        routing path (:mod:`.flood`). With the query delay hook on, frames go one at a
+        time (:meth:`_handle_delayed`).
         """
         now = trio.current_time()
         if self.query_delay:
-            return await self._handle_each(batch, now)
+            return await self._handle_delayed(batch, now)
         by_id = self._connection_by_id
-        flood = self._flood.route
+        route = self._runs.route
         for run in runs_of(batch):
             connection = by_id(run[0].source)
-            routed = 0
-            if connection is not None and not connection.closing:
-                routed = flood(connection, run, now)
-            if routed < len(run):
-                self._route_each(connection, run[routed:] if routed else run, now)
-            if connection is not None:
-                connection.frames_done(len(run))
+            if connection is None:
+                self.drop_closing(run)
+                continue
+            route(connection, run, now)
+            connection.frames_done(len(run))
         self._flush_broadcasts(now, next_batch_due=bool(self.stage.queue))
         return None
 
-    def _route_each(self, connection: Link | None, frames: list[Frame], now: float) -> None:
-        """Route one link's frames message by message (the reference rules)."""
-        received = self.received
-        handlers = self._handlers
-        for frame in frames:
-            message_type = frame.payload_type
-            received[message_type] += 1
-            if connection is None or connection.closing:
-                self.dropped["connection-closing", message_type] += 1
-                continue
-            if message_type == QUERY:
-                data = self._accept_query(connection, frame, now)
-                if data is not None:
-                    if connection.capabilities.ultrapeer is False:
-                        self._start_dynamic_query(connection, data, now)
-                    else:
-                        self._broadcast(connection, data)
-            else:
-                handlers[message_type](connection, frame, now)
-
-    async def _handle_each(self, batch: list[Frame], now: float) -> int | None:
-        """Route a batch message by message, with the query delay hook."""
-        received = self.received
-        handlers = self._handlers
+    async def _handle_delayed(self, batch: list[Frame], now: float) -> int | None:
+        """Route a batch a frame at a time, running the injected query delay after each
+        query routed on (the paper's blocking work per query)."""
         by_id = self._connection_by_id
-        source = -1
-        connection: Link | None = None
-        run = 0  # frames of the current run, told to their link when it ends
+        runs = self._runs
         for index, frame in enumerate(batch):
-            if frame.source != source:  # a batch holds runs of frames from one link
-                if connection is not None:
-                    connection.frames_done(run)
-                source = frame.source
-                connection = by_id(source)
-                run = 0
-            run += 1
-            message_type = frame.payload_type
-            received[message_type] += 1
-            if connection is None or connection.closing:
-                self.dropped["connection-closing", message_type] += 1
+            connection = by_id(frame.source)
+            if connection is None:
+                self.drop_closing([frame])
                 continue
-            if message_type == QUERY:
-                data = self._accept_query(connection, frame, now)
-                if data is not None:
-                    if self.query_delay:
-                        await self._delayed_broadcast(batch, index, connection, data, now)
-                        connection.frames_done(run)
-                        return index + 1
-                    if connection.capabilities.ultrapeer is False:
-                        self._start_dynamic_query(connection, data, now)
-                    else:
-                        self._broadcast(connection, data)
-            else:
-                handlers[message_type](connection, frame, now)
+            accepted = runs.accepted_queries
+            if frame.payload_type == QUERY:
+                self._flush_broadcasts(now)  # the query's copy alone waits for the delay
+            runs.route(connection, [frame], now)
+            connection.frames_done(1)
+            if runs.accepted_queries != accepted:
+                await self._delayed_broadcast(batch, index)
+                return index + 1
         self._flush_broadcasts(now)
-        if connection is not None:
-            connection.frames_done(run)
         return None
 
-    async def _delayed_broadcast(
-        self, batch: list[Frame], index: int, source: Link, data: bytes, now: float
-    ) -> None:
+    async def _delayed_broadcast(self, batch: list[Frame], index: int) -> None:
         """Run the injected query delay as blocking work, then broadcast the query.
 
         The query's route is already recorded, so replies racing the delay find their
         way. The rest of the batch goes back to the queue first: another worker routes
         it while this one is blocked, and with a single worker it waits, exactly like the
-        paper's single-threaded router. Nothing may stay in the shared broadcast buffer
-        while this worker is away either.
+        paper's single-threaded router. Its copy waits in the broadcast buffer, alone.
         """
         self.stage.queue.requeue(batch[index + 1 :])
-        self._flush_broadcasts(now)
+        held, self._broadcasts = self._broadcasts, Broadcasts()
         await self.stage.run_blocking(time.sleep, self.query_delay)
-        if source.capabilities.ultrapeer is False:
-            self._start_dynamic_query(source, data, trio.current_time())
-        else:
-            self._broadcast(source, data)
+        if held:
+            self._fan_out(held, self._connections(), trio.current_time())
         self._flush_broadcasts(trio.current_time())
 
     def _count_shed(self, reason: str, frame: Frame) -> None:
@@ -343,66 +286,69 @@ class GnutellaRouter(ReplyRouting):
         for frame in frames:
             self.dropped[reason, frame.payload_type] += 1
 
-    def _duplicate(self, table: RouteTable, connection: Link, frame: Frame, now: float) -> None:
+    # ------------------------------------------------------------------ the run router's
+
+    def has_leaves(self) -> bool:
+        return bool(self.query_routing.leaves)
+
+    def links(self) -> tuple[Link, ...]:
+        return self._connections()
+
+    def drop_closing(self, frames: list[Frame]) -> None:
+        """Frames whose link is gone or closing: received, and dropped for it."""
+        received = self.received
+        dropped = self.dropped
+        for frame in frames:
+            received[frame.payload_type] += 1
+            dropped["connection-closing", frame.payload_type] += 1
+
+    def route_single(self, link: Link, frame: Frame, now: float) -> None:
+        """A frame that ends a stretch of the run router: a ping or query it refused
+        (its verdict is found again by the same rule and acted on), or any other type,
+        to its handler."""
+        message_type = frame.payload_type
+        if message_type == PING:
+            verdict = ping_verdict(frame.ttl, frame.hops, frame.payload, self.hard_ttl_limit)
+        elif message_type == QUERY:
+            verdict = query_verdict(
+                frame.ttl,
+                frame.hops,
+                frame.payload,
+                self.hard_ttl_limit,
+                link.flow_controlled,
+                self.config.drop_ancient_queries,
+            )
+        else:
+            self._handlers[message_type](link, frame, now)
+            return
+        self.refuse(link, frame, verdict, now)
+
+    def duplicate(self, table: RouteTable, link: Link, frame: Frame, now: float) -> None:
         """Count a duplicate; the same GUID again from the same peer, with no higher
         TTL than the first time, is an offence (a relay via another path is not)."""
         self.dropped["duplicate", frame.payload_type] += 1
         first = table.first(frame.guid)
-        if first is not None and first[0] == connection.id and frame.ttl <= first[1]:
-            connection.offended(Offence.DUPLICATE, now)
+        if first is not None and first[0] == link.id and frame.ttl <= first[1]:
+            link.offended(Offence.DUPLICATE, now)
 
-    def _relays_higher_ttl(self, connection: Link, frame: Frame) -> bool:
+    def relays_higher_ttl(self, link: Link, frame: Frame) -> bool:
         """A copy of a query seen before that comes with a higher TTL is relayed again
         (to ultrapeers, not leaves: they had it), as gtk-gnutella does: the first copy
         may have come the long way round with too little TTL left to reach as far."""
         first = self.query_routes.first(frame.guid)
-        if first is None or frame.ttl <= first[1] or connection.capabilities.ultrapeer is False:
+        if first is None or frame.ttl <= first[1] or link.capabilities.ultrapeer is False:
             return False
         self.query_routes.raise_ttl(frame.guid, frame.ttl)
         self.relayed_higher_ttl += 1
         return True
 
-    def _broadcast(self, source: Link, data: bytes) -> None:
-        """Queue one encoded message for every connection but its source.
+    def start_dynamic_query(self, leaf: Link, data: bytes, now: float) -> None:
+        if not self.dynamic.start(leaf, data, now):
+            self.dropped["dynamic-query-limit", QUERY] += 1
 
-        Broadcasts are collected for the whole batch and handed out by
-        :meth:`_flush_broadcasts`: one call per destination instead of one per message
-        and destination, which is where a flooding router spends most of its time. The
-        message type and hop count stay readable in the header bytes themselves.
-        """
-        self._fan_from(source)
-        self._fan_datas.append(data)
-        self._fan_bytes += len(data)
-        self._fan_queries += 1  # only queries come through here; pings are inlined
-        if data[23] == 0 and data[24] == 0:  # flags 0: the pre-0.6 form
-            self._fan_ancient.add(data)
-        if data[17] == 0:  # for leaves only
-            self._fan_last_hop.add(data)
-        if self._relay_not_to_leaves:  # a copy seen before, with a higher TTL
-            self._relay_not_to_leaves = False
-            self._fan_not_leaves.add(data)
-
-    def _broadcast_many(self, source: Link, datas: list[bytes], copies: RunCopies) -> None:
-        """:meth:`_broadcast` for a run the batch path routed: ``datas`` in order, with
-        what the batch path found of them while it built them (their bytes; of the
-        queries among them, what the fan-out needs)."""
-        self._fan_from(source)
-        self._fan_datas.extend(datas)
-        self._fan_bytes += copies.size
-        if copies.count:
-            self._fan_queries += copies.count
-            if copies.ancient:
-                self._fan_ancient.update(copies.ancient)
-            if copies.last_hop:
-                self._fan_last_hop.update(copies.last_hop)
-
-    def _fan_from(self, source: Link) -> None:
-        """Note that the broadcasts about to be added come from ``source``: an entry
-        where the source changes (a batch holds runs of one link's frames, so this is
-        one entry per run, and nothing to write per message)."""
-        runs = self._fan_runs
-        if not runs or runs[-1][0] is not source:
-            runs.append((source, len(self._fan_datas)))
+    def broadcast(self, source: Link, datas: list[bytes], copies: RunCopies) -> None:
+        """Take a stretch's copies for the batch's broadcast (:mod:`.broadcasts`)."""
+        self._broadcasts.add(source, datas, copies)
 
     def _flush_broadcasts(self, now: float, *, next_batch_due: bool = False) -> None:
         """Hand the batch's broadcasts to every connection, then wake the writers.
@@ -413,65 +359,56 @@ class GnutellaRouter(ReplyRouting):
         both (:meth:`Link.may_defer_flush`). Under a flood that halves the writes; with
         an empty queue, as at any load the router keeps up with, nothing waits.
         """
-        datas = self._fan_datas
         connections = self._connections()
-        if datas:
-            runs = self._fan_runs
-            queries = self._fan_queries
-            ancient = self._fan_ancient
-            last_hop = self._fan_last_hop
-            not_leaves = self._fan_not_leaves
-            total_bytes = self._fan_bytes
-            self._fan_datas = []
-            self._fan_bytes = 0
-            self._fan_runs = []
-            self._fan_queries = 0
-            self._fan_ancient = set()
-            if last_hop:
-                self._fan_last_hop = set()
-            if not_leaves:
-                self._fan_not_leaves = set()
-            senders = {source for source, _ in runs}
-            pings = len(datas) - queries
-            # Copies never leave with more than max_ttl - 1: only a peer announcing a
-            # lower X-Max-TTL needs the batch's highest TTL read from every copy.
-            max_ttl = self.max_ttl
-            if any(c.capabilities.max_ttl < max_ttl for c in connections):
-                highest_ttl = max(map(_TTL_BYTE, datas))
-            else:
-                highest_ttl = 0
-            forwarded = self.forwarded
-            for_destination = self._destinations.apply
-            for connection in connections:
-                if connection.closing:
-                    continue
-                out = datas
-                if connection in senders:
-                    out = _not_from(connection, datas, runs)
-                out = for_destination(
-                    connection,
-                    out,
-                    ancient=ancient,
-                    last_hop=last_hop,
-                    not_leaves=not_leaves,
-                    queries=queries,
-                    highest_ttl=highest_ttl,
-                )
-                if out is not datas:
-                    if out:
-                        refused = connection.send_batch(out, sum(map(len, out)), now)
-                        self._count_fanned_out(out, refused)
-                elif refused := connection.send_batch(datas, total_bytes, now):
-                    self._count_fanned_out(datas, refused)
-                else:
-                    forwarded[PING] += pings
-                    forwarded[QUERY] += queries
+        if self._broadcasts:
+            taken, self._broadcasts = self._broadcasts, Broadcasts()
+            self._fan_out(taken, connections, now)
         self.query_routing.end_batch()
         if next_batch_due:
             upcoming = self.config.batch_size  # the largest batch the stage takes
             self._flush_links([c for c in connections if not c.may_defer_flush(upcoming)])
         else:
             self._flush_links(connections)
+
+    def _fan_out(self, broadcasts: Broadcasts, connections: tuple[Link, ...], now: float) -> None:
+        """Every connection's share of ``broadcasts``, queued in one call each."""
+        datas = broadcasts.datas
+        senders = {source for source, _ in broadcasts.runs}
+        queries = broadcasts.queries
+        pings = len(datas) - queries
+        # Copies never leave with more than max_ttl - 1: only a peer announcing a
+        # lower X-Max-TTL needs the batch's highest TTL read from every copy.
+        max_ttl = self.max_ttl
+        if any(c.capabilities.max_ttl < max_ttl for c in connections):
+            highest_ttl = max(map(_TTL_BYTE, datas))
+        else:
+            highest_ttl = 0
+        forwarded = self.forwarded
+        for_destination = self._destinations.apply
+        for connection in connections:
+            if connection.closing:
+                continue
+            out = datas
+            if connection in senders:
+                out = broadcasts.not_from(connection)
+            out = for_destination(
+                connection,
+                out,
+                ancient=broadcasts.ancient,
+                last_hop=broadcasts.last_hop,
+                not_leaves=broadcasts.not_leaves,
+                queries=queries,
+                highest_ttl=highest_ttl,
+            )
+            if out is not datas:
+                if out:
+                    refused = connection.send_batch(out, sum(map(len, out)), now)
+                    self._count_fanned_out(out, refused)
+            elif refused := connection.send_batch(datas, broadcasts.size, now):
+                self._count_fanned_out(datas, refused)
+            else:
+                forwarded[PING] += pings
+                forwarded[QUERY] += queries
 
     def _links_written(self) -> bool:
         """Whether no link's writer has work left (every write of the batch went straight
@@ -482,10 +419,6 @@ class GnutellaRouter(ReplyRouting):
         return not any(link.writer_busy for link in self._connections())
 
     # ------------------------------------------------------------------ dynamic querying
-
-    def _start_dynamic_query(self, leaf: Link, data: bytes, now: float) -> None:
-        if not self.dynamic.start(leaf, data, now):
-            self.dropped["dynamic-query-limit", QUERY] += 1
 
     def widen_dynamic_queries(self, now: float) -> None:
         """Every leaf query's next step, if due (called every :data:`TICK_SECONDS`)."""
@@ -517,83 +450,6 @@ class GnutellaRouter(ReplyRouting):
             self.dropped["outgoing-queue", message_type] += count
 
     # ------------------------------------------------------------------ per type
-
-    def _on_ping(self, connection: Link, frame: Frame, now: float) -> None:
-        # The busiest path of all: checks, dedup, our pong, the broadcast, inlined.
-        ttl = frame.ttl
-        hops = frame.hops
-        if not ttl or ttl + hops > self.hard_ttl_limit:
-            self._ttl_ok(connection, frame, now)  # counts the reason
-            return
-        payload = frame.payload
-        if payload and payload[0] != 0xC3:
-            self._malformed(connection, frame, now)
-            return
-        guid = frame.guid
-        if not self.ping_routes.record(guid, connection.id, now, ttl, hops):
-            self._duplicate(self.ping_routes, connection, frame, now)
-            return
-        pong = self.own_pong.payload(connection.capabilities.ggep, now)
-        if connection.send(self._copy(guid, PONG, hops + 1, 0, pong), PONG, 0, now):
-            self.generated[PONG] += 1
-        if connection.capabilities.pong_caching or connection.capabilities.ultrapeer is False:
-            links = self._connections()
-            if ttl > 1 and self.cached_answers.due(connection.id, now, links):
-                for cached, cached_hops in self.cached_answers.answers(connection, now, links):
-                    answer = self._copy(guid, PONG, hops + 1, cached_hops + 1, cached)
-                    if connection.send(answer, PONG, cached_hops + 1, now):
-                        self.generated[PONG] += 1
-            return
-        room = self.max_ttl - hops
-        if ttl > room:
-            ttl = room
-        if ttl > 1:
-            self._fan_from(connection)
-            self._fan_datas.append(self._copy(guid, PING, ttl - 1, hops + 1, payload))
-            self._fan_bytes += HEADER_SIZE + len(payload)
-
-    def _accept_query(self, connection: Link, frame: Frame, now: float) -> bytes | None:
-        """Checks and route recording for a query; the bytes to broadcast, if any."""
-        ttl = frame.ttl
-        if not ttl or ttl + frame.hops > self.hard_ttl_limit:
-            self._ttl_ok(connection, frame, now)  # counts the reason
-            return None
-        if connection.flow_controlled:
-            self.dropped["source-flow-controlled", QUERY] += 1
-            return None
-        payload = frame.payload
-        if len(payload) < 3 or payload.find(b"\x00", 2) < 0:
-            self._malformed(connection, frame, now)
-            return None
-        if payload[0] == 0 and payload[1] == 0 and self.config.drop_ancient_queries:
-            self.dropped["ancient-format", QUERY] += 1  # flags 0: the pre-0.6 form
-            return None
-        relay = False
-        if not self.query_routes.record(frame.guid, connection.id, now, ttl, frame.hops):
-            relay = self._relays_higher_ttl(connection, frame)
-            if not relay:
-                self._duplicate(self.query_routes, connection, frame, now)
-                return None
-        hops = frame.hops
-        room = self.max_ttl - hops
-        if ttl > room:
-            ttl = room
-        if self.admission is not None and self.admission.cut:
-            keeps = ttl
-            ttl = self.degraded_ttl(keeps)
-            if ttl < keeps:
-                self.count_degraded(1, keeps - ttl)
-        if relay:
-            if ttl <= 1:
-                return None
-            self._relay_not_to_leaves = True
-        elif ttl <= 1:
-            if not self.query_routing.leaves:
-                return None
-            # Its last hop: it still goes to the leaves that match (as gtk-gnutella
-            # does), marked by TTL 0 here and sent with TTL 1, and to no ultrapeer.
-            return self._copy(frame.guid, QUERY, 0, hops + 1, payload)
-        return self._copy(frame.guid, QUERY, ttl - 1, hops + 1, payload)
 
     def _observe_response(self, seconds: float, now: float, oldest: Frame) -> None:
         assert self.admission is not None
@@ -698,18 +554,6 @@ def _current_time() -> float:
         return trio.current_time()
     except RuntimeError:
         return 0.0
-
-
-def _not_from(link: Link, datas: list[bytes], runs: list[tuple[Link, int]]) -> list[bytes]:
-    """The broadcasts in ``datas`` that did not come from ``link`` (a message never goes
-    back to its source), by whole runs: nothing at all for a batch of one link's."""
-    out: list[bytes] = []
-    ends = [start for _, start in runs[1:]]
-    ends.append(len(datas))
-    for (source, start), end in zip(runs, ends, strict=True):
-        if source is not link:
-            out += datas[start:end]
-    return out
 
 
 def _flush_each(links: Sequence[Link]) -> None:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import trio
 
-from router_bench.peers import Blast, Wire
+from router_bench.peers import PEER_KINDS, Blast, Wire, use_peers
 from router_bench.processes import Problems, Server, describe_cpu, free_port, started, stop_server
 from router_bench.report import cpu_per_message
 from router_bench.runs import ThroughputRun, attempt, median_of, throughput_run
@@ -39,9 +39,17 @@ def parse_flood_args(
         "--warmup", type=float, default=1.0, metavar="SECONDS", help="before each window (1 s)"
     )
     parser.add_argument("--write", action="store_true", help="update docs/benchmarks.md")
+    parser.add_argument(
+        "--peers",
+        choices=sorted(PEER_KINDS),
+        default="gtk-like",
+        help="the handshake the peers send: gtk-gnutella 1.2.3's (Pong-Caching, GGEP, "
+        "Vendor-Message, X-Max-TTL ...) or a bare ultrapeer's (gtk-like)",
+    )
     args = parser.parse_args(argv)
     if args.repeats < 1 or args.duration <= 0 or args.warmup < 0:
         parser.error("--repeats and --duration must be positive, --warmup not negative")
+    use_peers(args.peers)
     return args
 
 

@@ -157,13 +157,51 @@ class Peer:
             await self.stream.aclose()
 
 
+GTK_LIKE_HEADERS: tuple[tuple[str, str], ...] = (
+    ("User-Agent", "gtk-gnutella/1.2.3 (2024-03-03; Topless; Linux x86_64)"),
+    ("Pong-Caching", "0.1"),
+    ("Bye-Packet", "0.1"),
+    ("GGEP", "0.5"),
+    ("Vendor-Message", "0.2"),
+    ("X-Query-Routing", "0.2"),
+    ("X-Requeries", "False"),
+    ("X-Ultrapeer", "True"),
+    ("X-Ultrapeer-Query-Routing", "0.1"),
+    ("X-Degree", "46"),
+    ("X-Max-TTL", "4"),
+    ("X-Dynamic-Querying", "0.1"),
+    ("X-Ext-Probes", "0.1"),
+    ("X-Features", "sflag/0.1, HSEP/0.2"),
+)
+"""What gtk-gnutella 1.2.3 announces as an ultrapeer (tests/support/gtk_vectors.py has the
+recorded handshake), less what names one host (Node, Remote-IP, X-Token, X-Live-Since)
+and Accept-Encoding, which ``connect`` adds when asked to: every real servent announces
+Pong-Caching, GGEP and Vendor-Message, so these are the peers a figure must count for."""
+MINIMAL_HEADERS: tuple[tuple[str, str], ...] = (
+    ("User-Agent", USER_AGENT),
+    ("X-Ultrapeer", "True"),
+    ("Bye-Packet", "0.1"),
+)
+"""An ultrapeer that announces nothing else: no pong caching, GGEP or vendor messages."""
+PEER_KINDS = {"gtk-like": GTK_LIKE_HEADERS, "minimal": MINIMAL_HEADERS}
+
+_peer_kind = "gtk-like"
+
+
+def use_peers(kind: str) -> None:
+    """Which handshake the benchmark's peers send from now on (a key of PEER_KINDS)."""
+    global _peer_kind
+    if kind not in PEER_KINDS:
+        raise ValueError(f"unknown peer kind {kind!r}: one of {', '.join(PEER_KINDS)}")
+    _peer_kind = kind
+
+
+def peer_kind() -> str:
+    return _peer_kind
+
+
 def peer_headers() -> list[tuple[str, str]]:
-    return [
-        ("User-Agent", USER_AGENT),
-        ("X-Ultrapeer", "True"),
-        ("Bye-Packet", "0.1"),
-        ("GUID", random_guid().hex()),
-    ]
+    return [*PEER_KINDS[_peer_kind], ("GUID", random_guid().hex())]
 
 
 async def _next_event(stream: trio.SocketStream, initiator: Initiator) -> HandshakeEvent:

@@ -17,7 +17,7 @@ def test_a_short_route_table_benchmark_prints_both_costs_and_what_ran(
     assert run.returncode == 0, run.stderr
     assert run.stdout.startswith("route table: hot path: ")
     assert "4,000 GUIDs a pass" in run.stdout
-    assert re.search(r"record_new, batches of 200: \d+ ns per GUID", run.stdout)
+    assert re.search(r"record_many, runs of 200: \d+ ns per GUID", run.stdout)
     assert re.search(r"record, one call per GUID: +\d+ ns per GUID", run.stdout)
 
 

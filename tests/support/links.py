@@ -7,12 +7,13 @@ from __future__ import annotations
 import collections
 from collections.abc import Iterable
 
+import msgspec
 import trio
 
 from gnutella_router.config import Config
 from gnutella_router.config.sections import SheddingConfig
 from gnutella_router.control.abuse import Offence
-from gnutella_router.net.outqueue import Verdict
+from gnutella_router.net.outqueue import OutgoingQueue, Verdict
 from gnutella_router.net.threshold_queue import ThresholdQueue
 from gnutella_router.stages.router import GnutellaRouter
 from protocol.capabilities import Capabilities
@@ -42,7 +43,7 @@ class FakeLink:
     def __init__(self, link_id: int, **capabilities: object) -> None:
         self.id = link_id
         self.capabilities = Capabilities(**capabilities)  # type: ignore[arg-type]
-        self.outgoing = ThresholdQueue()
+        self.outgoing: OutgoingQueue = ThresholdQueue()
         self.closing = False
         self.close_reason: str | None = None
         self.malformed_in = 0
@@ -122,12 +123,17 @@ class Network:
     """A router and its fake links; ``send`` hands it frames as a reader would."""
 
     def __init__(
-        self, links: int = 3, *, shedding: SheddingConfig | None = None, **capabilities: object
+        self,
+        links: int = 3,
+        *,
+        shedding: SheddingConfig | None = None,
+        drop_ancient_queries: bool = False,
+        **capabilities: object,
     ) -> None:
         self.links = [FakeLink(i + 1, **capabilities) for i in range(links)]
         config = Config()
         self.router = GnutellaRouter(
-            config.router,
+            msgspec.structs.replace(config.router, drop_ancient_queries=drop_ancient_queries),
             shedding=shedding,
             connections=lambda: tuple(self.links),
             connection_by_id=self.link,

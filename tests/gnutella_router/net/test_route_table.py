@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass, field
 
 import pytest
@@ -369,20 +368,12 @@ def test_matches_a_naive_model_and_stays_bounded(
     duplicates = misses = 0
     for op, arg, value in [*ops, ("wait", 0, 0)]:
         key = guid(arg) if isinstance(arg, int) else b""
-        if isinstance(arg, list):  # a batch, as the router's batch path records one
+        if isinstance(arg, list):  # a run, as the run router records one
             keys = [guid(n) for n in arg]
-            one_by_one = copy.deepcopy(model)
-            outcomes = [one_by_one.record(k, value, now) for k in keys]
-            recorded = table.record_new(keys, value, now, [pack_detail(n % 8, 1) for n in arg])
-            if len(keys) <= capacity:  # more may need two rotations: one by one it is
-                assert recorded == all(outcomes)
-            if recorded:
-                model = one_by_one
-            else:  # nothing recorded: the router then records them one by one
-                for key, expected in zip(keys, outcomes, strict=True):
-                    assert model.record(key, value, now) == expected
-                    assert table.record(key, value, now) == expected
-                    duplicates += not expected
+            outcomes = [model.record(k, value, now) for k in keys]
+            held = table.record_many(keys, value, now, [pack_detail(n % 8, 1) for n in arg])
+            assert held == [i for i, new in enumerate(outcomes) if not new]
+            duplicates += len(held)
         elif op == "record":
             expected = model.record(key, value, now)
             assert table.record(key, value, now) == expected
@@ -452,7 +443,7 @@ def test_an_entry_keeps_its_time_to_the_millisecond_and_its_ttl_and_hops(start: 
     the rest."""
     table: RouteTable = RouteTable("query", 10.0, 100, now=start)
     table.record(A, 1, start + 1.2345, ttl=7, hops=3)
-    assert table.record_new([B, C], 2, start + 2.5, [pack_detail(4, 2), pack_detail(20, 1)])
+    assert table.record_many([B, C], 2, start + 2.5, [pack_detail(4, 2), pack_detail(20, 1)]) == []
     table.raise_ttl(A, 9)
     entries = {e.guid: e for e in table.entries(start + 3.0)}
     assert entries[A].recorded_at == pytest.approx(start + 1.234, abs=1e-6)
@@ -463,14 +454,13 @@ def test_an_entry_keeps_its_time_to_the_millisecond_and_its_ttl_and_hops(start: 
     assert table.statistics(start + 3.0).oldest_age == pytest.approx(3.0 - 1.234, abs=1e-6)
 
 
-def test_record_new_refuses_a_batch_with_a_held_guid_and_changes_nothing() -> None:
+def test_record_many_records_the_new_and_names_the_held() -> None:
     table: RouteTable = RouteTable("ping", 10.0, 100)
     table.record(B, 1, 0.0)
-    assert not table.record_new([A, B, C], 2, 1.0, [0, 0, 0])
-    assert [e.guid for e in table.entries(1.0)] == [B]
-    assert table.lookup(B, 1.0) == 1
-    assert table.record_new([A, C], 2, 1.0, [0, 0])
-    assert len(table) == 3
+    assert table.record_many([A, B, C, A], 2, 1.0, [0, 0, 0, 0]) == [1, 3]
+    assert sorted(e.guid for e in table.entries(1.0)) == sorted([A, B, C])
+    assert table.lookup(B, 1.0) == 1  # the first route stays
+    assert table.statistics(1.0).duplicates == 2
 
 
 @pytest.mark.parametrize("value", [0, 1, -1, 2**22 + 5, -(2**40), 2**70])
@@ -479,7 +469,7 @@ def test_any_int_value_reads_back_beside_its_time_ttl_and_hops(value: int) -> No
     markers and the time, TTL and hops below them must not bleed into each other."""
     table = RouteTable("query", 10.0, 100, now=50.0)
     table.record(A, value, 59.999, ttl=15, hops=15)
-    assert table.record_new([B], value, 59.5, [pack_detail(3, 4)])
+    assert table.record_many([B], value, 59.5, [pack_detail(3, 4)]) == []
     table.refresh(C, value, 59.0)
     assert table.lookup(A, 59.999) == value
     assert table.first(A) == (value, 15)
