@@ -11,10 +11,12 @@ from hypothesis import strategies as st
 
 from protocol.messages import QrpPatch, QrpReset
 from protocol.qrp import (
+    ENTRY_BITS,
     MAX_TABLE_SLOTS,
     QrpError,
     QrpReceiver,
     QrpTable,
+    apply_entries,
     qrp_hash,
     query_words,
     table_messages,
@@ -85,8 +87,7 @@ def test_a_65536_slot_table_costs_8_kib() -> None:
 def received(messages: list[QrpReset | QrpPatch]) -> QrpReceiver:
     receiver = QrpReceiver()
     completed = [receiver.receive(m) for m in messages]
-    assert completed[-1]
-    assert not any(completed[:-1])
+    assert completed == [False] * (len(messages) - 1) + [True]
     return receiver
 
 
@@ -219,3 +220,171 @@ def test_merged_tables_hold_both_keyword_sets() -> None:
     assert one.matches(["abbey", "road"])
     with pytest.raises(ValueError, match="one size"):
         one.merge(QrpTable(2048))
+
+
+# --------------------------------------------------------------------------------------
+# The whole-buffer code against a deliberately simple model: one Python bool per slot.
+
+
+def slots_of(table: QrpTable) -> list[bool]:
+    return [bool(table.data[s >> 3] & (0x80 >> (s & 7))) for s in range(table.slots)]
+
+
+def table_of(slots: list[bool]) -> QrpTable:
+    table = QrpTable(len(slots))
+    for slot, present in enumerate(slots):
+        if present:
+            table.add(slot)
+    return table
+
+
+def reference_patch(slots: list[bool], entries: bytes, entry_bits: int) -> list[bool]:
+    """What a patch does, slot by slot, as the module's notes and gtk-gnutella's
+    qrt_patch_slot() say: the highest bits of a byte are the lowest slot; a negative
+    entry sets its slot, a positive one clears it, 0 keeps it; 1-bit entries flip."""
+    out = list(slots)
+    per_byte = 8 // entry_bits
+    mask = (1 << entry_bits) - 1
+    for slot in range(len(entries) * per_byte):
+        byte = entries[slot // per_byte]
+        entry = (byte >> ((per_byte - 1 - slot % per_byte) * entry_bits)) & mask
+        signed = entry - (1 << entry_bits) if entry >> (entry_bits - 1) else entry
+        if entry_bits == 1:
+            out[slot] ^= bool(entry)
+        elif signed < 0:
+            out[slot] = True
+        elif signed > 0:
+            out[slot] = False
+    return out
+
+
+def reference_resized(slots: list[bool], size: int) -> list[bool]:
+    if size <= len(slots):
+        factor = len(slots) // size
+        return [any(slots[i * factor : (i + 1) * factor]) for i in range(size)]
+    factor = size // len(slots)
+    return [slots[i // factor] for i in range(size)]
+
+
+def reference_entries(slots: list[bool], entry_bits: int, infinity: int) -> bytes:
+    """The patch from an empty table, slot by slot: 1 - infinity (-1 at least) where
+    present, 0 elsewhere; a 1-bit patch is the bitset itself."""
+    present = (1 - infinity if infinity > 1 else -1) & ((1 << entry_bits) - 1)
+    if entry_bits == 1:
+        present = 1
+    per_byte = 8 // entry_bits
+    out = bytearray(len(slots) // per_byte)
+    for slot, here in enumerate(slots):
+        if here:
+            out[slot // per_byte] |= present << ((per_byte - 1 - slot % per_byte) * entry_bits)
+    return bytes(out)
+
+
+@st.composite
+def bitsets(draw: st.DrawFn, min_bits: int = 3, max_bits: int = 11) -> list[bool]:
+    bits = draw(st.integers(min_bits, max_bits))
+    data = draw(st.binary(min_size=(1 << bits) // 8, max_size=(1 << bits) // 8))
+    return slots_of(QrpTable(1 << bits, bytearray(data)))
+
+
+@st.composite
+def patch_entries(draw: st.DrawFn, slots: int, entry_bits: int) -> bytes:
+    """A patch's entries: mostly zeros, as real ones are, or anything at all."""
+    size = slots * entry_bits // 8
+    if not size:
+        return b""
+    if draw(st.booleans()):
+        return draw(st.binary(min_size=size, max_size=size))
+    sparse = bytearray(size)
+    for at, value in draw(st.lists(st.tuples(st.integers(0, size - 1), st.integers(0, 255)))):
+        sparse[at] = value
+    return bytes(sparse)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    data=st.data(),
+    base=bitsets(),
+    entry_bits=st.sampled_from(ENTRY_BITS),
+    compressed=st.booleans(),
+)
+def test_a_patch_received_in_any_pieces_agrees_with_the_per_slot_model(
+    data: st.DataObject, base: list[bool], entry_bits: int, compressed: bool
+) -> None:
+    entries = data.draw(patch_entries(len(base), entry_bits), label="entries")
+    stream = zlib.compress(entries) if compressed else entries
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(stream)), max_size=6), label="cuts"))
+    pieces = [stream[a:b] for a, b in zip([0, *cuts], [*cuts, len(stream)], strict=True)]
+    receiver = received(table_messages(table_of(base)))  # the table in force
+    completed = [
+        receiver.receive(QrpPatch(n + 1, len(pieces), int(compressed), entry_bits, piece))
+        for n, piece in enumerate(pieces)
+    ]
+    assert completed[-1]
+    assert receiver.table is not None
+    assert slots_of(receiver.table) == reference_patch(base, entries, entry_bits)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    data=st.data(),
+    base=bitsets(),
+    entry_bits=st.sampled_from(ENTRY_BITS),
+)
+def test_apply_entries_patches_exactly_the_groups_it_is_given(
+    data: st.DataObject, base: list[bool], entry_bits: int
+) -> None:
+    groups = len(base) // 8
+    offset = data.draw(st.integers(0, groups), label="offset")
+    count = data.draw(st.integers(0, groups - offset), label="groups")
+    entries = data.draw(patch_entries(8 * count, entry_bits), label="entries")
+    bitset = bytearray(table_of(base).data)
+    apply_entries(bitset, offset, entries, entry_bits)
+    expected = list(base)
+    stretch = slice(8 * offset, 8 * (offset + count))
+    expected[stretch] = reference_patch(base[stretch], entries, entry_bits)
+    assert slots_of(QrpTable(len(base), bitset)) == expected
+
+
+def test_apply_entries_refuses_part_groups_and_stretches_past_the_table() -> None:
+    with pytest.raises(ValueError, match="whole groups"):
+        apply_entries(bytearray(8), 0, bytes(3), 4)
+    with pytest.raises(ValueError, match="past the table"):
+        apply_entries(bytearray(8), 7, bytes(16), 8)
+    with pytest.raises(ValueError, match="whole groups"):
+        apply_entries(bytearray(8), 0, bytes(3), 3)
+
+
+@settings(max_examples=200, deadline=None)
+@given(base=bitsets(max_bits=12), size_bits=st.integers(3, 14))
+def test_resizing_agrees_with_the_per_slot_model(base: list[bool], size_bits: int) -> None:
+    resized = table_of(base).resized(1 << size_bits)
+    assert slots_of(resized) == reference_resized(base, 1 << size_bits)
+
+
+@settings(max_examples=200, deadline=None)
+@given(base=bitsets(), entry_bits=st.sampled_from(ENTRY_BITS), infinity=st.integers(1, 255))
+def test_a_tables_patch_from_scratch_agrees_with_the_per_slot_model(
+    base: list[bool], entry_bits: int, infinity: int
+) -> None:
+    (reset, *patches) = table_messages(
+        table_of(base), entry_bits=entry_bits, infinity=infinity, compressed=False
+    )
+    assert reset == QrpReset(len(base), infinity)
+    entries = b"".join(p.data for p in patches if isinstance(p, QrpPatch))
+    assert entries == reference_entries(base, entry_bits, infinity)
+
+
+def test_filled_counts_present_slots() -> None:
+    table = QrpTable(64, bytearray(b"\xff\x01\x00\x00\x80\x00\x00\x03"))
+    assert table.filled == 8 + 1 + 1 + 2 == len(list(table.present_slots()))
+
+
+@pytest.mark.parametrize(
+    ("slots", "entry_bits"), [(MAX_TABLE_SLOTS, 8), (MAX_TABLE_SLOTS, 4), (131072, 4)]
+)
+def test_gtk_gnutellas_largest_tables_are_taken(slots: int, entry_bits: int) -> None:
+    """2**21 slots from a leaf, 128 Ki between ultrapeers, every slot present."""
+    full = QrpTable(slots, bytearray(b"\xff" * (slots // 8)))
+    receiver = received(table_messages(full, entry_bits=entry_bits, patch_bytes=65536))
+    assert receiver.table == full
