@@ -1,4 +1,5 @@
-"""Query Routing Protocol tables: the keyword hash, the table, and receiving one.
+"""Query Routing Protocol tables: the keyword hash, the table, receiving one, and the
+union of many.
 
 Theory of operation
 -------------------
@@ -60,6 +61,14 @@ order, an entry width or compressor that changes mid-sequence, more entries than
 corrupt zlib stream — raises :class:`QrpError` (Bye 413), after which the receiver holds
 no table at all.
 
+**The union.** An ultrapeer sends its neighbours the union of its leaves' tables.
+:class:`TableUnion` keeps it incrementally, as a count per slot of the members whose
+(resized) table has the slot: the counts are one big integer of 16-bit lanes, a
+member's table is spread to one lane per slot by eight translates, and adding or
+removing a member is one big-integer addition or subtraction (no carry crosses a lane,
+since no count exceeds :data:`MAX_UNION_MEMBERS`). The union's bitset is computed from
+the counts only when asked after a change, and kept.
+
 Nothing here does I/O.
 """
 
@@ -83,6 +92,8 @@ COMPRESSOR_NONE = 0
 COMPRESSOR_ZLIB = 1
 MIN_WORD_LENGTH = 3
 """Shorter words are neither put in tables nor looked up (gtk-gnutella, LimeWire)."""
+MAX_UNION_MEMBERS = 0xFFFF
+"""Most tables a :class:`TableUnion` holds: its per-slot counts are 16 bits wide."""
 _MULTIPLIER = 0x4F1BBCDC
 
 
@@ -167,6 +178,14 @@ _DOUBLE = (
     _translation(lambda b: sum(0xC0 >> 2 * i for i in range(4) if b & (0x08 >> i))),
 )
 """A bitset byte's high nibble, and its low nibble, with every slot twice."""
+
+
+def _slot(j: int) -> Callable[[int], int]:
+    return lambda byte: (byte >> (7 - j)) & 1
+
+
+_ONE_LANE = tuple(_translation(_slot(j)) for j in range(8))
+"""Slot ``j`` of a bitset byte as 0 or 1 (a count of one in a union's lane)."""
 
 
 def _gather(entries: bytes, lanes: tuple[bytes, ...]) -> int:
@@ -515,12 +534,99 @@ def _error(text: str) -> QrpError:
     return QrpError(text, bye_code=ByeCode.INVALID_QRP_SEQUENCE)
 
 
+# ---------------------------------------------------------------------- the union
+
+
+def _counted(bitset: bytes) -> int:
+    """A bitset as per-slot counts: one 16-bit lane per slot (first slot highest),
+    holding 1 where the slot is present."""
+    lanes = bytearray(16 * len(bitset))
+    for j, translation in enumerate(_ONE_LANE):
+        lanes[2 * j + 1 :: 16] = bitset.translate(translation)
+    return int.from_bytes(lanes, "big")
+
+
+class TableUnion:
+    """The union of many tables at one size, kept incrementally (see the module notes).
+
+    Members are tables of any size under a key (a link id), resized to :attr:`slots`.
+    The union (:attr:`table`) is worked out only when asked after a change and kept; its
+    :attr:`generation` rises only when its slots really changed, so whoever sends it
+    can tell whether a peer already has it.
+    """
+
+    __slots__ = ("_counts", "_generation", "_members", "_stale", "_table", "slots")
+
+    def __init__(self, slots: int) -> None:
+        self._table = QrpTable(slots)
+        self.slots = slots
+        self._members: dict[int, bytes] = {}
+        """Each member's table at :attr:`slots`, as it was counted."""
+        self._counts = 0
+        self._stale = False
+        self._generation = 0
+
+    def __len__(self) -> int:
+        return len(self._members)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._members
+
+    def put(self, key: int, table: QrpTable) -> None:
+        """Make ``table`` the member ``key``'s (replacing any table it had)."""
+        bitset = bytes(table.data if table.slots == self.slots else table.resized(self.slots).data)
+        old = self._members.get(key)
+        if old == bitset:
+            return
+        if old is None and len(self._members) >= MAX_UNION_MEMBERS:
+            raise ValueError(f"a table union holds at most {MAX_UNION_MEMBERS} tables")
+        counts = self._counts + _counted(bitset)
+        self._counts = counts - _counted(old) if old is not None else counts
+        self._members[key] = bitset
+        self._stale = True
+
+    def discard(self, key: int) -> None:
+        """Forget the member ``key``'s table, if it has one."""
+        old = self._members.pop(key, None)
+        if old is not None:
+            self._counts -= _counted(old)
+            self._stale = True
+
+    @property
+    def table(self) -> QrpTable:
+        """The union of every member's table (shared: do not change it)."""
+        if self._stale:
+            self._refresh()
+        return self._table
+
+    @property
+    def generation(self) -> int:
+        """Rises whenever :attr:`table` changes."""
+        if self._stale:
+            self._refresh()
+        return self._generation
+
+    def _refresh(self) -> None:
+        slots = self.slots
+        lanes = self._counts.to_bytes(2 * slots, "big")
+        # One byte per slot, non-zero where the slot's count is: its lane's bytes ORed.
+        per_slot = int.from_bytes(lanes[0::2], "big") | int.from_bytes(lanes[1::2], "big")
+        present = _gather(per_slot.to_bytes(slots, "big"), _TOUCHED[8])
+        bitset = bytearray(present.to_bytes(slots // 8, "big"))
+        if bitset != self._table.data:
+            self._table = QrpTable(slots, bitset)
+            self._generation += 1
+        self._stale = False
+
+
 __all__ = [
     "MAX_TABLE_SLOTS",
+    "MAX_UNION_MEMBERS",
     "MIN_WORD_LENGTH",
     "QrpError",
     "QrpReceiver",
     "QrpTable",
+    "TableUnion",
     "apply_entries",
     "qrp_hash",
     "qrp_hashcode",

@@ -12,8 +12,11 @@ only if that table holds its words. Copies with more TTL left go regardless.
 
 In return, every ultrapeer that announced ``X-Ultrapeer-Query-Routing`` is sent the union
 of our leaves' tables, resized to :data:`LAST_HOP_TABLE_SLOTS` slots: when it connects,
-then whenever a leaf's table came or went, at most every
-:data:`LAST_HOP_TABLE_INTERVAL` seconds.
+then whenever the union changed, at most every :data:`LAST_HOP_TABLE_INTERVAL` seconds.
+The union is kept incrementally (:class:`protocol.qrp.TableUnion`): a leaf's new table
+costs one update of per-slot counts, and the union itself is worked out once per change,
+when first asked for, then shared by the once-a-second send, ``/metrics`` and ``/qrp``;
+its encoded messages are kept too, so a send finds them made unless it changed.
 
 A query's words are hashed once per router batch (:meth:`QueryRouting.end_batch`
 forgets them), whatever the number of tables asked. Tables live as long as their links:
@@ -36,6 +39,7 @@ from protocol.qrp import (
     QrpError,
     QrpReceiver,
     QrpTable,
+    TableUnion,
     qrp_hashcode,
     query_words,
     table_messages,
@@ -62,12 +66,12 @@ class QueryRouting:
         """Each leaf's tables, by link id."""
         self.ultrapeers: dict[int, QrpReceiver] = {}
         """Ultrapeer neighbours' last-hop tables, by link id."""
-        self._version = 0
-        """Rises whenever a leaf's table comes or goes."""
-        self._merged = QrpTable(LAST_HOP_TABLE_SLOTS)
-        self._merged_version = 0
+        self._union = TableUnion(LAST_HOP_TABLE_SLOTS)
+        """Our leaves' complete tables, by link id, and their union."""
+        self._encoded: tuple[int, list[bytes]] | None = None
+        """The union's generation, and its RESET and PATCH messages, encoded."""
         self._sent: dict[int, tuple[int, float]] = {}
-        """Per ultrapeer link: which version of our leaves' table it has, and when."""
+        """Per ultrapeer link: which generation of our leaves' table it has, and when."""
         self._hashcodes: dict[bytes, list[int]] = {}
         """The batch's queries' words, hashed."""
 
@@ -92,15 +96,14 @@ class QueryRouting:
             completed = receiver.receive(message)
         except QrpError as exc:
             del receivers[link.id]
-            if leaf:
-                self._version += 1  # its table is gone from our leaves' union
+            self._union.discard(link.id)  # its table is gone from our leaves' union
             link.close(exc.reason, bye_code=int(exc.bye_code))
             return
         if completed:
             table = receiver.table
             assert table is not None
             if leaf:
-                self._version += 1
+                self._union.put(link.id, table)
             self.log.debug(
                 "qrp table", conn=link.id, leaf=leaf, slots=table.slots, filled=table.filled
             )
@@ -110,8 +113,9 @@ class QueryRouting:
         alive = self._alive
         kept = {i: r for i, r in self.leaves.items() if alive(i)}
         if len(kept) < len(self.leaves):
-            self._version += 1
-        self.leaves = kept
+            for gone in self.leaves.keys() - kept.keys():
+                self._union.discard(gone)
+            self.leaves = kept
         self.ultrapeers = {i: r for i, r in self.ultrapeers.items() if alive(i)}
         self._sent = {i: sent for i, sent in self._sent.items() if alive(i)}
 
@@ -164,27 +168,32 @@ class QueryRouting:
         sent = self._sent.get(link_id)
         if sent is None:
             return None
-        version, sent_at = sent
-        return version == self._version, sent_at
+        generation, sent_at = sent
+        return generation == self._union.generation, sent_at
 
     # ------------------------------------------------------------------ our table
 
     def leaves_table(self) -> QrpTable:
-        """What our leaves share, as one table of :data:`LAST_HOP_TABLE_SLOTS` slots."""
-        if self._merged_version != self._version:
-            merged = QrpTable(LAST_HOP_TABLE_SLOTS)
-            for receiver in self.leaves.values():
-                if receiver.table is not None:
-                    merged.merge(receiver.table.resized(LAST_HOP_TABLE_SLOTS))
-            self._merged = merged
-            self._merged_version = self._version
-        return self._merged
+        """What our leaves share, as one table of :data:`LAST_HOP_TABLE_SLOTS` slots
+        (kept between changes: do not change it)."""
+        return self._union.table
+
+    def _leaves_table_messages(self) -> tuple[int, list[bytes]]:
+        """The union's generation and the messages that send it, made once per change."""
+        generation = self._union.generation
+        if self._encoded is None or self._encoded[0] != generation:
+            messages = [
+                encode_message(Message(random_guid(), 1, 0, m))
+                for m in table_messages(self._union.table)
+            ]
+            self._encoded = (generation, messages)
+        return self._encoded
 
     def send_tables(self, links: Iterable[Link], now: float) -> int:
         """Our leaves' table to every ultrapeer that takes last-hop tables and is due
         one; how many messages were queued."""
         self.prune()
-        messages: list[bytes] | None = None
+        generation = self._union.generation
         queued = 0
         for link in links:
             capabilities = link.capabilities
@@ -192,18 +201,13 @@ class QueryRouting:
                 continue
             if not capabilities.ultrapeer_query_routing:
                 continue
-            version, sent_at = self._sent.get(link.id, (-1, -1e9))
-            if version == self._version or now - sent_at < LAST_HOP_TABLE_INTERVAL:
+            had, sent_at = self._sent.get(link.id, (-1, -1e9))
+            if had == generation or now - sent_at < LAST_HOP_TABLE_INTERVAL:
                 continue
-            if messages is None:
-                messages = [
-                    encode_message(Message(random_guid(), 1, 0, m))
-                    for m in table_messages(self.leaves_table())
-                ]
-            for data in messages:
+            for data in self._leaves_table_messages()[1]:
                 queued += link.send(data, MessageType.QRP, 0, now)
             link.flush()
-            self._sent[link.id] = (self._version, now)
+            self._sent[link.id] = (generation, now)
         return queued
 
 

@@ -3,6 +3,7 @@ every entry width, and every way a peer's table can be wrong."""
 
 from __future__ import annotations
 
+import itertools
 import zlib
 
 import pytest
@@ -13,9 +14,11 @@ from protocol.messages import QrpPatch, QrpReset
 from protocol.qrp import (
     ENTRY_BITS,
     MAX_TABLE_SLOTS,
+    MAX_UNION_MEMBERS,
     QrpError,
     QrpReceiver,
     QrpTable,
+    TableUnion,
     apply_entries,
     qrp_hash,
     query_words,
@@ -388,3 +391,81 @@ def test_gtk_gnutellas_largest_tables_are_taken(slots: int, entry_bits: int) -> 
     full = QrpTable(slots, bytearray(b"\xff" * (slots // 8)))
     receiver = received(table_messages(full, entry_bits=entry_bits, patch_bytes=65536))
     assert receiver.table == full
+
+
+# --------------------------------------------------------------------------------------
+# The union
+
+
+union_steps = st.lists(
+    st.tuples(
+        st.sampled_from(["put", "discard"]),
+        st.integers(0, 5),  # the member
+        st.integers(3, 12),  # its table's size, as bits
+        st.integers(0, 2**32 - 1),  # its slots' seed
+        st.floats(0, 1),  # its density
+    ),
+    max_size=25,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(steps=union_steps, size_bits=st.sampled_from([3, 8, 10]))
+def test_the_union_kept_incrementally_is_the_union_from_scratch(
+    steps: list[tuple[str, int, int, int, float]], size_bits: int
+) -> None:
+    import random
+
+    union = TableUnion(1 << size_bits)
+    members: dict[int, QrpTable] = {}
+    seen = []
+    for action, key, bits, seed, density in steps:
+        if action == "discard":
+            union.discard(key)
+            members.pop(key, None)
+        else:
+            rng = random.Random(seed)
+            table = table_of([rng.random() < density for _ in range(1 << bits)])
+            union.put(key, table)
+            members[key] = table
+        scratch = QrpTable(1 << size_bits)
+        for table in members.values():
+            scratch.merge(table.resized(1 << size_bits))
+        assert union.table == scratch
+        assert len(union) == len(members)
+        seen.append((union.generation, bytes(union.table.data)))
+    # The generation rises exactly when the union's slots change.
+    for (gen_a, data_a), (gen_b, data_b) in itertools.pairwise(seen):
+        assert (gen_b == gen_a) == (data_b == data_a)
+        assert gen_b in (gen_a, gen_a + 1)
+
+
+def test_the_union_is_worked_out_once_per_change(monkeypatch: pytest.MonkeyPatch) -> None:
+    refreshes = []
+    refresh = TableUnion._refresh
+
+    def counted(self: TableUnion) -> None:
+        refreshes.append(1)
+        refresh(self)
+
+    monkeypatch.setattr(TableUnion, "_refresh", counted)
+    union = TableUnion(1024)
+    union.put(1, QrpTable.of_words(["abbey"], slots=4096))
+    first = union.table
+    assert (union.table, union.generation, len(refreshes)) == (first, 1, 1)
+    union.put(1, QrpTable.of_words(["abbey"], slots=4096))  # the same table again
+    union.discard(99)  # never a member
+    assert (union.table, len(refreshes)) == (first, 1)
+    union.put(2, QrpTable.of_words(["road"], slots=256))
+    union.put(3, QrpTable.of_words(["nowhere"], slots=1 << 21))
+    assert union.table is not first
+    assert (union.generation, len(refreshes)) == (2, 2)
+    assert union.table.matches(["abbey", "road", "nowhere"])
+
+
+def test_the_union_holds_at_most_its_counters_worth_of_members() -> None:
+    union = TableUnion(8)
+    union._members = dict.fromkeys(range(MAX_UNION_MEMBERS), bytes(1))
+    union.put(0, QrpTable(8))  # a member already: replaced
+    with pytest.raises(ValueError, match="at most"):
+        union.put(MAX_UNION_MEMBERS, QrpTable(8))
