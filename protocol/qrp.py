@@ -61,6 +61,17 @@ order, an entry width or compressor that changes mid-sequence, more entries than
 corrupt zlib stream — raises :class:`QrpError` (Bye 413), after which the receiver holds
 no table at all.
 
+**Rate.** Given ``min_interval``, a receiver takes at most one table per that many
+seconds: a table *begins* with a RESET, or with a PATCH #1 that patches the table in
+force (the PATCH #1 right after a RESET belongs to the RESET's table). A table begun
+sooner is refused undecoded (:attr:`Intake.TOO_SOON`, for the caller to count as an
+offence). Its patches are deltas against what the peer believes we hold, so once one
+is refused the receiver no longer knows the peer's table: it keeps the last complete
+one in force and skips every PATCH (:attr:`Intake.SKIPPED`) until a RESET arrives in
+time and starts afresh. Honest servents send tables far more rarely than the default
+limit (LimeWire at most once a minute, gtk-gnutella on library changes and every five
+minutes between ultrapeers).
+
 **The union.** An ultrapeer sends its neighbours the union of its leaves' tables.
 :class:`TableUnion` keeps it incrementally, as a count per slot of the members whose
 (resized) table has the slot: the counts are one big integer of 16-bit lanes, a
@@ -69,11 +80,12 @@ removing a member is one big-integer addition or subtraction (no carry crosses a
 since no count exceeds :data:`MAX_UNION_MEMBERS`). The union's bitset is computed from
 the counts only when asked after a change, and kept.
 
-Nothing here does I/O.
+Nothing here does I/O or reads a clock: times are passed in.
 """
 
 from __future__ import annotations
 
+import enum
 import functools
 import re
 import zlib
@@ -392,14 +404,35 @@ def _entries(table: QrpTable, entry_bits: int, infinity: int) -> bytes:
 # ---------------------------------------------------------------------- receiving
 
 
+class Intake(enum.Enum):
+    """What :meth:`QrpReceiver.receive` made of a message."""
+
+    TAKEN = "taken"
+    """Applied; the table it belongs to is not complete yet."""
+    COMPLETED = "completed"
+    """It completed a table, now in force (:attr:`QrpReceiver.table`)."""
+    TOO_SOON = "too-soon"
+    """It began a table sooner than ``min_interval`` after the last one: refused."""
+    SKIPPED = "skipped"
+    """A PATCH after a refused table, ignored until a RESET arrives in time."""
+
+
 class QrpReceiver:
     """A peer's QRP messages in, its last complete table out (see the module's notes)."""
 
-    def __init__(self, max_slots: int = MAX_TABLE_SLOTS) -> None:
+    def __init__(self, max_slots: int = MAX_TABLE_SLOTS, min_interval: float = 0.0) -> None:
         self.max_slots = max_slots
+        self.min_interval = min_interval
+        """Seconds between the beginnings of two tables this receiver takes; 0: any."""
         self.table: QrpTable | None = None
         """The last complete table, or None (none yet, or dropped after an error)."""
         self.tables_received = 0
+        self.tables_refused = 0
+        """Tables begun too soon after the one before (:attr:`Intake.TOO_SOON`)."""
+        self._began = float("-inf")
+        """When the last table taken began."""
+        self._refused = False
+        """A table was refused and no RESET has come in time since: PATCHes are skipped."""
         self._working: QrpTable | None = None
         self._expected_seq = 1
         self._seq_size = 0
@@ -412,21 +445,50 @@ class QrpReceiver:
         self._pending = b""
         self._inflater: zlib._Decompress | None = None
 
-    def receive(self, message: QrpReset | QrpPatch) -> bool:
-        """Apply one message; True when it completed a table (now :attr:`table`).
+    def receive(self, message: QrpReset | QrpPatch, now: float = 0.0) -> Intake:
+        """Apply one message received at ``now`` (see :class:`Intake`).
 
         Raises:
             QrpError: the message cannot be applied; the receiver now holds no table.
         """
         try:
             if isinstance(message, QrpReset):
+                if not self._may_begin(now):
+                    return self._refuse()
                 self._on_reset(message)
-                return False
-            return self._on_patch(message)
+                self._began = now
+                self._refused = False
+                return Intake.TAKEN
+            if self._refused:
+                return Intake.SKIPPED
+            if self._begins_table(message):
+                if not self._may_begin(now):
+                    return self._refuse()
+                self._began = now
+            return Intake.COMPLETED if self._on_patch(message) else Intake.TAKEN
         except QrpError:
             self.table = None
             self._working = None
             raise
+
+    def _may_begin(self, now: float) -> bool:
+        return self.min_interval <= 0 or now - self._began >= self.min_interval
+
+    def _begins_table(self, patch: QrpPatch) -> bool:
+        """Whether ``patch`` starts a sequence on the table in force (not on a RESET's)."""
+        return (
+            patch.seq_no == 1
+            and self._expected_seq == 1
+            and self._working is None
+            and self.table is not None
+        )
+
+    def _refuse(self) -> Intake:
+        self._working = None  # a sequence under way is abandoned; the table in force stays
+        self._start_sequence()
+        self._refused = True
+        self.tables_refused += 1
+        return Intake.TOO_SOON
 
     def _on_reset(self, reset: QrpReset) -> None:
         slots = reset.table_length
@@ -623,6 +685,7 @@ __all__ = [
     "MAX_TABLE_SLOTS",
     "MAX_UNION_MEMBERS",
     "MIN_WORD_LENGTH",
+    "Intake",
     "QrpError",
     "QrpReceiver",
     "QrpTable",

@@ -18,6 +18,17 @@ costs one update of per-slot counts, and the union itself is worked out once per
 when first asked for, then shared by the once-a-second send, ``/metrics`` and ``/qrp``;
 its encoded messages are kept too, so a send finds them made unless it changed.
 
+A peer may begin a table (a RESET, or a patch of its table in force) at most once every
+``router.qrp_table_interval`` seconds (a full table costs milliseconds to decode and to
+count into the union; a flood of them must not cost more). A table begun sooner is
+refused undecoded, and the peer is counted an offence (:attr:`Offence.QRP_TOO_SOON`), so
+one that keeps at it is kicked. Its patches, and any patch after it, are dropped until a
+RESET comes in time (``qrp-too-soon``): they are deltas against a table we did not take;
+the table in force until then stays in force. A sequence that
+breaks the protocol (a patch larger than its table, a zlib bomb, a malformed or
+out-of-order patch) ends the link with Bye 413 and counts
+:attr:`Offence.QRP_INVALID`, which kicks (and bans) at once by default.
+
 A query's words are hashed once per router batch (:meth:`QueryRouting.end_batch`
 forgets them), whatever the number of tables asked. Tables live as long as their links:
 they are looked up by link id and pruned when the link is gone. Nothing here reads a
@@ -30,12 +41,14 @@ from collections.abc import Callable, Iterable
 
 import structlog
 
+from gnutella_router.control.abuse import Offence
 from gnutella_router.stages.link import Link
 from protocol.codec import encode_message
 from protocol.constants import MessageType
 from protocol.header import with_ttl
 from protocol.messages import Message, QrpPatch, QrpReset, random_guid
 from protocol.qrp import (
+    Intake,
     QrpError,
     QrpReceiver,
     QrpTable,
@@ -59,9 +72,13 @@ class QueryRouting:
         self,
         link_alive: Callable[[int], object | None],
         log: structlog.typing.FilteringBoundLogger,
+        *,
+        table_interval: float = 0.0,
     ) -> None:
         self._alive = link_alive
         self.log = log
+        self.table_interval = table_interval
+        """Seconds a peer must leave between the beginnings of two tables; 0: any."""
         self.leaves: dict[int, QrpReceiver] = {}
         """Each leaf's tables, by link id."""
         self.ultrapeers: dict[int, QrpReceiver] = {}
@@ -81,9 +98,12 @@ class QueryRouting:
 
     # ------------------------------------------------------------------ intake
 
-    def receive(self, link: Link, message: QrpReset | QrpPatch, links: int) -> None:
-        """Apply one of a link's QRP messages; a bad sequence closes the link (Bye 413)
-        and drops its table. ``links`` is how many links are alive, for pruning."""
+    def receive(self, link: Link, message: QrpReset | QrpPatch, links: int, now: float) -> bool:
+        """Apply one of a link's QRP messages, received at ``now``; False when it was
+        dropped unapplied: it began a table too soon after the last (an offence), or is a
+        patch after such a table. A bad sequence drops the link's table, counts an
+        offence and closes the link (Bye 413). ``links`` is how many links are alive, for
+        pruning."""
         leaf = link.capabilities.ultrapeer is False
         receivers = self.leaves if leaf else self.ultrapeers
         receiver = receivers.get(link.id)
@@ -91,15 +111,24 @@ class QueryRouting:
             if len(receivers) >= links:
                 self.prune()
                 receivers = self.leaves if leaf else self.ultrapeers
-            receiver = receivers[link.id] = QrpReceiver()
+            receiver = receivers[link.id] = QrpReceiver(min_interval=self.table_interval)
         try:
-            completed = receiver.receive(message)
+            intake = receiver.receive(message, now)
         except QrpError as exc:
             del receivers[link.id]
             self._union.discard(link.id)  # its table is gone from our leaves' union
-            link.close(exc.reason, bye_code=int(exc.bye_code))
-            return
-        if completed:
+            self.log.info("bad qrp sequence", conn=link.id, leaf=leaf, reason=exc.reason)
+            link.offended(Offence.QRP_INVALID, now)  # kicks, by default
+            if not link.closing:
+                link.close(exc.reason, bye_code=int(exc.bye_code))
+            return True
+        if intake is Intake.TOO_SOON:
+            self.log.debug("qrp table too soon", conn=link.id, leaf=leaf)
+            link.offended(Offence.QRP_TOO_SOON, now)
+            return False
+        if intake is Intake.SKIPPED:
+            return False
+        if intake is Intake.COMPLETED:
             table = receiver.table
             assert table is not None
             if leaf:
@@ -107,6 +136,7 @@ class QueryRouting:
             self.log.debug(
                 "qrp table", conn=link.id, leaf=leaf, slots=table.slots, filled=table.filled
             )
+        return True
 
     def prune(self) -> None:
         """Forget the tables of links that are gone."""

@@ -12,9 +12,11 @@ from hypothesis import strategies as st
 
 from protocol.messages import QrpPatch, QrpReset
 from protocol.qrp import (
+    COMPRESSOR_NONE,
     ENTRY_BITS,
     MAX_TABLE_SLOTS,
     MAX_UNION_MEMBERS,
+    Intake,
     QrpError,
     QrpReceiver,
     QrpTable,
@@ -89,8 +91,8 @@ def test_a_65536_slot_table_costs_8_kib() -> None:
 
 def received(messages: list[QrpReset | QrpPatch]) -> QrpReceiver:
     receiver = QrpReceiver()
-    completed = [receiver.receive(m) for m in messages]
-    assert completed == [False] * (len(messages) - 1) + [True]
+    intakes = [receiver.receive(m) for m in messages]
+    assert intakes == [Intake.TAKEN] * (len(messages) - 1) + [Intake.COMPLETED]
     return receiver
 
 
@@ -139,7 +141,7 @@ def test_a_second_sequence_patches_the_table_in_force() -> None:
     delta = bytearray(1024)
     delta[qrp_hash("abbey", 10)] = 1
     delta[qrp_hash("road", 10)] = 0xFA
-    assert receiver.receive(QrpPatch(1, 1, 0, 8, bytes(delta)))
+    assert receiver.receive(QrpPatch(1, 1, 0, 8, bytes(delta))) is Intake.COMPLETED
     assert receiver.table is not None
     assert receiver.table.matches(["road"])
     assert not receiver.table.matches(["abbey"])
@@ -319,11 +321,11 @@ def test_a_patch_received_in_any_pieces_agrees_with_the_per_slot_model(
     cuts = sorted(data.draw(st.lists(st.integers(0, len(stream)), max_size=6), label="cuts"))
     pieces = [stream[a:b] for a, b in zip([0, *cuts], [*cuts, len(stream)], strict=True)]
     receiver = received(table_messages(table_of(base)))  # the table in force
-    completed = [
+    intakes = [
         receiver.receive(QrpPatch(n + 1, len(pieces), int(compressed), entry_bits, piece))
         for n, piece in enumerate(pieces)
     ]
-    assert completed[-1]
+    assert intakes[-1] is Intake.COMPLETED
     assert receiver.table is not None
     assert slots_of(receiver.table) == reference_patch(base, entries, entry_bits)
 
@@ -391,6 +393,69 @@ def test_gtk_gnutellas_largest_tables_are_taken(slots: int, entry_bits: int) -> 
     full = QrpTable(slots, bytearray(b"\xff" * (slots // 8)))
     receiver = received(table_messages(full, entry_bits=entry_bits, patch_bytes=65536))
     assert receiver.table == full
+
+
+# --------------------------------------------------------------------------------------
+# The rate limit
+
+
+def full_table(slots: int = 64, infinity: int = 7) -> list[QrpReset | QrpPatch]:
+    return table_messages(QrpTable(slots, bytearray(b"\xff" * (slots // 8))), infinity=infinity)
+
+
+def test_a_table_begun_too_soon_is_refused_and_the_one_in_force_kept() -> None:
+    first = QrpTable.of_words(["first"], slots=1024)
+    receiver = QrpReceiver(min_interval=10.0)
+    assert [receiver.receive(m, 0.0) for m in table_messages(first)][-1] is Intake.COMPLETED
+    second = table_messages(
+        QrpTable.of_words(["second"], slots=1024), compressed=False, patch_bytes=100
+    )
+    assert len(second) > 2
+    reset, *patches = second
+    assert receiver.receive(reset, 9.9) is Intake.TOO_SOON
+    assert [receiver.receive(p, 9.9) for p in patches] == [Intake.SKIPPED] * len(patches)
+    assert receiver.table == first
+    assert receiver.tables_refused == 1
+    # Patches of the table in force are skipped too: we no longer know what they patch.
+    delta = QrpPatch(1, 1, COMPRESSOR_NONE, 8, bytes(1024))
+    assert receiver.receive(delta, 30.0) is Intake.SKIPPED
+    # A RESET in time starts afresh.
+    intakes = [receiver.receive(m, 30.0) for m in second]
+    assert intakes == [Intake.TAKEN] * (len(second) - 1) + [Intake.COMPLETED]
+    assert receiver.table == QrpTable.of_words(["second"], slots=1024)
+    assert receiver.tables_received == 2
+
+
+def test_a_patch_of_the_table_in_force_begins_a_table_and_is_rate_limited_too() -> None:
+    receiver = QrpReceiver(min_interval=10.0)
+    for message in table_messages(QrpTable.of_words(["kept"], slots=64)):
+        receiver.receive(message, 0.0)
+    nothing = QrpPatch(1, 1, COMPRESSOR_NONE, 8, bytes(64))
+    assert receiver.receive(nothing, 5.0) is Intake.TOO_SOON
+    assert receiver.receive(full_table()[0], 10.0) is Intake.TAKEN  # in time again
+    later = QrpReceiver(min_interval=10.0)
+    for message in table_messages(QrpTable.of_words(["kept"], slots=64)):
+        later.receive(message, 0.0)
+    assert later.receive(nothing, 10.0) is Intake.COMPLETED
+
+
+def test_a_reset_mid_sequence_too_soon_abandons_the_sequence() -> None:
+    receiver = QrpReceiver(min_interval=10.0)
+    reset, first, *rest = table_messages(
+        QrpTable.of_words(["slow"], slots=1024), compressed=False, patch_bytes=100
+    )
+    receiver.receive(reset, 0.0)
+    receiver.receive(first, 0.0)
+    assert receiver.receive(reset, 1.0) is Intake.TOO_SOON
+    assert receiver.receive(rest[0], 1.0) is Intake.SKIPPED
+    assert receiver.table is None
+
+
+def test_without_an_interval_any_rate_is_taken() -> None:
+    receiver = QrpReceiver()
+    for _ in range(3):
+        assert [receiver.receive(m, 0.0) for m in full_table()][-1] is Intake.COMPLETED
+    assert receiver.tables_refused == 0
 
 
 # --------------------------------------------------------------------------------------
