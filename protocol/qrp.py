@@ -27,7 +27,8 @@ zero leaves it; a 1-bit entry of 1 flips the slot (XOR). A 65,536-slot table the
 costs 8 KiB whatever the entry width, and a 2**21-slot one 256 KiB.
 
 **Whole buffers, never a slot at a time.** A patch for a 2**21-slot table carries up to
-2 MiB of entries; a Python loop per slot cost a second of the router's thread for it.
+2 MiB of entries; a Python loop per slot cost the router's thread half a second to a
+second and a half for it.
 Every operation here works on whole byte strings instead, in C: ``bytes.translate``
 (one lookup per byte through a 256-byte table), strided slices (``data[k::w]``), and
 big-integer bit operations on ``int.from_bytes`` of a whole buffer. The tricks:
@@ -39,8 +40,9 @@ big-integer bit operations on ``int.from_bytes`` of a whole buffer. The tricks:
   "negative" lanes give the slots to set, "non-zero" lanes the slots the patch touches.
   ORing the ``w`` translated strings as integers gives two bitsets ``negative`` and
   ``touched`` of the patched stretch, and the new stretch is
-  ``(old & ~touched) | negative`` (for 1-bit entries, ``old ^ entries``). Entries that
-  do not fill a group yet (a patch message may end anywhere) wait for the next message.
+  ``(old & ~touched) | negative`` (for 1-bit entries, ``old ^ entries``; onto an empty
+  stretch, as after a RESET, just ``negative``). Entries that do not fill a group yet
+  (a patch message may end anywhere) wait for the next message.
 * *Resizing.* Halving a table ORs each pair of neighbouring slots: the even bytes of the
   bitset, translated, give the high nibbles of the result and the odd bytes the low
   ones. Doubling copies each slot twice: one table spreads a byte's high nibble over a
@@ -68,9 +70,9 @@ sooner is refused undecoded (:attr:`Intake.TOO_SOON`, for the caller to count as
 offence). Its patches are deltas against what the peer believes we hold, so once one
 is refused the receiver no longer knows the peer's table: it keeps the last complete
 one in force and skips every PATCH (:attr:`Intake.SKIPPED`) until a RESET arrives in
-time and starts afresh. Honest servents send tables far more rarely than the default
-limit (LimeWire at most once a minute, gtk-gnutella on library changes and every five
-minutes between ultrapeers).
+time and starts afresh. Honest servents send tables far more rarely than the router's
+default limit of 10 s (LimeWire at most once a minute, gtk-gnutella on library changes
+and every five minutes between ultrapeers).
 
 **The union.** An ultrapeer sends its neighbours the union of its leaves' tables.
 :class:`TableUnion` keeps it incrementally, as a count per slot of the members whose
