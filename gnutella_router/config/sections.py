@@ -211,6 +211,7 @@ class RouterConfig(Section, frozen=True):
     route_table_capacity: Annotated[int, Meta(ge=1, le=10_000_000)] = 50_000
     pong_cache_seconds: Annotated[float, Meta(gt=0, le=3600)] = 20.0
     pongs_per_ping: Annotated[int, Meta(ge=1, le=255)] = 10
+    qrp_table_interval: Annotated[float, Meta(ge=0, le=3600)] = 10.0
     drop_ancient_queries: bool = False
     unbounded_experiment: bool = False
 
@@ -371,6 +372,8 @@ class AbuseConfig(Section, frozen=True):
     malformed: Threshold = 20
     unknown_types: Threshold = 200
     unroutable: Threshold = 0
+    qrp_too_soon: Threshold = 5
+    qrp_invalid: Threshold = 1
     ban_seconds: Annotated[float, Meta(ge=0, le=86_400)] = 60.0
 
 

@@ -7,8 +7,8 @@ are accidents a healthy network produces now and then (a query seen through two
 neighbours, a hit whose query was forgotten); a few, repeated, are abuse: the same GUID
 sent again and again by the same peer, messages whose TTL exceeds any sane limit, TTL 0
 messages, payloads that do not parse, message types nobody routes, replies to queries
-nobody asked. Public ultrapeers (gtk-gnutella, LimeWire) disconnect such peers; so does
-this router.
+nobody asked, QRP tables sent too often or broken. Public ultrapeers (gtk-gnutella,
+LimeWire) disconnect such peers; so does this router.
 
 Each connection has an :class:`AbuseMeter`: one decaying count per :class:`Offence`
 (exponential decay with ``half_life`` seconds, updated only when an offence happens, so
@@ -57,6 +57,10 @@ class Offence(enum.StrEnum):
     UNKNOWN_TYPE = "unknown-type"
     UNROUTABLE = "unroutable"
     """A pong, query hit or push with no route back."""
+    QRP_TOO_SOON = "qrp-too-soon"
+    """A QRP table begun sooner than ``router.qrp_table_interval`` after the last."""
+    QRP_INVALID = "qrp-invalid"
+    """A QRP sequence that breaks the protocol (the link is closed with Bye 413 anyway)."""
 
 
 BYE_CODES: Mapping[Offence, ByeCode] = {
@@ -66,6 +70,8 @@ BYE_CODES: Mapping[Offence, ByeCode] = {
     Offence.MALFORMED: ByeCode.INVALID_PAYLOAD,
     Offence.UNKNOWN_TYPE: ByeCode.TOO_MANY_UNKNOWN,
     Offence.UNROUTABLE: ByeCode.TOO_MANY_ERRORS,
+    Offence.QRP_TOO_SOON: ByeCode.EXCESSIVE_MESSAGES,
+    Offence.QRP_INVALID: ByeCode.INVALID_QRP_SEQUENCE,
 }
 """The Bye each offence earns (gtk-gnutella's codes)."""
 
@@ -79,6 +85,8 @@ _DESCRIPTIONS: Mapping[Offence, str] = {
     Offence.MALFORMED: "malformed messages",
     Offence.UNKNOWN_TYPE: "messages of unknown types",
     Offence.UNROUTABLE: "replies with no route",
+    Offence.QRP_TOO_SOON: "QRP tables sent too often",
+    Offence.QRP_INVALID: "broken QRP sequences",
 }
 
 
@@ -108,6 +116,8 @@ def configured_thresholds(config: AbuseConfig) -> dict[Offence, int]:
         Offence.MALFORMED: config.malformed,
         Offence.UNKNOWN_TYPE: config.unknown_types,
         Offence.UNROUTABLE: config.unroutable,
+        Offence.QRP_TOO_SOON: config.qrp_too_soon,
+        Offence.QRP_INVALID: config.qrp_invalid,
     }
 
 

@@ -12,8 +12,22 @@ only if that table holds its words. Copies with more TTL left go regardless.
 
 In return, every ultrapeer that announced ``X-Ultrapeer-Query-Routing`` is sent the union
 of our leaves' tables, resized to :data:`LAST_HOP_TABLE_SLOTS` slots: when it connects,
-then whenever a leaf's table came or went, at most every
-:data:`LAST_HOP_TABLE_INTERVAL` seconds.
+then whenever the union changed, at most every :data:`LAST_HOP_TABLE_INTERVAL` seconds.
+The union is kept incrementally (:class:`protocol.qrp.TableUnion`): a leaf's new table
+costs one update of per-slot counts, and the union itself is worked out once per change,
+when first asked for, then shared by the once-a-second send, ``/metrics`` and ``/qrp``;
+its encoded messages are kept too, so a send finds them made unless it changed.
+
+A peer may begin a table (a RESET, or a patch of its table in force) at most once every
+``router.qrp_table_interval`` seconds (a full table costs milliseconds to decode and to
+count into the union; a flood of them must not cost more). A table begun sooner is
+refused undecoded, and the peer is counted an offence (:attr:`Offence.QRP_TOO_SOON`), so
+one that keeps at it is kicked. Its patches, and any patch after it, are dropped until a
+RESET comes in time (``qrp-too-soon``): they are deltas against a table we did not take;
+the table in force until then stays in force. A sequence that
+breaks the protocol (a patch larger than its table, a zlib bomb, a malformed or
+out-of-order patch) ends the link with Bye 413 and counts
+:attr:`Offence.QRP_INVALID`, which kicks (and bans) at once by default.
 
 A query's words are hashed once per router batch (:meth:`QueryRouting.end_batch`
 forgets them), whatever the number of tables asked. Tables live as long as their links:
@@ -27,15 +41,18 @@ from collections.abc import Callable, Iterable
 
 import structlog
 
+from gnutella_router.control.abuse import Offence
 from gnutella_router.stages.link import Link
 from protocol.codec import encode_message
 from protocol.constants import MessageType
 from protocol.header import with_ttl
 from protocol.messages import Message, QrpPatch, QrpReset, random_guid
 from protocol.qrp import (
+    Intake,
     QrpError,
     QrpReceiver,
     QrpTable,
+    TableUnion,
     qrp_hashcode,
     query_words,
     table_messages,
@@ -55,19 +72,23 @@ class QueryRouting:
         self,
         link_alive: Callable[[int], object | None],
         log: structlog.typing.FilteringBoundLogger,
+        *,
+        table_interval: float = 0.0,
     ) -> None:
         self._alive = link_alive
         self.log = log
+        self.table_interval = table_interval
+        """Seconds a peer must leave between the beginnings of two tables; 0: any."""
         self.leaves: dict[int, QrpReceiver] = {}
         """Each leaf's tables, by link id."""
         self.ultrapeers: dict[int, QrpReceiver] = {}
         """Ultrapeer neighbours' last-hop tables, by link id."""
-        self._version = 0
-        """Rises whenever a leaf's table comes or goes."""
-        self._merged = QrpTable(LAST_HOP_TABLE_SLOTS)
-        self._merged_version = 0
+        self._union = TableUnion(LAST_HOP_TABLE_SLOTS)
+        """Our leaves' complete tables, by link id, and their union."""
+        self._encoded: tuple[int, list[bytes]] | None = None
+        """The union's generation, and its RESET and PATCH messages, encoded."""
         self._sent: dict[int, tuple[int, float]] = {}
-        """Per ultrapeer link: which version of our leaves' table it has, and when."""
+        """Per ultrapeer link: which generation of our leaves' table it has, and when."""
         self._hashcodes: dict[bytes, list[int]] = {}
         """The batch's queries' words, hashed."""
 
@@ -77,9 +98,12 @@ class QueryRouting:
 
     # ------------------------------------------------------------------ intake
 
-    def receive(self, link: Link, message: QrpReset | QrpPatch, links: int) -> None:
-        """Apply one of a link's QRP messages; a bad sequence closes the link (Bye 413)
-        and drops its table. ``links`` is how many links are alive, for pruning."""
+    def receive(self, link: Link, message: QrpReset | QrpPatch, links: int, now: float) -> bool:
+        """Apply one of a link's QRP messages, received at ``now``; False when it was
+        dropped unapplied: it began a table too soon after the last (an offence), or is a
+        patch after such a table. A bad sequence drops the link's table, counts an
+        offence and closes the link (Bye 413). ``links`` is how many links are alive, for
+        pruning."""
         leaf = link.capabilities.ultrapeer is False
         receivers = self.leaves if leaf else self.ultrapeers
         receiver = receivers.get(link.id)
@@ -87,31 +111,41 @@ class QueryRouting:
             if len(receivers) >= links:
                 self.prune()
                 receivers = self.leaves if leaf else self.ultrapeers
-            receiver = receivers[link.id] = QrpReceiver()
+            receiver = receivers[link.id] = QrpReceiver(min_interval=self.table_interval)
         try:
-            completed = receiver.receive(message)
+            intake = receiver.receive(message, now)
         except QrpError as exc:
             del receivers[link.id]
-            if leaf:
-                self._version += 1  # its table is gone from our leaves' union
-            link.close(exc.reason, bye_code=int(exc.bye_code))
-            return
-        if completed:
+            self._union.discard(link.id)  # its table is gone from our leaves' union
+            self.log.info("bad qrp sequence", conn=link.id, leaf=leaf, reason=exc.reason)
+            link.offended(Offence.QRP_INVALID, now)  # kicks, by default
+            if not link.closing:
+                link.close(exc.reason, bye_code=int(exc.bye_code))
+            return True
+        if intake is Intake.TOO_SOON:
+            self.log.debug("qrp table too soon", conn=link.id, leaf=leaf)
+            link.offended(Offence.QRP_TOO_SOON, now)
+            return False
+        if intake is Intake.SKIPPED:
+            return False
+        if intake is Intake.COMPLETED:
             table = receiver.table
             assert table is not None
             if leaf:
-                self._version += 1
+                self._union.put(link.id, table)
             self.log.debug(
                 "qrp table", conn=link.id, leaf=leaf, slots=table.slots, filled=table.filled
             )
+        return True
 
     def prune(self) -> None:
         """Forget the tables of links that are gone."""
         alive = self._alive
         kept = {i: r for i, r in self.leaves.items() if alive(i)}
         if len(kept) < len(self.leaves):
-            self._version += 1
-        self.leaves = kept
+            for gone in self.leaves.keys() - kept.keys():
+                self._union.discard(gone)
+            self.leaves = kept
         self.ultrapeers = {i: r for i, r in self.ultrapeers.items() if alive(i)}
         self._sent = {i: sent for i, sent in self._sent.items() if alive(i)}
 
@@ -164,27 +198,32 @@ class QueryRouting:
         sent = self._sent.get(link_id)
         if sent is None:
             return None
-        version, sent_at = sent
-        return version == self._version, sent_at
+        generation, sent_at = sent
+        return generation == self._union.generation, sent_at
 
     # ------------------------------------------------------------------ our table
 
     def leaves_table(self) -> QrpTable:
-        """What our leaves share, as one table of :data:`LAST_HOP_TABLE_SLOTS` slots."""
-        if self._merged_version != self._version:
-            merged = QrpTable(LAST_HOP_TABLE_SLOTS)
-            for receiver in self.leaves.values():
-                if receiver.table is not None:
-                    merged.merge(receiver.table.resized(LAST_HOP_TABLE_SLOTS))
-            self._merged = merged
-            self._merged_version = self._version
-        return self._merged
+        """What our leaves share, as one table of :data:`LAST_HOP_TABLE_SLOTS` slots
+        (kept between changes: do not change it)."""
+        return self._union.table
+
+    def _leaves_table_messages(self) -> tuple[int, list[bytes]]:
+        """The union's generation and the messages that send it, made once per change."""
+        generation = self._union.generation
+        if self._encoded is None or self._encoded[0] != generation:
+            messages = [
+                encode_message(Message(random_guid(), 1, 0, m))
+                for m in table_messages(self._union.table)
+            ]
+            self._encoded = (generation, messages)
+        return self._encoded
 
     def send_tables(self, links: Iterable[Link], now: float) -> int:
         """Our leaves' table to every ultrapeer that takes last-hop tables and is due
         one; how many messages were queued."""
         self.prune()
-        messages: list[bytes] | None = None
+        generation = self._union.generation
         queued = 0
         for link in links:
             capabilities = link.capabilities
@@ -192,18 +231,13 @@ class QueryRouting:
                 continue
             if not capabilities.ultrapeer_query_routing:
                 continue
-            version, sent_at = self._sent.get(link.id, (-1, -1e9))
-            if version == self._version or now - sent_at < LAST_HOP_TABLE_INTERVAL:
+            had, sent_at = self._sent.get(link.id, (-1, -1e9))
+            if had == generation or now - sent_at < LAST_HOP_TABLE_INTERVAL:
                 continue
-            if messages is None:
-                messages = [
-                    encode_message(Message(random_guid(), 1, 0, m))
-                    for m in table_messages(self.leaves_table())
-                ]
-            for data in messages:
+            for data in self._leaves_table_messages()[1]:
                 queued += link.send(data, MessageType.QRP, 0, now)
             link.flush()
-            self._sent[link.id] = (self._version, now)
+            self._sent[link.id] = (generation, now)
         return queued
 
 

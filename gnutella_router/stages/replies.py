@@ -191,8 +191,10 @@ class ReplyRouting:
         message = self._parsed(connection, frame, now)
         if not isinstance(message, QrpReset | QrpPatch):
             return
-        self.consumed[QRP] += 1
-        self.query_routing.receive(connection, message, len(self._connections()))
+        if self.query_routing.receive(connection, message, len(self._connections()), now):
+            self.consumed[QRP] += 1
+        else:  # begun too soon after the peer's last table, or a patch of such a table
+            self.dropped["qrp-too-soon", QRP] += 1
 
     def _on_vendor(self, connection: Link, frame: Frame, now: float) -> None:
         message = self._parsed(connection, frame, now)

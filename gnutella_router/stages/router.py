@@ -193,7 +193,9 @@ class GnutellaRouter(ReplyRouting):
             self._handlers[message_type] = self._on_hop_by_hop
         self._handlers[VENDOR] = self._on_vendor
         self._handlers[QRP] = self._on_qrp
-        self.query_routing = QueryRouting(connection_by_id, self.log)
+        self.query_routing = QueryRouting(
+            connection_by_id, self.log, table_interval=config.qrp_table_interval
+        )
         self._destinations = DestinationFilter(self.query_routing, self.dropped, self.ttl_trimmed)
         self.dynamic = DynamicQuerying(
             connections, connection_by_id, self.query_routing, self.forwarded

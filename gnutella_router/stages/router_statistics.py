@@ -58,6 +58,7 @@ DROP_REASONS = (
     "peer-refuses-format",
     "peer-hops-flow",
     "qrp-miss",
+    "qrp-too-soon",
     "dynamic-query-limit",
 )
 """Every reason the router drops a message for (shed reasons come from the shedder)."""

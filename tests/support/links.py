@@ -46,6 +46,7 @@ class FakeLink:
         self.outgoing: OutgoingQueue = ThresholdQueue()
         self.closing = False
         self.close_reason: str | None = None
+        self.bye_code_sent: int | None = None
         self.malformed_in = 0
         self.bye_code_received: int | None = None
         self.flushes = 0
@@ -112,6 +113,7 @@ class FakeLink:
     def close(self, reason: str, *, bye_code: int | None = None) -> None:
         self.closing = True
         self.close_reason = reason
+        self.bye_code_sent = bye_code
 
     def sent(self) -> list[Frame]:
         """Everything queued for this link so far, decoded, oldest first."""

@@ -21,7 +21,7 @@ from gnutella_router.control.abuse import Offence
 from protocol.constants import MessageType
 from protocol.framing import Frame, FrameDecoder
 from protocol.messages import Bye, QrpPatch, QrpReset, QueryHit, VendorMessage
-from protocol.qrp import QrpReceiver, query_words
+from protocol.qrp import Intake, QrpReceiver, query_words
 from protocol.vendor import (
     FEATURES_SUPPORTED,
     HOPS_FLOW,
@@ -74,7 +74,7 @@ def test_the_gtk_leafs_qrp_table_is_received_whole_and_matches_its_files() -> No
         if frame.payload_type == MessageType.QRP:
             payload = frame.message().payload
             assert isinstance(payload, QrpReset | QrpPatch)
-            completed.append(receiver.receive(payload))
+            completed.append(receiver.receive(payload) is Intake.COMPLETED)
     assert completed == [False, True]
     table = receiver.table
     assert table is not None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import zlib
 from pathlib import Path
 
 import pytest
@@ -10,7 +11,8 @@ import trio
 from gnutella_router.daemon import Daemon
 from protocol.constants import MessageType
 from protocol.header import encode_header
-from protocol.messages import Bye, Message, Query, random_guid
+from protocol.messages import Bye, Message, QrpPatch, QrpReset, Query, random_guid
+from protocol.qrp import QrpTable, table_messages
 from tests.support.peers import Peer, PeerRefused, message, running_daemons
 from tests.support.waiting import of_type, wait_until
 
@@ -210,6 +212,18 @@ def repeated(guid: bytes) -> Message:
     return Message(guid, 3, 0, Query(b"again and again"))
 
 
+def qrp_tables(count: int) -> list[Message]:
+    """``count`` whole QRP tables (a RESET and a patch each), sent at once."""
+    table = table_messages(QrpTable.of_words(["again"]))
+    return [message(m, ttl=1) for _ in range(count) for m in table]
+
+
+def qrp_bomb() -> list[Message]:
+    """A 64-slot table whose one patch inflates to a megabyte."""
+    bomb = QrpPatch(1, 1, 1, 8, zlib.compress(bytes(1 << 20), 9))
+    return [message(QrpReset(64, 7), ttl=1), message(bomb, ttl=1)]
+
+
 @pytest.mark.e2e
 @pytest.mark.parametrize(
     ("abuse", "bye_code", "offence"),
@@ -217,8 +231,10 @@ def repeated(guid: bytes) -> Message:
         ([repeated(b"D" * 16)] * 60, 401, "duplicate"),
         ([message(Query(b"far"), ttl=60) for _ in range(25)], 403, "high-ttl"),
         ([encode_header(random_guid(), MessageType.PING, 1, 0, 2) + b"xx"] * 25, 411, "malformed"),
+        (qrp_tables(6), 410, "qrp-too-soon"),
+        (qrp_bomb(), 413, "qrp-invalid"),
     ],
-    ids=["same-guid", "ttl-60", "garbled"],
+    ids=["same-guid", "ttl-60", "garbled", "qrp-flood", "qrp-zlib-bomb"],
 )
 async def test_an_abusive_peer_is_kicked_banned_and_others_keep_routing(
     tmp_path: Path, abuse: list[Message | bytes], bye_code: int, offence: str

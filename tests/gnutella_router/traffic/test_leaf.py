@@ -19,7 +19,7 @@ from protocol.codec import encode_message
 from protocol.constants import MessageType
 from protocol.framing import Frame, FrameDecoder
 from protocol.messages import Message, QrpPatch, QrpReset, Query, QueryHit, random_guid
-from protocol.qrp import QrpReceiver, qrp_hash, query_words
+from protocol.qrp import Intake, QrpReceiver, qrp_hash, query_words
 from traffic_models.content import Vocabulary
 
 VOCABULARY = Vocabulary(size=300, seed=3)
@@ -61,7 +61,7 @@ def test_its_published_table_decodes_to_the_table_of_its_keywords() -> None:
         assert message_frame.ttl == 1
         payload = message_frame.payload_record()
         assert isinstance(payload, QrpReset | QrpPatch)
-        done = receiver.receive(payload)
+        done = receiver.receive(payload) is Intake.COMPLETED
     assert done
     assert receiver.table == leaf.table
     for word in ("abbey", "road", "remastered", "yellow", "submarine"):
