@@ -142,6 +142,7 @@ class NetworkConfig(Section, frozen=True):
     allow_private_addresses: bool = True
     handshake_timeout: Annotated[float, Meta(gt=0, le=600)] = 10.0
     connects_per_ip_per_minute: Annotated[int, Meta(ge=1, le=100_000)] = 60
+    connections_per_address: Annotated[int, Meta(ge=1, le=10_000)] = 1
     trusted: Annotated[
         tuple[str, ...], _says('a list of networks ("127.0.0.0/8", "::1", "10.0.0.0/16")')
     ] = ("127.0.0.0/8", "::1/128")

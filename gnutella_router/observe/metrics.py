@@ -291,6 +291,12 @@ class DaemonCollector(Collector):
         )
         _by_label(kicked, stats.kicked)
         yield kicked
+        yield CounterMetricFamily(
+            "gnutella_connections_evicted",
+            "Connections closed (Bye 202) to give their slot to a peer from a network "
+            "with fewer slots.",
+            stats.evicted,
+        )
         yield GaugeMetricFamily(
             "gnutella_bans", "Temporary bans of kicked peers held in the ban list.", stats.bans
         )

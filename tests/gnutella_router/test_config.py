@@ -247,6 +247,8 @@ BAD_VALUES: list[tuple[str, object, str]] = [
     ("network.handshake_timeout", float("nan"), "number"),
     ("network.handshake_timeout", False, "number"),
     ("network.connects_per_ip_per_minute", 0, "from 1"),
+    ("network.connections_per_address", 0, "from 1"),
+    ("network.connections_per_address", 1.5, "integer"),
     ("network.deflate", "true", "true or false"),
     ("slow_peer.policy", "drop", "'threshold', 'flow-control'"),
     ("slow_peer.policy", None, "'threshold'"),
