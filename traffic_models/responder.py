@@ -233,10 +233,10 @@ def keep_alive_pong(frame: Frame) -> bytes | None:
 
     A ping with hops 0 was sent by the neighbour itself: a router's keep-alive or
     discovery ping. Every servent answers it, and routers close a neighbour that never
-    says anything (gtk-gnutella after 180 s), so the load client's peers, its leaves and
-    a replay's peers answer it too, even those that answer nothing else. They have no
-    address of their own to offer: the pong names port 0, which a router neither caches
-    nor hands on.
+    says anything (gtk-gnutella, and gnutella-router after ``network.idle_timeout``),
+    so the load client's sinks, its leaves and a replay's peers answer it too, even
+    those that answer nothing else. They have no address of their own to offer: the
+    pong names port 0, which a router neither caches nor hands on.
     """
     if frame.payload_type != _PING or frame.hops != 0:
         return None

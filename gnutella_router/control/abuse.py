@@ -20,6 +20,9 @@ ever, and one that sends a burst of 20 is not. Unroutable replies are judged onl
 configured (a replayed trace sends them by the thousand, honestly), and then they also
 have to be at least half of what the peer sent lately (decayed the same way), because
 an overloaded router that forgets routes early makes honest peers' hits unroutable too.
+One offence is not metered: a message held back half-sent past
+``network.partial_message_timeout`` (:mod:`gnutella_router.control.deadlines`) kicks the
+peer the first time, with Bye 405.
 
 A kicked peer is banned for ``ban_seconds`` (:class:`BanList`): by its announced GUID
 and listening address always, and by its IP address unless that address is in a trusted
@@ -57,6 +60,9 @@ class Offence(enum.StrEnum):
     UNKNOWN_TYPE = "unknown-type"
     UNROUTABLE = "unroutable"
     """A pong, query hit or push with no route back."""
+    PARTIAL_MESSAGE = "partial-message"
+    """Part of a message held back past ``network.partial_message_timeout``: not
+    counted by the meter, one is enough (:mod:`gnutella_router.control.deadlines`)."""
 
 
 BYE_CODES: Mapping[Offence, ByeCode] = {
@@ -66,6 +72,7 @@ BYE_CODES: Mapping[Offence, ByeCode] = {
     Offence.MALFORMED: ByeCode.INVALID_PAYLOAD,
     Offence.UNKNOWN_TYPE: ByeCode.TOO_MANY_UNKNOWN,
     Offence.UNROUTABLE: ByeCode.TOO_MANY_ERRORS,
+    Offence.PARTIAL_MESSAGE: ByeCode.ACTIVITY_TIMEOUT,
 }
 """The Bye each offence earns (gtk-gnutella's codes)."""
 
@@ -79,6 +86,7 @@ _DESCRIPTIONS: Mapping[Offence, str] = {
     Offence.MALFORMED: "malformed messages",
     Offence.UNKNOWN_TYPE: "messages of unknown types",
     Offence.UNROUTABLE: "replies with no route",
+    Offence.PARTIAL_MESSAGE: "messages left half-sent",
 }
 
 
@@ -89,6 +97,8 @@ class Kick:
     offence: Offence
     level: float
     """The decayed count that reached the threshold."""
+    detail: str | None = None
+    """What happened, for an offence that one occurrence is enough for."""
 
     @property
     def bye_code(self) -> int:
@@ -96,6 +106,8 @@ class Kick:
 
     @property
     def reason(self) -> str:
+        if self.detail is not None:
+            return f"kicked: {self.detail}"
         return f"kicked: about {self.level:.0f} {_DESCRIPTIONS[self.offence]} lately"
 
 

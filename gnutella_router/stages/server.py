@@ -11,8 +11,10 @@ that one of a crowd gives up its slot): :mod:`gnutella_router.control.slots`. Ou
 connections, dialed for the catcher, go through the same handshake as the initiator. A
 connection that completes its handshake is served by
 :class:`~gnutella_router.net.connection.Connection` until it ends, with its frames handed
-to the router; its end is logged in one summary line, and a peer its connection kicked
-(:mod:`gnutella_router.control.abuse`) is counted and banned for a while.
+to the router, and closed if it falls silent or holds a message half-sent
+(:mod:`gnutella_router.control.deadlines`); its end is logged in one summary line, and a
+peer its connection kicked (:mod:`gnutella_router.control.abuse`) is counted and banned
+for a while.
 """
 
 from __future__ import annotations
@@ -32,12 +34,14 @@ from gnutella_router.config import Config
 from gnutella_router.control.abuse import (
     AbuseMeter,
     BanList,
+    Kick,
     Offence,
     RateLimiter,
     ban_keys,
     configured_thresholds,
     in_networks,
 )
+from gnutella_router.control.deadlines import Deadline, ReadWatch, check_interval
 from gnutella_router.control.slots import EVICTION_BYE_CODE, Occupant, SlotPolicy
 from gnutella_router.logs import RateLimitedWarnings
 from gnutella_router.net.connection import Connection, FrameTap, format_address
@@ -153,6 +157,8 @@ class ServerStatistics:
     included: it only rises."""
     kicked: dict[str, int]
     """Peers disconnected for abuse, by offence."""
+    timed_out: dict[str, int]
+    """Connections closed by a read deadline, by deadline (``idle``, ``partial-message``)."""
     evicted: int
     """Connections closed to give their slot to a peer from a rarer network."""
     bans: int
@@ -238,7 +244,12 @@ class GnutellaServer:
         self.failed_connections = 0
         self.completed: collections.Counter[str] = collections.Counter()
         self.refused: collections.Counter[str] = collections.Counter()
+        self.timed_out: collections.Counter[str] = collections.Counter(
+            {deadline.value: 0 for deadline in Deadline}
+        )
         self.evicted = 0
+        self._watches: dict[int, ReadWatch] = {}
+        """The read deadlines of each live connection, by id."""
         self.refusal_warnings = RateLimitedWarnings(self.log)
         """One warning line per kind of refusal every 10 s, with how many were held back."""
         self._closed: collections.Counter[str] = collections.Counter()
@@ -369,12 +380,42 @@ class GnutellaServer:
         self._listeners = []
 
     async def _housekeeping(self) -> None:
-        """Once a second: let outgoing queues apply their time limits."""
+        """Once a second (more often for read deadlines under 4 s): let outgoing queues
+        apply their time limits, and close connections past a read deadline."""
+        network = self.config.network
+        interval = check_interval(network.idle_timeout, network.partial_message_timeout)
         while True:
-            await trio.sleep(1.0)
+            await trio.sleep(interval)
             now = trio.current_time()
             for connection in self.connections.snapshot():
                 connection.check(now)
+                watch = self._watches.get(connection.id)
+                if watch is not None and not connection.closing:
+                    self._check_deadlines(connection, watch, now)
+
+    def _check_deadlines(self, connection: Connection, watch: ReadWatch, now: float) -> None:
+        deadline = watch.check(
+            now,
+            bytes_in=connection.bytes_in,
+            messages_in=connection.messages_in,
+            partial_bytes=connection.partial_bytes,
+            unfinished=connection.frames_unfinished,
+        )
+        if deadline is None:
+            return
+        self.timed_out[deadline.value] += 1
+        if deadline is Deadline.IDLE:
+            reason = f"activity timeout: nothing received for {watch.idle:g} s"
+        else:
+            detail = f"part of a message held for {watch.partial:g} s, none completed"
+            reason = f"activity timeout: {detail}"
+            if self.config.abuse.enabled:  # an offence: counted and banned as a kick
+                connection.kick = Kick(Offence.PARTIAL_MESSAGE, 1.0, detail)
+                reason = connection.kick.reason
+        self.refusal_warnings.warn(
+            deadline.value, "peer timed out", peer=connection.peer_text, reason=reason
+        )
+        connection.close(reason, bye_code=405)
 
     async def _handle_incoming(self, stream: trio.SocketStream) -> None:
         try:
@@ -615,7 +656,13 @@ class GnutellaServer:
     async def _run_connection(self, connection: Connection) -> None:
         self.completed[connection.role] += 1
         connection.log.debug("connected", user_agent=connection.capabilities.user_agent)
-        self.router.introduce(connection, trio.current_time())
+        now = trio.current_time()
+        network = self.config.network
+        if network.idle_timeout or network.partial_message_timeout:
+            self._watches[connection.id] = ReadWatch(
+                now, idle=network.idle_timeout, partial=network.partial_message_timeout
+            )
+        self.router.introduce(connection, now)
         try:
             await connection.run(self.router.deliver)
         except Exception:
@@ -624,6 +671,7 @@ class GnutellaServer:
             connection.log.exception("connection task failed")
         finally:
             self.connections.remove(connection)
+            self._watches.pop(connection.id, None)
             self.closed += 1
             now = trio.current_time()
             self._closed.update(_traffic(connection))
@@ -675,6 +723,7 @@ class GnutellaServer:
             closed=self.closed,
             failed_connections=self.failed_connections,
             kicked=dict(self.kicked),
+            timed_out=dict(self.timed_out),
             evicted=self.evicted,
             bans=len(self.bans),
             deflate_parallel_writes=(

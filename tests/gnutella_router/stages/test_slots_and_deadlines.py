@@ -1,5 +1,6 @@
-"""Slots on loopback, with real sockets: one address's share (409), and a crowd's slots
-given to newcomers from other networks (Bye 202).
+"""Slots and deadlines on loopback, with real sockets: one address's share (409), a
+crowd's slots given to newcomers from other networks (Bye 202), and the idle and
+half-sent-message deadlines (Bye 405).
 
 Each peer connects from an address of its own in 127.0.0.0/8 (all loopback on Linux),
 and the daemon trusts only ``::1``, so that these addresses count as separate hosts.
@@ -11,13 +12,15 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
+import trio
 from structlog.testing import capture_logs
 
 from gnutella_router.daemon import Daemon
 from protocol.constants import MessageType
 from protocol.framing import Frame
-from protocol.messages import Bye, Ping
-from tests.support.peers import Peer, PeerRefused, message, running_daemons
+from protocol.header import encode_header
+from protocol.messages import Bye, Ping, random_guid
+from tests.support.peers import Peer, PeerRefused, message, open_stream, running_daemons
 from tests.support.waiting import wait_until
 
 UNTRUSTED_LOOPBACK = {"network.trusted": ["::1/128"]}
@@ -93,3 +96,65 @@ async def test_a_crowd_from_one_network_gives_its_slots_to_newcomers_from_others
         # The crowd's first member kept its slot and is served.
         await crowd[0].send(message(Ping(), ttl=1))
         await crowd[0].receive_matching(lambda f: f.payload_type == MessageType.PONG)
+
+
+@pytest.mark.e2e
+async def test_a_silent_peer_is_sent_bye_405_after_the_idle_timeout(tmp_path: Path) -> None:
+    overrides = {"network.idle_timeout": 0.5, "network.partial_message_timeout": 0}
+    async with running_daemons(tmp_path, overrides=overrides) as (daemon,):
+        talker = await Peer.connect(daemon.address)
+        silent = await Peer.connect(daemon.address)
+
+        async def talk() -> None:
+            while True:
+                await talker.send(message(Ping(), ttl=1))
+                await trio.sleep(0.1)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(talk)
+            frames = await silent.wait_closed(timeout=10)
+            nursery.cancel_scope.cancel()
+        assert [b.code for b in byes(frames)] == [405]
+        assert daemon.server.timed_out["idle"] == 1
+        assert sum(daemon.server.kicked.values()) == 0  # silence is no offence
+        assert len(daemon.server.connections) == 1  # the talker is still served
+
+
+@pytest.mark.e2e
+async def test_a_message_held_half_sent_is_an_offence(tmp_path: Path) -> None:
+    overrides = {"network.idle_timeout": 60.0, "network.partial_message_timeout": 0.5}
+    async with running_daemons(tmp_path, overrides=overrides) as (daemon,):
+        dripper = await Peer.connect(daemon.address)
+        header = encode_header(random_guid(), MessageType.QUERY, 3, 0, 100)
+
+        async def drip() -> None:
+            await dripper.send(header + b"\x80\x00")
+            for _ in range(80):  # one byte every 0.1 s: never idle, never whole
+                await trio.sleep(0.1)
+                await dripper.send(b"x")
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(drip)
+            frames = await dripper.wait_closed(timeout=10)
+            nursery.cancel_scope.cancel()
+        assert [b.code for b in byes(frames)] == [405]
+        assert daemon.server.timed_out["partial-message"] == 1
+        await wait_until(lambda: daemon.server.kicked["partial-message"] == 1)
+        # Kicked, so banned for a while.
+        with pytest.raises(PeerRefused) as refusal:
+            await Peer.connect(daemon.address, guid=dripper.guid)
+        assert refusal.value.rejection.status_code == 403
+
+
+@pytest.mark.e2e
+async def test_half_a_handshake_line_is_cut_off_by_the_handshake_timeout(tmp_path: Path) -> None:
+    overrides = {"network.handshake_timeout": 0.3}
+    async with running_daemons(tmp_path, overrides=overrides) as (daemon,):
+        stream = await open_stream(daemon.address, source="127.0.0.2")
+        try:
+            await stream.send_all(b"GNUTELLA CONNECT/0.6\r\nUser-Ag")
+            with trio.fail_after(10):
+                assert await stream.receive_some(4096) == b""
+        finally:
+            await stream.aclose()
+        assert daemon.server.refused["handshake-timeout"] == 1
