@@ -27,7 +27,8 @@ checks exactly that, from outside, on a real ``gnutella-router run`` process.
    are trusted: the other eight, the good peers and one burst of attempts beyond the
    limit (for the 429 answer) are treated as single hosts. Everything else, ``[abuse]``
    kicks and bans included, is at its defaults. JSON logs go to a file.
-2. **Two good peers**, from addresses of their own (127.66.0.1 and .2), handshake as
+2. **Two good peers**, from addresses of their own (127.66.0.1 and 127.67.0.1, in two
+   networks), handshake as
    ultrapeers (one of them with deflate both ways) and read everything the router sends
    them, checking that it frames (the router must never forward anything broken). Every
    second each sends a fresh query (TTL 2) to the router; the other must receive it and

@@ -39,6 +39,7 @@ import base64
 import hashlib
 import random
 
+from protocol.codec import encode_message
 from protocol.constants import GUID_SIZE, HARD_TTL_LIMIT, MessageType
 from protocol.errors import LocalProtocolError, MalformedPayloadError
 from protocol.framing import Frame
@@ -60,7 +61,7 @@ from protocol.messages import (
     make_guid,
 )
 
-__all__ = ["RESPONDER_VENDOR", "Responder"]
+__all__ = ["RESPONDER_VENDOR", "Responder", "keep_alive_pong"]
 
 RESPONDER_VENDOR = b"SYNT"
 """The vendor code in our pongs' VC and our hits' EQHD: a synthetic servent, so that
@@ -222,3 +223,21 @@ class Responder:
     def __repr__(self) -> str:
         ip, port = self.address
         return f"Responder({ip}:{port}, p_hit={self.p_hit:g}, guid={self.servent_guid.hex()})"
+
+
+_NO_ADDRESS = Pong(port=0, ip="0.0.0.0")
+
+
+def keep_alive_pong(frame: Frame) -> bytes | None:
+    """The pong (encoded) that answers a neighbour's own ping, or None for anything else.
+
+    A ping with hops 0 was sent by the neighbour itself: a router's keep-alive or
+    discovery ping. Every servent answers it, and routers close a neighbour that never
+    says anything (gtk-gnutella, and gnutella-router after ``network.idle_timeout``),
+    so the load client's sinks, its leaves and a replay's peers answer it too, even
+    those that answer nothing else. They have no address of their own to offer: the
+    pong names port 0, which a router neither caches nor hands on.
+    """
+    if frame.payload_type != _PING or frame.hops != 0:
+        return None
+    return encode_message(Message(frame.guid, 1, 0, _NO_ADDRESS))

@@ -281,6 +281,8 @@ def format_stats(data: object) -> str:
                 "accepted": server.get("accepted"),
                 "completed": _count_text(server.get("completed")),
                 "refused": _count_text(server.get("refused")),
+                "timed out": _count_text(server.get("timed_out")),
+                "evicted": server.get("evicted"),
                 "closed": server.get("closed"),
             },
         )

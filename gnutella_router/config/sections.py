@@ -141,7 +141,10 @@ class NetworkConfig(Section, frozen=True):
     max_payload: Annotated[int, Meta(ge=1024, le=65536)] = 65536
     allow_private_addresses: bool = True
     handshake_timeout: Annotated[float, Meta(gt=0, le=600)] = 10.0
+    idle_timeout: Annotated[float, Meta(ge=0, le=86_400)] = 180.0
+    partial_message_timeout: Annotated[float, Meta(ge=0, le=86_400)] = 60.0
     connects_per_ip_per_minute: Annotated[int, Meta(ge=1, le=100_000)] = 60
+    connections_per_address: Annotated[int, Meta(ge=1, le=10_000)] = 1
     trusted: Annotated[
         tuple[str, ...], _says('a list of networks ("127.0.0.0/8", "::1", "10.0.0.0/16")')
     ] = ("127.0.0.0/8", "::1/128")

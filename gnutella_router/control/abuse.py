@@ -20,6 +20,9 @@ ever, and one that sends a burst of 20 is not. Unroutable replies are judged onl
 configured (a replayed trace sends them by the thousand, honestly), and then they also
 have to be at least half of what the peer sent lately (decayed the same way), because
 an overloaded router that forgets routes early makes honest peers' hits unroutable too.
+One offence is not metered: a message held back half-sent past
+``network.partial_message_timeout`` (:mod:`gnutella_router.control.deadlines`) kicks the
+peer the first time, with Bye 405.
 
 A kicked peer is banned for ``ban_seconds`` (:class:`BanList`): by its announced GUID
 and listening address always, and by its IP address unless that address is in a trusted
@@ -61,6 +64,9 @@ class Offence(enum.StrEnum):
     """A QRP table begun sooner than ``router.qrp_table_interval`` after the last."""
     QRP_INVALID = "qrp-invalid"
     """A QRP sequence that breaks the protocol (the link is closed with Bye 413 anyway)."""
+    PARTIAL_MESSAGE = "partial-message"
+    """Part of a message held back past ``network.partial_message_timeout``: not
+    counted by the meter, one is enough (:mod:`gnutella_router.control.deadlines`)."""
 
 
 BYE_CODES: Mapping[Offence, ByeCode] = {
@@ -72,6 +78,7 @@ BYE_CODES: Mapping[Offence, ByeCode] = {
     Offence.UNROUTABLE: ByeCode.TOO_MANY_ERRORS,
     Offence.QRP_TOO_SOON: ByeCode.EXCESSIVE_MESSAGES,
     Offence.QRP_INVALID: ByeCode.INVALID_QRP_SEQUENCE,
+    Offence.PARTIAL_MESSAGE: ByeCode.ACTIVITY_TIMEOUT,
 }
 """The Bye each offence earns (gtk-gnutella's codes)."""
 
@@ -87,6 +94,7 @@ _DESCRIPTIONS: Mapping[Offence, str] = {
     Offence.UNROUTABLE: "replies with no route",
     Offence.QRP_TOO_SOON: "QRP tables sent too often",
     Offence.QRP_INVALID: "broken QRP sequences",
+    Offence.PARTIAL_MESSAGE: "messages left half-sent",
 }
 
 
@@ -97,6 +105,8 @@ class Kick:
     offence: Offence
     level: float
     """The decayed count that reached the threshold."""
+    detail: str | None = None
+    """What happened, for an offence that one occurrence is enough for."""
 
     @property
     def bye_code(self) -> int:
@@ -104,6 +114,8 @@ class Kick:
 
     @property
     def reason(self) -> str:
+        if self.detail is not None:
+            return f"kicked: {self.detail}"
         return f"kicked: about {self.level:.0f} {_DESCRIPTIONS[self.offence]} lately"
 
 

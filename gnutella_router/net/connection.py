@@ -203,6 +203,16 @@ class Connection:
         return self.outgoing.flow_controlled
 
     @property
+    def partial_bytes(self) -> int:
+        """Bytes of a message the peer has begun and not finished (the read deadlines)."""
+        return self._decoder.buffered
+
+    @property
+    def frames_unfinished(self) -> int:
+        """Frames read from the peer that the router has not finished with yet."""
+        return self._delivered - self._done
+
+    @property
     def listen_address(self) -> tuple[str, int] | None:
         """Where the peer accepts connections: what it announced, or for a peer we
         dialled, the address we dialled."""

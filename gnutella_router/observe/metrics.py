@@ -291,6 +291,20 @@ class DaemonCollector(Collector):
         )
         _by_label(kicked, stats.kicked)
         yield kicked
+        timed_out = CounterMetricFamily(
+            "gnutella_connections_timed_out",
+            "Connections closed by a read deadline: idle (network.idle_timeout) or a "
+            "message left half-sent (network.partial_message_timeout).",
+            labels=["deadline"],
+        )
+        _by_label(timed_out, stats.timed_out)
+        yield timed_out
+        yield CounterMetricFamily(
+            "gnutella_connections_evicted",
+            "Connections closed (Bye 202) to give their slot to a peer from a network "
+            "with fewer slots.",
+            stats.evicted,
+        )
         yield GaugeMetricFamily(
             "gnutella_bans", "Temporary bans of kicked peers held in the ban list.", stats.bans
         )

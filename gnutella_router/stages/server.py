@@ -1,16 +1,20 @@
 """The GnutellaServer stage: accepting, dialing, handshaking, and the live connections.
 
-Incoming sockets pass four gates before any Gnutella message is read: a per-IP rate
+Incoming sockets pass five gates before any Gnutella message is read: a per-IP rate
 limit on connection attempts (a refused attempt costs one short write; addresses in
 ``network.trusted``, loopback by default, are exempt), a handshake under a deadline (a
 peer silent mid-handshake is dropped), the ban list (a peer kicked for abuse lately is
-answered ``403``) and the connection cap (a full node answers ``503`` with
-``X-Try-Ultrapeers``, so the peer has somewhere else to go). Outgoing connections,
-dialed for the catcher, go through the same handshake as the initiator. A connection
-that completes its handshake is served by
+answered ``403``), one address's share of the connections (``409 Already connected``)
+and the slots (a full node answers ``503`` with ``X-Try-Ultrapeers``, so the peer has
+somewhere else to go, unless the newcomer's network is so much rarer among the peers
+that one of a crowd gives up its slot): :mod:`gnutella_router.control.slots`. Outgoing
+connections, dialed for the catcher, go through the same handshake as the initiator. A
+connection that completes its handshake is served by
 :class:`~gnutella_router.net.connection.Connection` until it ends, with its frames handed
-to the router; its end is logged in one summary line, and a peer its connection kicked
-(:mod:`gnutella_router.control.abuse`) is counted and banned for a while.
+to the router, and closed if it falls silent or holds a message half-sent
+(:mod:`gnutella_router.control.deadlines`); its end is logged in one summary line, and a
+peer its connection kicked (:mod:`gnutella_router.control.abuse`) is counted and banned
+for a while.
 """
 
 from __future__ import annotations
@@ -30,12 +34,15 @@ from gnutella_router.config import Config
 from gnutella_router.control.abuse import (
     AbuseMeter,
     BanList,
+    Kick,
     Offence,
     RateLimiter,
     ban_keys,
     configured_thresholds,
     in_networks,
 )
+from gnutella_router.control.deadlines import Deadline, ReadWatch, check_interval
+from gnutella_router.control.slots import EVICTION_BYE_CODE, Occupant, SlotPolicy
 from gnutella_router.logs import RateLimitedWarnings
 from gnutella_router.net.connection import Connection, FrameTap, format_address
 from gnutella_router.net.deflate_pool import DeflatePool
@@ -113,10 +120,6 @@ class ConnectionTable:
     def count(self, role: str) -> int:
         return sum(1 for c in self._snapshot if c.role == role and not c.closing)
 
-    def leaves(self) -> int:
-        """Live peers that announced ``X-Ultrapeer: False``."""
-        return sum(1 for c in self._snapshot if c.capabilities.ultrapeer is False)
-
     def addresses(self) -> set[tuple[str, int]]:
         """Every address a live peer is known by: where it came from and where it listens."""
         known: set[tuple[str, int]] = set()
@@ -154,6 +157,10 @@ class ServerStatistics:
     included: it only rises."""
     kicked: dict[str, int]
     """Peers disconnected for abuse, by offence."""
+    timed_out: dict[str, int]
+    """Connections closed by a read deadline, by deadline (``idle``, ``partial-message``)."""
+    evicted: int
+    """Connections closed to give their slot to a peer from a rarer network."""
     bans: int
     """Bans in force or not yet found expired."""
     deflate_parallel_writes: int
@@ -168,6 +175,7 @@ INCOMING_REFUSAL_REASONS = (
     "handshake-io",
     "connected-to-self",
     "temporarily-banned",
+    "already-connected",
     "too-many-connections",
     "too-many-leaves",
     "peer-declined",
@@ -212,6 +220,12 @@ class GnutellaServer:
         self.listen_addresses: list[tuple[str, int]] = []
         self.rate_limiter = RateLimiter(config.network.connects_per_ip_per_minute)
         self.trusted_networks = config.network.trusted_networks
+        self.slots = SlotPolicy(
+            max_connections=config.network.max_connections,
+            max_leaves=config.network.max_leaves,
+            per_address=config.network.connections_per_address,
+            trusted=self.trusted_networks,
+        )
         self.live_since = time.time()
         """When this router started (wall clock), announced as ``X-Live-Since``."""
         self.bans = BanList()
@@ -223,12 +237,19 @@ class GnutellaServer:
         self._listeners: list[trio.SocketListener] = []
         self._handshaking = 0
         self._advertised: tuple[str, int] | None = None
-        self._admitting: set[Acceptor] = set()
+        self._admitting: dict[Acceptor, str] = {}
+        """Handshakes accepted but not yet connections, with the address of each."""
         self.accepted = 0
         self.closed = 0
         self.failed_connections = 0
         self.completed: collections.Counter[str] = collections.Counter()
         self.refused: collections.Counter[str] = collections.Counter()
+        self.timed_out: collections.Counter[str] = collections.Counter(
+            {deadline.value: 0 for deadline in Deadline}
+        )
+        self.evicted = 0
+        self._watches: dict[int, ReadWatch] = {}
+        """The read deadlines of each live connection, by id."""
         self.refusal_warnings = RateLimitedWarnings(self.log)
         """One warning line per kind of refusal every 10 s, with how many were held back."""
         self._closed: collections.Counter[str] = collections.Counter()
@@ -359,12 +380,42 @@ class GnutellaServer:
         self._listeners = []
 
     async def _housekeeping(self) -> None:
-        """Once a second: let outgoing queues apply their time limits."""
+        """Once a second (more often for read deadlines under 4 s): let outgoing queues
+        apply their time limits, and close connections past a read deadline."""
+        network = self.config.network
+        interval = check_interval(network.idle_timeout, network.partial_message_timeout)
         while True:
-            await trio.sleep(1.0)
+            await trio.sleep(interval)
             now = trio.current_time()
             for connection in self.connections.snapshot():
                 connection.check(now)
+                watch = self._watches.get(connection.id)
+                if watch is not None and not connection.closing:
+                    self._check_deadlines(connection, watch, now)
+
+    def _check_deadlines(self, connection: Connection, watch: ReadWatch, now: float) -> None:
+        deadline = watch.check(
+            now,
+            bytes_in=connection.bytes_in,
+            messages_in=connection.messages_in,
+            partial_bytes=connection.partial_bytes,
+            unfinished=connection.frames_unfinished,
+        )
+        if deadline is None:
+            return
+        self.timed_out[deadline.value] += 1
+        if deadline is Deadline.IDLE:
+            reason = f"activity timeout: nothing received for {watch.idle:g} s"
+        else:
+            detail = f"part of a message held for {watch.partial:g} s, none completed"
+            reason = f"activity timeout: {detail}"
+            if self.config.abuse.enabled:  # an offence: counted and banned as a kick
+                connection.kick = Kick(Offence.PARTIAL_MESSAGE, 1.0, detail)
+                reason = connection.kick.reason
+        self.refusal_warnings.warn(
+            deadline.value, "peer timed out", peer=connection.peer_text, reason=reason
+        )
+        connection.close(reason, bye_code=405)
 
     async def _handle_incoming(self, stream: trio.SocketStream) -> None:
         try:
@@ -423,7 +474,7 @@ class GnutellaServer:
         finally:
             self._handshaking -= 1
             # No await between here and the connection's registration in _serve.
-            self._admitting.discard(acceptor)
+            self._admitting.pop(acceptor, None)
         if complete is None:
             await _close(stream)
             return
@@ -445,7 +496,7 @@ class GnutellaServer:
             headers = busy_response_headers(self._try_hosts()) if code == 503 else []
             await stream.send_all(acceptor.reject(code, text, headers))
             return None
-        self._admitting.add(acceptor)
+        self._admitting[acceptor] = peer[0]
         reply = acceptor.accept(self._headers(peer[0]), deflate=self.config.network.deflate)
         await stream.send_all(reply)
         while True:
@@ -464,18 +515,42 @@ class GnutellaServer:
         keys = self._ban_keys(peer[0], capabilities)
         if self.bans and self.bans.banned(keys, trio.current_time()):
             return 403, "Temporarily banned"
-        # Handshakes already accepted but not yet registered hold a slot too: several
-        # peers handshaking at once must not all slip under the limit. Leaves have their
-        # own slots, so a crowd of leaves never keeps ultrapeers out, or the reverse.
-        leaves = self.connections.leaves()
-        admitting = len(self._admitting)
-        if capabilities.ultrapeer is False:
-            if leaves + admitting >= self.config.network.max_leaves:
-                return 503, "Too many leaves"
-            return None
-        if len(self.connections) - leaves + admitting >= self.config.network.max_connections:
-            return 503, "Too many connections"
-        return None
+        # Leaves have their own slots, so a crowd of leaves never keeps ultrapeers out,
+        # or the reverse; handshakes accepted but not yet registered hold a slot too.
+        admission = self.slots.admit(
+            peer[0],
+            leaf=capabilities.ultrapeer is False,
+            occupants=[
+                Occupant(
+                    c.id,
+                    c.peer[0],
+                    leaf=c.capabilities.ultrapeer is False,
+                    evictable=c.role == "incoming" and not self.slots.trusted(c.peer[0]),
+                    since=c.connected_at,
+                )
+                for c in self.connections.snapshot()
+                if not c.closing
+            ],
+            admitting=list(self._admitting.values()),
+        )
+        if admission.evict is not None:
+            self._evict(admission.evict, peer)
+        return None if admission.accepted else (admission.code, admission.reason)
+
+    def _evict(self, occupant: Occupant, newcomer: tuple[str, int]) -> None:
+        """Close a crowd's newest connection so that ``newcomer`` can have its slot."""
+        connection = self.connections.get(occupant.id)
+        if connection is None:
+            return
+        self.evicted += 1
+        self.refusal_warnings.warn(
+            "evicted",
+            "peer evicted",
+            peer=connection.peer_text,
+            newcomer=format_address(*newcomer),
+            reason="its network holds more slots than the newcomer's",
+        )
+        connection.close("making room for a peer from another network", bye_code=EVICTION_BYE_CODE)
 
     def _try_hosts(self) -> list[tuple[str, int]]:
         hosts = [c.listen_address for c in self.connections.snapshot() if c.listen_address]
@@ -581,7 +656,13 @@ class GnutellaServer:
     async def _run_connection(self, connection: Connection) -> None:
         self.completed[connection.role] += 1
         connection.log.debug("connected", user_agent=connection.capabilities.user_agent)
-        self.router.introduce(connection, trio.current_time())
+        now = trio.current_time()
+        network = self.config.network
+        if network.idle_timeout or network.partial_message_timeout:
+            self._watches[connection.id] = ReadWatch(
+                now, idle=network.idle_timeout, partial=network.partial_message_timeout
+            )
+        self.router.introduce(connection, now)
         try:
             await connection.run(self.router.deliver)
         except Exception:
@@ -590,6 +671,7 @@ class GnutellaServer:
             connection.log.exception("connection task failed")
         finally:
             self.connections.remove(connection)
+            self._watches.pop(connection.id, None)
             self.closed += 1
             now = trio.current_time()
             self._closed.update(_traffic(connection))
@@ -641,6 +723,8 @@ class GnutellaServer:
             closed=self.closed,
             failed_connections=self.failed_connections,
             kicked=dict(self.kicked),
+            timed_out=dict(self.timed_out),
+            evicted=self.evicted,
             bans=len(self.bans),
             deflate_parallel_writes=(
                 0 if self.deflate_pool is None else self.deflate_pool.jobs_parallel

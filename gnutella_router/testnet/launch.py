@@ -107,6 +107,13 @@ class Launcher:
                 "admin.listen": f"{host}:{NAMESPACE_PORT + 1}",
                 "admin.allow_remote": True,
                 "admin.token": self.admin_token,
+                # The controller's load clients, sinks and leaves all come from the
+                # bridge's one address: trusted, as loopback is, so that one address
+                # may hold many connections. Each node has an address of its own.
+                "network.trusted": [
+                    *Config().network.trusted,
+                    f"{self.namespaces.gateway}/32",
+                ],
             }
         else:
             port = 0 if settings.base_port is None else settings.base_port + index

@@ -19,7 +19,9 @@ the test network's leaf clients own the sockets and hand it what arrives.
 * **What it answers.** A query every keyword of which is in one of its file names gets
   one hit listing the matching files (at most :data:`MAX_RESULTS`). A query that reaches
   it and matches none of its names is counted: QRP tables are hashed, so a few such
-  false positives are expected, but many mean the ultrapeer is not filtering.
+  false positives are expected, but many mean the ultrapeer is not filtering. Its
+  ultrapeer's own pings get a pong (:func:`~traffic_models.responder.keep_alive_pong`):
+  an ultrapeer closes a leaf that says nothing for minutes.
 
 Nothing here reads a clock or a socket; times are passed in.
 """
@@ -45,6 +47,7 @@ from protocol.messages import (
 )
 from protocol.qrp import QrpTable, query_words, table_messages
 from traffic_models.content import Vocabulary
+from traffic_models.responder import keep_alive_pong
 
 __all__ = [
     "LEAF_VENDOR",
@@ -167,7 +170,8 @@ class LeafServent:
             return self._answer(frame)
         if frame.payload_type == _HIT:
             self._account_hit(frame, leaf_guids, now)
-        return []
+        pong = keep_alive_pong(frame)  # its ultrapeer's own ping
+        return [] if pong is None else [pong]
 
     def _answer(self, frame: Frame) -> list[bytes]:
         self.queries_received += 1

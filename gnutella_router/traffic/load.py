@@ -14,7 +14,10 @@ test, which is what makes the paper's overload experiments meaningful.
 Sinks timestamp every copy of our pings and queries that reaches them (one-hop
 latency through the router) and, when asked to, answer them like real servents (a pong
 per ping, a query hit per query with some probability), so replies travel the reverse
-path back to the injectors, where they are timed as round trips.
+path back to the injectors, where they are timed as round trips. A sink that has said
+nothing for a minute also answers the target's own pings (hops 0: its keep-alive and
+discovery pings) with a pong, as every servent does, so that a sink that only listens
+is not closed as idle.
 
 Before the clock starts, a few probe pings make sure the target has registered every
 peer; they are not counted.
@@ -69,7 +72,7 @@ from traffic_models.latency import (
     stamp_counter,
     stamp_guid,
 )
-from traffic_models.responder import Responder
+from traffic_models.responder import Responder, keep_alive_pong
 
 PING = MessageType.PING
 PONG = MessageType.PONG
@@ -81,6 +84,12 @@ READ_SIZE = 64 * 1024
 """Per read: small enough that decoding one read never keeps the sender waiting long."""
 DRAIN_QUIET = 1.0
 """The drain ends when no copy has arrived for this long."""
+KEEP_ALIVE_SILENCE = 60.0
+"""A sink answers the target's own pings only once it has sent nothing for this long:
+enough for a router that closes peers silent for minutes (gnutella-router: 180 s, with
+a ping every 30 s), and a run shorter than this sends the router nothing but its load,
+so that the router's counters stay exactly the client's.
+"""
 SEND_SLACK = 0.001
 """The sender wakes this much before the next message is due and sends everything due
 within it: timer wake-ups come in whole milliseconds (epoll), so waking on the dot would
@@ -157,6 +166,8 @@ class ClientPeer:
         self.leftover = leftover
         self.closed: str | None = None
         self.send_lock = trio.Lock()
+        self.last_sent = trio.current_time()
+        """When the peer last sent anything (its handshake, at first)."""
         self.seen = bytearray()
         """A sink's bitmap of the messages (by number in the run) it has had a copy of:
         one bit per message sent, so bounded by the run."""
@@ -165,6 +176,7 @@ class ClientPeer:
         """Write ``data`` whole; the lock keeps a sink's replies and probes from interleaving."""
         async with self.send_lock:
             await self.stream.send_all(data)
+            self.last_sent = trio.current_time()
 
 
 async def open_client_peer(
@@ -454,6 +466,8 @@ class LoadRun:
                     self._account(frames, arrived, sink, run, book, peer)
                     if responder is not None:
                         await self._answer(peer, frames, responder)
+                    if sink:  # the target's own pings: it closes peers that never speak
+                        await self._keep_alive(peer, frames)
                 data = await peer.stream.receive_some(READ_SIZE)
                 if not data:
                     peer.closed = peer.closed or f"{peer.name}: closed by the target"
@@ -507,6 +521,18 @@ class LoadRun:
                 if timed:
                     kind = "target-reply" if frame.hops == 0 else "round-trip"
                     book.record(kind, message_type, arrived - due)
+
+    @staticmethod
+    async def _keep_alive(peer: ClientPeer, frames: list[Frame]) -> None:
+        """Answer the target's own pings once the peer has been silent for
+        :data:`KEEP_ALIVE_SILENCE`. Sinks only: an injector speaks all the time, and its
+        reader must never wait for the lock its sender holds while the target is not
+        reading (it would stop reading in turn)."""
+        if trio.current_time() - peer.last_sent < KEEP_ALIVE_SILENCE:
+            return
+        pongs = [pong for frame in frames if (pong := keep_alive_pong(frame)) is not None]
+        if pongs:
+            await peer.send(b"".join(pongs))
 
     async def _answer(self, peer: ClientPeer, frames: list[Frame], responder: Responder) -> None:
         replies = [

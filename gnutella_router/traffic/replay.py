@@ -17,7 +17,9 @@ reaches more than ``late_after`` (10 ms) past its time is sent at once and count
 connection the target closed, has the record counted *dropped* instead. Records due
 within half a millisecond are sent together, so the replay may run up to 0.5 ms
 early. Each peer also reads and throws away whatever the target sends (pongs, Byes),
-so the target never sees it as a slow reader.
+so the target never sees it as a slow reader, except the target's own pings, which it
+answers with a pong, as servents do, so that a peer the trace leaves quiet for minutes is
+not closed as idle.
 
 ``--loop N`` plays the trace N times back to back; each pass starts one mean
 inter-arrival gap after the previous one's last record, so the long-run rate is the
@@ -44,6 +46,9 @@ import trio
 from gnutella_router import __version__
 from gnutella_router.traffic.load import LoadError, open_client_peer
 from protocol.constants import MessageType
+from protocol.errors import RemoteProtocolError
+from protocol.framing import Frame, FrameDecoder
+from traffic_models.responder import keep_alive_pong
 from traffic_models.trace import TraceProblem, read_wire
 
 DEFAULT_PEER_CAP = 16
@@ -202,11 +207,17 @@ def scan_trace(path: Path, on_problem: Callable[[TraceProblem], None] | None = N
 
 
 class _Peer:
-    """One connection to the target: an outgoing buffer, a writer and a discarding reader."""
+    """One connection to the target: an outgoing buffer, a writer and a reader that
+    throws away all but the target's own pings, which it answers (see
+    :func:`~traffic_models.responder.keep_alive_pong`)."""
 
-    def __init__(self, index: int, stream: trio.SocketStream, backlog_limit: int) -> None:
+    def __init__(
+        self, index: int, stream: trio.SocketStream, backlog_limit: int, leftover: bytes = b""
+    ) -> None:
         self.index = index
         self.stream = stream
+        self.leftover = leftover
+        """What the target sent right after the handshake, read with it."""
         self.backlog_limit = backlog_limit
         self.buffer = bytearray()
         self.buffered_messages = 0
@@ -254,12 +265,28 @@ class _Peer:
             self._broken(f"connection lost while sending ({exc.__class__.__name__})")
 
     async def read_loop(self) -> None:
+        decoder = FrameDecoder()
+        data = self.leftover
         try:
-            while await self.stream.receive_some(RECEIVE_SIZE):
-                pass
+            while True:
+                if data:
+                    self._answer(decoder.receive_data(data))
+                data = bytes(await self.stream.receive_some(RECEIVE_SIZE))
+                if not data:
+                    break
             self._broken("the target closed the connection")
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
             self._broken(f"connection lost ({exc.__class__.__name__})")
+        except RemoteProtocolError as exc:
+            self._broken(f"the target's stream does not frame ({exc.reason})")
+
+    def _answer(self, frames: list[Frame]) -> None:
+        """Queue a pong for each of the target's own pings, ahead of nothing else."""
+        for frame in frames:
+            pong = keep_alive_pong(frame)
+            if pong is not None and self.error is None:
+                self.buffer += pong
+                self._lot.unpark()
 
     async def aclose(self) -> None:
         with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError, OSError):
@@ -276,7 +303,7 @@ async def _connect(target: tuple[str, int], index: int, backlog_limit: int) -> _
         )
     except LoadError as exc:
         raise ReplayError(str(exc)) from None
-    return _Peer(index, peer.stream, backlog_limit)
+    return _Peer(index, peer.stream, backlog_limit, peer.leftover)
 
 
 async def _connect_all(target: tuple[str, int], count: int, backlog_limit: int) -> list[_Peer]:

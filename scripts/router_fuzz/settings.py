@@ -18,7 +18,9 @@ UNTRUSTED_FUZZ_SOURCES = tuple(f"127.78.0.{n}" for n in range(1, 9))
 FUZZ_SOURCES = TRUSTED_FUZZ_SOURCES + UNTRUSTED_FUZZ_SOURCES
 """Where fuzzing connections come from: spread over addresses, as many hostile hosts
 would be, so that the per-address limit on attempts does not stop the fuzzing."""
-GOOD_SOURCES = ("127.66.0.1", "127.66.0.2")
+GOOD_SOURCES = ("127.66.0.1", "127.67.0.1")
+"""The good peers: two hosts in two networks (/24s), so that a full router's preference
+for peers from networks it has fewer of never picks one of them to make room."""
 FLOOD_SOURCE = "127.88.0.1"
 CROWD_SOURCE = "127.99.0.1"
 TRUSTED_NETWORKS = ("127.0.0.1/32", "127.77.0.0/16", "127.99.0.0/16")

@@ -289,8 +289,10 @@ class NaiveRouter:
             self.malformed(link, frame, now)
             return
         assert isinstance(message, QrpReset | QrpPatch)
-        self.consumed[QRP] += 1
-        self.routing.receive(link, message, len(self.links))
+        if self.routing.receive(link, message, len(self.links), now):
+            self.consumed[QRP] += 1
+        else:
+            self.dropped["qrp-refused", QRP] += 1
 
     # ------------------------------------------------------------------ the broadcast
 

@@ -72,18 +72,17 @@ class Peer:
         deflate: bool = False,
         receive_buffer: int | None = None,
         guid: bytes | None = None,
+        source: str | None = None,
     ) -> Peer:
         """Handshake with a daemon; ``receive_buffer`` shrinks SO_RCVBUF first, so a peer
         that stops reading backs the daemon up after a few kilobytes. ``guid`` is the
-        servent GUID announced (random by default)."""
+        servent GUID announced (random by default); ``source`` the loopback address to
+        connect from (any of 127.0.0.0/8 on Linux), to stand for a host of its own."""
         guid = guid or random_guid()
-        if receive_buffer is None:
+        if receive_buffer is None and source is None:
             stream = await trio.open_tcp_stream(*address)
         else:
-            sock = trio.socket.socket(trio.socket.AF_INET, trio.socket.SOCK_STREAM)
-            sock.setsockopt(trio.socket.SOL_SOCKET, trio.socket.SO_RCVBUF, receive_buffer)
-            await sock.connect(address)
-            stream = trio.SocketStream(sock)
+            stream = await open_stream(address, source=source, receive_buffer=receive_buffer)
         try:
             return await cls._handshake(stream, guid, headers, extra_headers, deflate)
         except BaseException:
@@ -183,6 +182,23 @@ class Peer:
 
     async def aclose(self) -> None:
         await _quiet_close(self.stream)
+
+
+async def open_stream(
+    address: tuple[str, int], *, source: str | None = None, receive_buffer: int | None = None
+) -> trio.SocketStream:
+    """A TCP connection to an IPv4 ``address``, from ``source`` if given."""
+    sock = trio.socket.socket(trio.socket.AF_INET, trio.socket.SOCK_STREAM)
+    try:
+        if receive_buffer is not None:
+            sock.setsockopt(trio.socket.SOL_SOCKET, trio.socket.SO_RCVBUF, receive_buffer)
+        if source is not None:
+            await sock.bind((source, 0))
+        await sock.connect(address)
+    except BaseException:
+        sock.close()
+        raise
+    return trio.SocketStream(sock)
 
 
 async def _quiet_close(stream: trio.SocketStream) -> None:

@@ -22,7 +22,7 @@ from protocol.messages import (
     QueryHitFlag,
     make_guid,
 )
-from traffic_models.responder import RESPONDER_VENDOR, Responder
+from traffic_models.responder import RESPONDER_VENDOR, Responder, keep_alive_pong
 
 ADDRESS = ("10.1.2.3", 6347)
 
@@ -175,3 +175,18 @@ def test_any_search_text_gives_a_hit_that_parses(text: bytes) -> None:
 def test_bad_settings_are_refused(kwargs: dict[str, object]) -> None:
     with pytest.raises(ValueError, match=r"address|range|p_hit|max_results|GUID"):
         Responder(**kwargs)  # type: ignore[arg-type]
+
+
+def test_a_neighbours_own_ping_gets_a_pong_with_no_address() -> None:
+    """Any peer answers a router's keep-alive or discovery ping (hops 0), so that the
+    router does not close it as idle; a pong with port 0 is never cached or handed on."""
+    for ttl in (1, 2):
+        ping = frame_of(Message(guid(ttl), ttl, 0, Ping()))
+        pong = keep_alive_pong(ping)
+        assert pong is not None
+        (reply,) = FrameDecoder().receive_data(pong)
+        assert (reply.guid, reply.payload_type, reply.ttl, reply.hops) == (ping.guid, 1, 1, 0)
+        assert reply.payload_record() == Pong(port=0, ip="0.0.0.0")
+    # A ping relayed from further away, or anything else, is not the neighbour's own.
+    assert keep_alive_pong(frame_of(Message(guid(3), 5, 1, Ping()))) is None
+    assert keep_alive_pong(query_frame(4, hops=0)) is None

@@ -144,6 +144,11 @@ async def test_metrics_match_the_daemons_counters(tmp_path: Path) -> None:
         assert set(dropped) == {0}
         assert value("gnutella_messages_dropped_total", type="query_hit", reason="no-route") == 0
         assert value("gnutella_connections_refused_total", reason="rate-limited") == 0
+        assert value("gnutella_connections_refused_total", reason="already-connected") == 0
+        assert value("gnutella_connections_timed_out_total", deadline="idle") == 0
+        assert value("gnutella_connections_timed_out_total", deadline="partial-message") == 0
+        assert value("gnutella_connections_evicted_total") == 0
+        assert value("gnutella_peers_kicked_total", offence="partial-message") == 0
         # Dial failures are counted once, by reason, not also as refusals.
         assert value("gnutella_dial_failures_total", reason="dial-failed") == 0
         assert (

@@ -139,6 +139,8 @@ async def test_connection_floods_from_one_address_are_limited(tmp_path: Path) ->
         for _ in range(3):
             peer = await Peer.connect(daemon.address)
             await peer.aclose()
+            # (One connection per untrusted address: the next waits for this one to go.)
+            await wait_until(lambda: len(daemon.server.connections) == 0)
         reply = await raw_exchange(daemon.address, b"GNUTELLA CONNECT/0.6\r\n\r\n")
         assert reply.startswith(b"GNUTELLA/0.6 429")
         assert daemon.server.refused["rate-limited"] == 1

@@ -18,7 +18,16 @@ from gnutella_router.traffic.leaf import (
 from protocol.codec import encode_message
 from protocol.constants import MessageType
 from protocol.framing import Frame, FrameDecoder
-from protocol.messages import Message, QrpPatch, QrpReset, Query, QueryHit, random_guid
+from protocol.messages import (
+    Message,
+    Ping,
+    Pong,
+    QrpPatch,
+    QrpReset,
+    Query,
+    QueryHit,
+    random_guid,
+)
 from protocol.qrp import Intake, QrpReceiver, qrp_hash, query_words
 from traffic_models.content import Vocabulary
 
@@ -135,3 +144,12 @@ def test_a_library_always_answers_queries_made_of_one_of_its_names(seed: int, fi
         replies = leaf.receive(frame(Message(random_guid(), 1, 1, Query(text))), frozenset(), 0.0)
         assert len(replies) == 1
         assert int(MessageType.QUERY_HIT) == FrameDecoder().receive_data(replies[0])[0].payload_type
+
+
+def test_its_ultrapeers_own_pings_get_a_pong() -> None:
+    leaf = LeafServent("leaf", LIBRARY, seed=1)
+    ping = frame(Message(random_guid(), 1, 0, Ping()))
+    (reply,) = leaf.receive(ping, frozenset(), 0.0)
+    (pong,) = FrameDecoder().receive_data(reply)
+    assert (pong.guid, pong.payload_type) == (ping.guid, MessageType.PONG)
+    assert isinstance(pong.payload_record(), Pong)
