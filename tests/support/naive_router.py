@@ -292,7 +292,7 @@ class NaiveRouter:
         if self.routing.receive(link, message, len(self.links), now):
             self.consumed[QRP] += 1
         else:
-            self.dropped["qrp-refused", QRP] += 1
+            self.dropped["qrp-too-soon", QRP] += 1
 
     # ------------------------------------------------------------------ the broadcast
 
