@@ -44,7 +44,7 @@ def test_with_a_compiler_every_hot_module_runs_compiled_from_its_current_source(
     states = native.native_modules()
     assert [state.name for state in states if not state.compiled] == []
     assert native.stale_modules() == []
-    assert native.describe().startswith("hot path: compiled with mypyc (framing, flood,")
+    assert native.describe().startswith("hot path: compiled with mypyc (framing, rules, flood,")
 
 
 def test_a_compiled_module_whose_source_changed_is_stale(
