@@ -332,3 +332,19 @@ async def test_dumps_wait_their_turn(tmp_path: Path) -> None:
         await wait_until(lambda: server.active == 0, timeout=10)
         assert (await http_get(address, "/routes?limit=1")).status == 200
         nursery.cancel_scope.cancel()
+
+
+@pytest.mark.e2e
+async def test_one_sigusr1_dump_at_a_time(tmp_path: Path) -> None:
+    async with running_daemons(tmp_path) as (daemon,):
+        fill(daemon, 20 * SLICE_ENTRIES)
+        async with trio.open_nursery() as nursery:
+            daemon._start_dump(nursery)
+            daemon._start_dump(nursery)  # while the first is being written: ignored
+        (written,) = daemon.config.state_path.glob("dump-*.json")
+        async with trio.open_nursery() as nursery:
+            daemon._start_dump(nursery)  # the first is done: a second file
+        assert len(list(daemon.config.state_path.glob("dump-*.json"))) == 2
+    assert len(json.loads(written.read_text())["routes"]["tables"]["query"]["entries"]) == (
+        20 * SLICE_ENTRIES
+    )
