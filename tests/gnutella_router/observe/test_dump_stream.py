@@ -3,6 +3,7 @@ slices, nothing kept afterwards, and clients that leave part-way."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime
 import gc
@@ -131,10 +132,11 @@ async def test_the_streamed_text_is_the_dump_as_before(
         now = trio.current_time()
         texts = {}
         for limit in (None, 1000, 2):
+            # All three at one instant: the router may route something at any await.
             expected = compact(before(daemon, now, limit))
             snapshot = snapshot_routes(daemon, limit=limit, now=now)
-            assert await text_of(routes_document(snapshot)) == expected
             assert compact(dump_routes(daemon, limit=limit, now=now)) == expected
+            assert await text_of(routes_document(snapshot)) == expected
             texts[limit] = json.loads(expected)["tables"]
     query = texts[None]["query"]["entries"]
     assert len(query) == 6
@@ -209,11 +211,11 @@ async def test_the_router_runs_between_slices_and_the_dump_shows_one_instant(
             nursery.start_soon(router_like)
             await trio.lowlevel.checkpoint()
             snapshot = snapshot_routes(daemon, table="query", limit=None)
-            started = turns
+            held, started = len(table), turns
             text = await text_of(routes_document(snapshot))
             done = True
         answer = json.loads(text)["tables"]["query"]
-        assert answer["shown"] == len(answer["entries"]) == count
+        assert answer["shown"] == len(answer["entries"]) == held == count + started
         assert turns - started >= count // SLICE_ENTRIES
         assert len(table) == count + turns
 
@@ -268,7 +270,13 @@ async def start_admin(
 
 
 async def request(address: tuple[str, int], target: str) -> trio.SocketStream:
-    stream = await trio.open_tcp_stream(*address)
+    """A GET sent on a connection with a small receive buffer: the server has to wait
+    for this client to read long before the answer is all sent (on loopback, a buffer
+    left to grow can take the whole of a large dump)."""
+    sock = trio.socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    await sock.connect(address)
+    stream = trio.SocketStream(sock)
     text = f"GET {target} HTTP/1.1\r\nHost: admin\r\n\r\n"
     await stream.send_all(text.encode())
     return stream
@@ -323,13 +331,21 @@ async def test_dumps_wait_their_turn(tmp_path: Path) -> None:
     async with running_daemons(tmp_path) as (daemon,), trio.open_nursery() as nursery:
         fill(daemon, 100_000)
         server, address = await start_admin(daemon, nursery, 0.5)
-        stalled = await request(address, "/routes?limit=100000")
-        assert await stalled.receive_some(1000)
+        slow = await request(address, "/routes?limit=100000")
+
+        async def read_slowly() -> None:  # each chunk taken in time, the whole for long
+            with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+                while await slow.receive_some(4096):
+                    await trio.sleep(0.005)
+
+        nursery.start_soon(read_slowly)
+        await wait_until(lambda: server.requests["200"] == 1)  # being sent
         waiting = await http_get(address, "/routes?limit=1")
         assert waiting.status == 503
         assert "another dump" in waiting.json()["error"]
-        await stalled.aclose()
+        await slow.aclose()
         await wait_until(lambda: server.active == 0, timeout=10)
+        assert server.refused["io"] == 1
         assert (await http_get(address, "/routes?limit=1")).status == 200
         nursery.cancel_scope.cancel()
 
