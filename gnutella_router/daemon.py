@@ -123,6 +123,7 @@ class Daemon:
         self._stop = trio.Event()
         self.stopped = trio.Event()
         self._nursery: trio.Nursery | None = None
+        self._dumping = False
         self._profiler_scope: trio.CancelScope | None = None
         """Cancels the running profiler; None while none runs."""
 
@@ -341,17 +342,35 @@ class Daemon:
         watched = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1)
         with trio.open_signal_receiver(*watched) as signals:
             task_status.started()
-            async for signum in signals:
-                if signum == signal.SIGUSR1:
-                    await write_dump_logged(self)  # full dump + task tree; keeps running
-                    continue
-                if signum == signal.SIGHUP and self._stop.is_set():
-                    # A hangup never hurries a stop: the kernel sends a parent-death
-                    # SIGHUP once per thread, so several come at once.
-                    continue
-                if self._stop.is_set():
-                    self.log.warning("second signal: stopping at once", signal=signum)
-                    cancel_scope.cancel()
-                    return
-                self.log.info("stopping", signal=signal.Signals(signum).name)
-                self.request_stop()
+            async with trio.open_nursery() as dumps:
+                async for signum in signals:
+                    if signum == signal.SIGUSR1:
+                        self._start_dump(dumps)
+                        continue
+                    if signum == signal.SIGHUP and self._stop.is_set():
+                        # A hangup never hurries a stop: the kernel sends a parent-death
+                        # SIGHUP once per thread, so several come at once.
+                        continue
+                    if self._stop.is_set():
+                        self.log.warning("second signal: stopping at once", signal=signum)
+                        cancel_scope.cancel()
+                        return
+                    self.log.info("stopping", signal=signal.Signals(signum).name)
+                    self.request_stop()
+
+    def _start_dump(self, nursery: trio.Nursery) -> None:
+        """The SIGUSR1 dump (full dump and task tree), in a task of its own: it is made
+        a slice at a time between router batches and takes a second or two with full
+        route tables, and a SIGTERM meanwhile must not wait for it. One at a time."""
+        if self._dumping:
+            self.log.info("SIGUSR1 ignored: a dump is being written already")
+            return
+        self._dumping = True
+
+        async def dump() -> None:
+            try:
+                await write_dump_logged(self)
+            finally:
+                self._dumping = False
+
+        nursery.start_soon(dump, name="sigusr1-dump")

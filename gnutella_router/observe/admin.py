@@ -20,10 +20,17 @@ Responses are JSON (``/metrics`` excepted), errors too: ``{"error": "..."}``.
 
 Everything is bounded, because an admin port must not become a way to hurt the router:
 a request head is at most :data:`MAX_HEAD_BYTES` (431 beyond), a connection has
-:data:`REQUEST_TIMEOUT` seconds for its whole exchange, at most
+:data:`REQUEST_TIMEOUT` seconds to send its request and take the response, at most
 :data:`MAX_CONNECTIONS` are served at once (503 beyond, without reading), and a route
-dump shows at most :data:`MAX_ROUTE_LIMIT` entries per table. Dumps are built on the
-trio thread between router batches; they are snapshots, never live views.
+dump shows at most :data:`MAX_ROUTE_LIMIT` entries per table.
+
+Dumps are snapshots taken on the trio thread between router batches, never live views.
+The route dumps (``/routes``, ``/dump``) can be large, so they are streamed: the
+snapshot is taken when the response starts, and the JSON is made a slice at a time,
+with the router running between slices, and sent in chunks as it is made
+(:mod:`.dump_stream`). Such a response has no deadline as a whole, but each chunk must
+be taken within :data:`REQUEST_TIMEOUT`. Only one is made at a time: the others wait
+their turn, up to :data:`REQUEST_TIMEOUT` (then 503).
 
 Access, in this order (see :class:`~gnutella_router.config.AdminConfig`):
 
@@ -33,7 +40,7 @@ Access, in this order (see :class:`~gnutella_router.config.AdminConfig`):
    loopback too, must carry ``Authorization: Bearer TOKEN``, or gets 401.
 
 The SIGUSR1 dump is here too: :func:`write_dump_file` writes the full dump plus the trio
-task tree to ``state_dir/dump-YYYYmmdd-HHMMSS.json`` (UTC).
+task tree to ``state_dir/dump-YYYYmmdd-HHMMSS.json`` (UTC), made in slices the same way.
 """
 
 from __future__ import annotations
@@ -64,6 +71,13 @@ from gnutella_router.observe.admin_control import (
     ControlError,
     handle_control,
 )
+from gnutella_router.observe.dump_stream import (
+    JsonDocument,
+    JsonStyle,
+    full_dump_document,
+    routes_document,
+    write_json,
+)
 from gnutella_router.observe.dumps import (
     DEFAULT_ROUTE_LIMIT,
     ROUTE_TABLES,
@@ -71,11 +85,10 @@ from gnutella_router.observe.dumps import (
     count_tasks,
     dump_connections,
     dump_qrp,
-    dump_routes,
     dump_stages,
     dump_stats,
-    full_dump,
     node_identity,
+    snapshot_routes,
     task_tree,
 )
 from gnutella_router.observe.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
@@ -90,6 +103,7 @@ __all__ = [
     "AdminServer",
     "AdminStatistics",
     "Reply",
+    "StreamedReply",
     "serve_admin",
     "write_dump_file",
     "write_dump_logged",
@@ -98,13 +112,16 @@ __all__ = [
 MAX_HEAD_BYTES = 8192
 """Largest request line plus headers accepted."""
 REQUEST_TIMEOUT = 10.0
-"""Seconds a connection has to send its request and take the response."""
+"""Seconds a connection has to send its request and take the response; for a streamed
+response (a route dump), to take each chunk of it."""
 MAX_CONNECTIONS = 16
 """Admin connections served at once; more are answered 503 and closed."""
 MAX_ROUTE_LIMIT = 100_000
 """Largest ``limit`` accepted: route entries shown per table."""
 READ_SIZE = 4096
 JSON_TYPE = "application/json"
+FILE_CHUNK_BYTES = 1 << 20
+"""Text handed to the worker thread that writes a dump file, per write."""
 
 ENDPOINTS = {
     "/routes": "route tables; ?table=ping|query|push &guid=HEX &limit=N &offset=N",
@@ -128,6 +145,21 @@ class Reply:
     body: bytes
     content_type: str = JSON_TYPE
     headers: tuple[tuple[str, str], ...] = ()
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class StreamedReply:
+    """A 200 whose JSON body is written as it is made (chunked), for the route dumps.
+
+    ``document`` takes the snapshot the body shows: it is called on the trio thread
+    when the response is about to be sent, once no other streamed response is being
+    made (one at a time bounds the memory the snapshots hold). See
+    :mod:`.dump_stream`.
+    """
+
+    document: Callable[[], JsonDocument]
+    status: int = 200
+    content_type: str = JSON_TYPE
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -185,7 +217,9 @@ class AdminServer:
         self.active = 0
         self.requests: collections.Counter[str] = collections.Counter()
         self.refused: collections.Counter[str] = collections.Counter()
-        self._routes: dict[str, Callable[[dict[str, str]], Reply]] = {
+        self._streaming = trio.Lock()
+        """Held while a streamed response is made: one at a time."""
+        self._routes: dict[str, Callable[[dict[str, str]], Reply | StreamedReply]] = {
             "/": self._index,
             "/routes": self._routes_page,
             "/connections": self._connections_page,
@@ -239,17 +273,25 @@ class AdminServer:
             self.active += 1
             try:
                 with trio.move_on_after(self.request_timeout) as scope:
-                    await self._exchange(stream)
+                    streamed = await self._exchange(stream)
                 if scope.cancelled_caught:
                     self.refused["timeout"] += 1
+                elif streamed is not None:
+                    await self._stream(stream, *streamed)
             finally:
                 self.active -= 1
+        except trio.TooSlowError:
+            self.refused["timeout"] += 1
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
             self.refused["io"] += 1
         finally:
             await trio.aclose_forcefully(stream)
 
-    async def _exchange(self, stream: trio.SocketStream) -> None:
+    async def _exchange(
+        self, stream: trio.SocketStream
+    ) -> tuple[h11.Connection, StreamedReply] | None:
+        """Read the request and answer it, unless the answer is to be streamed: then
+        return it, to be sent outside the deadline for the whole exchange."""
         peer = _sockname(stream.socket.getpeername())
         conn = h11.Connection(h11.SERVER, max_incomplete_event_size=self.max_head_bytes)
         try:
@@ -258,17 +300,101 @@ class AdminServer:
             reply = _json(exc.error_status_hint, {"error": f"bad request: {exc}"})
         else:
             if request is None:
-                return
+                return None
             method = request.method.decode("ascii", "replace")
             target = request.target.decode("ascii", "replace")
             if method == "POST":
                 reply = await self._post(stream, conn, target, request.headers.raw_items(), peer)
             else:
-                reply = self.respond(method, target, request.headers.raw_items(), peer[0])
+                answer = self.respond(method, target, request.headers.raw_items(), peer[0])
+                if isinstance(answer, StreamedReply):
+                    return conn, answer
+                reply = answer
         self.requests[str(reply.status)] += 1
         await stream.send_all(_encode_response(conn, reply))
+        return None
+
+    async def _stream(
+        self, stream: trio.SocketStream, conn: h11.Connection, reply: StreamedReply
+    ) -> None:
+        """Send a streamed reply once no other is being made (503 after waiting
+        :attr:`request_timeout` for that). Each chunk must leave within that time too:
+        a client that stops reading gets cut off (``trio.TooSlowError``)."""
+        acquired = False
+        with trio.move_on_after(self.request_timeout):
+            await self._streaming.acquire()
+            acquired = True
+        if not acquired:
+            busy = _json(503, {"error": "another dump is being sent; try again"})
+            self.requests["503"] += 1
+            await self._send(stream, _encode_response(conn, busy))
+            return
+        try:
+            await self._send_streamed(stream, conn, reply)
+        finally:
+            self._streaming.release()
+
+    async def _send_streamed(
+        self, stream: trio.SocketStream, conn: h11.Connection, reply: StreamedReply
+    ) -> None:
+        try:
+            document = reply.document()  # the snapshot: one instant, on the trio thread
+        except Exception:
+            self.log.exception("admin request failed")
+            failed = _json(500, {"error": "internal error; see the daemon's log"})
+            self.requests["500"] += 1
+            await self._send(stream, _encode_response(conn, failed))
+            return
+        self.requests[str(reply.status)] += 1
+        head = h11.Response(
+            status_code=reply.status,
+            headers=_streamed_headers(reply),
+            reason=http.HTTPStatus(reply.status).phrase.encode("ascii"),
+        )
+        await self._send(stream, conn.send(head))
+
+        async def send(data: bytes) -> None:
+            await self._send(stream, conn.send(h11.Data(data=data)))
+
+        try:
+            await write_json(document, JsonStyle.COMPACT, send)
+        except (trio.TooSlowError, trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            raise
+        except Exception:
+            # The head is out: all that is left is to end the connection early, which
+            # the client sees as a body cut short.
+            self.log.exception("admin response failed part-way")
+            self.refused["error"] += 1
+            return
+        await self._send(stream, conn.send(h11.EndOfMessage()))
+
+    async def _send(self, stream: trio.SocketStream, data: bytes | None) -> None:
+        """Send ``data`` within :attr:`request_timeout` (``trio.TooSlowError`` beyond)."""
+        with trio.fail_after(self.request_timeout):
+            await stream.send_all(data or b"")
 
     # ------------------------------------------------------------------ requests
+
+    async def answer(
+        self,
+        method: str,
+        target: str,
+        headers: Sequence[tuple[bytes, bytes]],
+        peer_host: str,
+    ) -> Reply:
+        """:meth:`respond`, with a streamed body gathered whole: for a caller in this
+        process that wants the data, not a socket (the in-process test network)."""
+        reply = self.respond(method, target, headers, peer_host)
+        if isinstance(reply, Reply):
+            return reply
+        body = bytearray()
+
+        async def gather(data: bytes) -> None:
+            body.extend(data)
+
+        async with self._streaming:
+            await write_json(reply.document(), JsonStyle.COMPACT, gather)
+        return Reply(reply.status, bytes(body), reply.content_type)
 
     def respond(
         self,
@@ -276,8 +402,11 @@ class AdminServer:
         target: str,
         headers: Sequence[tuple[bytes, bytes]],
         peer_host: str,
-    ) -> Reply:
+    ) -> Reply | StreamedReply:
         """The reply to one request; runs on the trio thread and never raises.
+
+        The route dumps (``/routes``, ``/dump``) are a :class:`StreamedReply`: their
+        snapshot is taken when they are sent, and their body made as it is sent.
 
         Args:
             method: the request method (``"GET"``).
@@ -365,16 +494,21 @@ class AdminServer:
         _allow(params)
         return _json(200, {"endpoints": ENDPOINTS})
 
-    def _routes_page(self, params: dict[str, str]) -> Reply:
+    def _routes_page(self, params: dict[str, str]) -> StreamedReply:
         _allow(params, "table", "guid", "limit", "offset")
         table = params.get("table") or None
         if table is not None and table not in ROUTE_TABLES:
             raise BadRequest(400, f"table={table!r}: expected one of {', '.join(ROUTE_TABLES)}")
         guid = _guid(params["guid"]) if params.get("guid") else None
-        page = dump_routes(
-            self.daemon, table=table, guid=guid, limit=_limit(params), offset=_offset(params)
-        )
-        return _json(200, page)
+        limit, offset = _limit(params), _offset(params)
+
+        def document() -> JsonDocument:
+            snapshot = snapshot_routes(
+                self.daemon, table=table, guid=guid, limit=limit, offset=offset
+            )
+            return routes_document(snapshot)
+
+        return StreamedReply(document)
 
     def _connections_page(self, params: dict[str, str]) -> Reply:
         _allow(params)
@@ -395,9 +529,10 @@ class AdminServer:
         _allow(params)
         return _json(200, dump_stats(self.daemon))
 
-    def _dump_page(self, params: dict[str, str]) -> Reply:
+    def _dump_page(self, params: dict[str, str]) -> StreamedReply:
         _allow(params, "limit")
-        return _json(200, full_dump(self.daemon, limit=_limit(params)))
+        limit = _limit(params)
+        return StreamedReply(lambda: full_dump_document(self.daemon, limit=limit))
 
     def _metrics_page(self, params: dict[str, str]) -> Reply:
         _allow(params)
@@ -526,6 +661,17 @@ def _response_headers(reply: Reply) -> list[tuple[str, str]]:
     ]
 
 
+def _streamed_headers(reply: StreamedReply) -> list[tuple[str, str]]:
+    """As :func:`_response_headers`, without a length: h11 sends the body chunked (to
+    an HTTP/1.0 client, until the connection closes)."""
+    return [
+        ("content-type", reply.content_type),
+        ("cache-control", "no-store"),
+        ("connection", "close"),
+        ("server", f"gnutella-router/{__version__}"),
+    ]
+
+
 def _encode_response(conn: h11.Connection, reply: Reply) -> bytes:
     reason = http.HTTPStatus(reply.status).phrase.encode("ascii")
     head = conn.send(
@@ -568,10 +714,12 @@ async def serve_admin(
 async def write_dump_file(daemon: RouterView, directory: Path | None = None) -> Path:
     """Write the full dump and the trio task tree to ``dump-YYYYmmdd-HHMMSS.json``.
 
-    The dump is taken on the trio thread (one instant); source lines, encoding and
-    writing happen in a worker thread. The file goes in ``directory`` (the daemon's
-    state directory by default), is written under a temporary name and renamed, and
-    gets ``-2``, ``-3``... when a dump of the same second exists.
+    The dump is taken on the trio thread (one instant, every route entry); its text is
+    made there too, in slices between which the router runs (see :mod:`.dump_stream`),
+    and written by a worker thread a chunk at a time, as are the source lines read and
+    the directory made. The file goes in ``directory`` (the daemon's state directory by
+    default), is written under a temporary name and renamed, and gets ``-2``, ``-3``...
+    when a dump of the same second exists.
 
     Returns:
         The file written, as an absolute path.
@@ -580,31 +728,31 @@ async def write_dump_file(daemon: RouterView, directory: Path | None = None) -> 
         OSError: the directory or file cannot be written.
     """
     tree = task_tree()
-    dump: dict[str, object] = dict(full_dump(daemon, limit=None))  # every route
-    dump["tasks"] = tree
-    dump["task_count"] = count_tasks(tree)
+    extra: dict[str, object] = {"tasks": tree, "task_count": count_tasks(tree)}
+    document = full_dump_document(daemon, limit=None, extra=extra)  # every route
     target = Path(directory) if directory is not None else daemon.config.state_path
     stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
 
-    def write() -> Path:
+    def prepare() -> Path:
         add_source_lines(tree)
-        text = json.dumps(dump, indent=1, default=str)
         target.mkdir(parents=True, exist_ok=True)
         for attempt in range(1, 1000):
             suffix = "" if attempt == 1 else f"-{attempt}"
             path = (target / f"dump-{stamp}{suffix}.json").absolute()
             if not path.exists():
                 break
-        temporary = path.with_name(path.name + ".tmp")
-        try:
-            temporary.write_text(text, encoding="utf-8")
-            os.replace(temporary, path)
-        finally:
-            with contextlib.suppress(OSError):
-                temporary.unlink()
         return path
 
-    return await trio.to_thread.run_sync(write)
+    path = await trio.to_thread.run_sync(prepare)
+    temporary = path.with_name(path.name + ".tmp")
+    try:
+        async with await trio.open_file(temporary, "wb") as file:
+            await write_json(document, JsonStyle.INDENTED, file.write, chunk_bytes=FILE_CHUNK_BYTES)
+        await trio.to_thread.run_sync(os.replace, temporary, path)
+    finally:
+        with trio.CancelScope(shield=True), contextlib.suppress(OSError):
+            await trio.to_thread.run_sync(lambda: temporary.unlink(missing_ok=True))
+    return path
 
 
 async def write_dump_logged(daemon: RouterView) -> Path | None:

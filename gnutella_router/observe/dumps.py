@@ -9,9 +9,13 @@ returns dicts, lists, strings, numbers, booleans and ``None``, nothing else, so 
 writes them to a file, and the ``dump`` command prints them as tables.
 
 The functions run on the trio thread, between two router batches, so what they return
-is one consistent instant. They are meant to be cheap enough for that: route tables are
-the only large structure, and no more than ``limit`` of their entries are ever copied
-(a table holds up to 100,000 entries per generation).
+is one consistent instant. They are cheap enough for that, except for the route tables:
+a table holds up to 100,000 entries, and formatting them all takes seconds. So route
+entries are taken in two steps: :func:`snapshot_routes` copies the tables' entries
+(a :class:`RoutesSnapshot`, cheap at any size), and the snapshot is formatted later,
+either all at once (:meth:`RoutesSnapshot.data`, what :func:`dump_routes` and
+:func:`full_dump` return) or a slice at a time between router batches, which is how
+the admin interface and the SIGUSR1 file make theirs (:mod:`.dump_stream`).
 
 Conversions, done by :func:`jsonable`: dataclasses become dicts, bytes become
 lowercase hex, enums their name, tuples and sets lists, mapping keys strings, and a
@@ -37,7 +41,7 @@ import math
 import os
 import time
 import traceback
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import NotRequired, TypedDict
 
 import trio
@@ -45,7 +49,12 @@ import trio
 from gnutella_router import __version__
 from gnutella_router.config import config_as_dict
 from gnutella_router.net.connection import Connection, format_address
-from gnutella_router.net.route_table import RouteEntry, RouteTable
+from gnutella_router.net.route_table import (
+    RouteEntry,
+    RouteSnapshot,
+    RouteTable,
+    RouteTableStatistics,
+)
 from gnutella_router.observe.view import RouterView
 from gnutella_router.stages.replies import LOCAL
 from gnutella_router.stages.server import ConnectionTable
@@ -55,12 +64,17 @@ from protocol.qrp import QrpReceiver, qrp_hashcode, query_words
 __all__ = [
     "DEFAULT_ROUTE_LIMIT",
     "ROUTE_TABLES",
+    "NextHops",
+    "RoutesSnapshot",
+    "TablePage",
     "dump_connections",
     "dump_routes",
     "dump_stages",
     "dump_stats",
     "full_dump",
+    "full_dump_around",
     "jsonable",
+    "snapshot_routes",
     "task_tree",
 ]
 
@@ -129,6 +143,157 @@ def _tables(daemon: RouterView) -> dict[str, RouteTable]:
     return {"ping": router.ping_routes, "query": router.query_routes, "push": router.push_routes}
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class TablePage:
+    """One route table in a :class:`RoutesSnapshot`: its statistics and the entries
+    of the page asked for, not yet formatted."""
+
+    statistics: RouteTableStatistics
+    shown: int
+    """Entries in the page."""
+    truncated: bool
+    """More entries follow the page."""
+    page: RouteSnapshot | tuple[RouteEntry, ...]
+    """The page's entries, newest first (a GUID looked up gives at most one)."""
+
+    def entries(self) -> Iterator[RouteEntry]:
+        page = self.page
+        return page.entries() if isinstance(page, RouteSnapshot) else iter(page)
+
+
+class NextHops:
+    """Names the next hop of each connection id a route entry holds, once per id.
+
+    Whether a connection is up is decided by the set of live connections given (taken
+    with the snapshot). Peer names are read from the connection table the first time
+    an id is met, which may be a little after the snapshot: a name never changes once
+    given, it can only be forgotten (the table keeps the most recent ones).
+    """
+
+    __slots__ = ("_connections", "_known", "_live")
+
+    def __init__(self, connections: ConnectionTable) -> None:
+        self._connections = connections
+        self._live = frozenset(c.id for c in connections.snapshot())
+        self._known: dict[int, tuple[str, bool]] = {LOCAL: ("local", True)}
+
+    def __call__(self, connection_id: int) -> tuple[str, bool]:
+        """``(next_hop, connected)`` for ``connection_id``."""
+        known = self._known.get(connection_id)
+        if known is None:
+            label = self._connections.label(connection_id) or f"connection {connection_id}"
+            known = self._known[connection_id] = (label, connection_id in self._live)
+        return known
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RoutesSnapshot:
+    """The route tables at one instant, their entries not yet turned into data.
+
+    :func:`snapshot_routes` takes one on the trio thread in a few milliseconds at most;
+    :meth:`data` (all at once) or :mod:`.dump_stream` (in slices) format it later.
+    """
+
+    limit: int | None
+    offset: int
+    guid: bytes | None
+    tables: dict[str, TablePage]
+    hops: NextHops
+    wall: float
+    """Add to a trio clock reading to get Unix time."""
+
+    def rows(self, table: TablePage) -> Iterator[dict[str, object]]:
+        """``table``'s entries as the dumps show them, newest first."""
+        hops, wall = self.hops, self.wall
+        last_at, last_iso = math.nan, ""
+        for entry in table.entries():
+            recorded_at = wall + entry.recorded_at
+            if recorded_at != last_at:  # a batch of entries shares one time
+                last_at, last_iso = recorded_at, _iso(recorded_at)
+            next_hop, connected = hops(entry.value)
+            yield {
+                "guid": entry.guid.hex(),
+                "connection": entry.value,
+                "next_hop": next_hop,
+                "connected": connected,
+                "ttl": entry.ttl,
+                "hops": entry.hops,
+                "hits": entry.hits,
+                "age": _seconds(entry.age),
+                "recorded_at": round(recorded_at, 3),
+                "recorded_at_iso": last_iso,
+                "generation": entry.generation,
+            }
+
+    def data(self, entries: Callable[[TablePage], object] | None = None) -> dict[str, object]:
+        """The ``/routes`` answer (see :func:`dump_routes`); ``entries`` gives the value
+        that stands for each table's entries, instead of the list of them."""
+        tables: dict[str, object] = {
+            name: {
+                "statistics": jsonable(table.statistics),
+                "total": table.statistics.size,
+                "shown": table.shown,
+                "truncated": table.truncated,
+                "entries": list(self.rows(table)) if entries is None else entries(table),
+            }
+            for name, table in self.tables.items()
+        }
+        return {
+            "limit": self.limit,
+            "offset": self.offset,
+            "guid": None if self.guid is None else self.guid.hex(),
+            "tables": tables,
+        }
+
+
+def snapshot_routes(
+    daemon: RouterView,
+    *,
+    table: str | None = None,
+    guid: bytes | None = None,
+    limit: int | None = DEFAULT_ROUTE_LIMIT,
+    offset: int = 0,
+    now: float | None = None,
+) -> RoutesSnapshot:
+    """The route tables as :func:`dump_routes` shows them, taken now and formatted later.
+
+    Cheap at any size: the tables' entries are copied (see
+    :meth:`~gnutella_router.net.route_table.RouteTable.snapshot`), not decoded.
+
+    Raises:
+        ValueError: an unknown table name, or a negative limit or offset.
+    """
+    if table is not None and table not in ROUTE_TABLES:
+        raise ValueError(f"unknown route table {table!r}; tables are {', '.join(ROUTE_TABLES)}")
+    if limit is not None and limit < 0:
+        raise ValueError(f"limit must not be negative, not {limit}")
+    if offset < 0:
+        raise ValueError(f"offset must not be negative, not {offset}")
+    moment = _now(now)
+    pages: dict[str, TablePage] = {}
+    for name, routes in _tables(daemon).items():
+        if table is not None and name != table:
+            continue
+        statistics = routes.statistics(moment)
+        if guid is None:
+            page: RouteSnapshot | tuple[RouteEntry, ...] = routes.snapshot(moment, limit, offset)
+            shown = len(page)
+            truncated = offset + shown < statistics.size
+        else:
+            found = routes.entry(guid, moment)
+            page = () if found is None or limit == 0 else (found,)
+            shown, truncated = len(page), False
+        pages[name] = TablePage(statistics, shown, truncated, page)
+    return RoutesSnapshot(
+        limit=limit,
+        offset=offset,
+        guid=guid,
+        tables=pages,
+        hops=NextHops(daemon.server.connections),
+        wall=time.time() - moment,  # wall-clock time = trio time + this
+    )
+
+
 def dump_routes(
     daemon: RouterView,
     *,
@@ -139,6 +304,10 @@ def dump_routes(
     now: float | None = None,
 ) -> dict[str, object]:
     """The route tables: their statistics and their newest entries, a page at a time.
+
+    All at once, for a page of modest size: the admin interface and the SIGUSR1 dump
+    format a :func:`snapshot_routes` in slices instead (:mod:`.dump_stream`), into the
+    same text.
 
     Args:
         daemon: a running daemon.
@@ -159,62 +328,8 @@ def dump_routes(
     Raises:
         ValueError: an unknown table name, or a negative limit.
     """
-    if table is not None and table not in ROUTE_TABLES:
-        raise ValueError(f"unknown route table {table!r}; tables are {', '.join(ROUTE_TABLES)}")
-    if limit is not None and limit < 0:
-        raise ValueError(f"limit must not be negative, not {limit}")
-    if offset < 0:
-        raise ValueError(f"offset must not be negative, not {offset}")
-    moment = _now(now)
-    wall = time.time() - moment  # wall-clock time = trio time + this
-    connections = daemon.server.connections
-    tables: dict[str, object] = {}
-    for name, routes in _tables(daemon).items():
-        if table is not None and name != table:
-            continue
-        statistics = routes.statistics(moment)
-        if guid is None:
-            entries: Iterator[RouteEntry] = routes.entries(moment, limit, offset)
-        else:
-            found = routes.entry(guid, moment)
-            entries = iter(() if found is None or limit == 0 else (found,))
-        shown = [_route_entry(entry, connections, wall) for entry in entries]
-        tables[name] = {
-            "statistics": jsonable(statistics),
-            "total": statistics.size,
-            "shown": len(shown),
-            "truncated": guid is None and offset + len(shown) < statistics.size,
-            "entries": shown,
-        }
-    return {
-        "limit": limit,
-        "offset": offset,
-        "guid": None if guid is None else guid.hex(),
-        "tables": tables,
-    }
-
-
-def _route_entry(entry: RouteEntry, connections: ConnectionTable, wall: float) -> dict[str, object]:
-    connection_id = entry.value
-    if connection_id == LOCAL:
-        next_hop, connected = "local", True
-    else:
-        next_hop = connections.label(connection_id) or f"connection {connection_id}"
-        connected = connections.get(connection_id) is not None
-    recorded_at = wall + entry.recorded_at
-    return {
-        "guid": entry.guid.hex(),
-        "connection": connection_id,
-        "next_hop": next_hop,
-        "connected": connected,
-        "ttl": entry.ttl,
-        "hops": entry.hops,
-        "hits": entry.hits,
-        "age": _seconds(entry.age),
-        "recorded_at": round(recorded_at, 3),
-        "recorded_at_iso": _iso(recorded_at),
-        "generation": entry.generation,
-    }
+    snapshot = snapshot_routes(daemon, table=table, guid=guid, limit=limit, offset=offset, now=now)
+    return snapshot.data()
 
 
 def _iso(unix: float) -> str:
@@ -426,13 +541,19 @@ def full_dump(
     routes (``limit`` entries per table; ``None``: every entry, as the SIGUSR1 file
     holds them)."""
     moment = _now(now)
+    return full_dump_around(daemon, snapshot_routes(daemon, limit=limit, now=moment).data(), moment)
+
+
+def full_dump_around(daemon: RouterView, routes: object, now: float) -> dict[str, object]:
+    """:func:`full_dump` with ``routes`` as its routes part (the streamed dumps put a
+    :class:`RoutesSnapshot`'s data there, with stand-ins for the entries)."""
     return {
-        "node": node_identity(daemon, now=moment),
+        "node": node_identity(daemon, now=now),
         "config": redacted_config(daemon),
         "stats": dump_stats(daemon),
         "stages": dump_stages(daemon),
-        "connections": dump_connections(daemon, now=moment),
-        "routes": dump_routes(daemon, limit=limit, now=moment),
+        "connections": dump_connections(daemon, now=now),
+        "routes": routes,
     }
 
 

@@ -208,7 +208,7 @@ class LocalNode(NetworkNode):
     async def get(self, target: str) -> Any:
         if self._pages is None:
             raise NodeError(f"node-{self.index} has not started")
-        reply = self._pages.respond("GET", target, [], LOCAL_PEER)
+        reply = await self._pages.answer("GET", target, [], LOCAL_PEER)
         data = json.loads(reply.body)
         if reply.status != 200:
             raise NodeError(f"node-{self.index} {target}: {data.get('error', reply.status)}")

@@ -217,6 +217,43 @@ def test_entries_are_a_snapshot() -> None:
     assert walked == [4, 3, 2, 1, 0]
 
 
+def test_a_snapshot_shows_every_page_as_the_table_held_it() -> None:
+    """Pages small and large, across both generations: a small page of a large
+    generation is copied by itself, a large one with its generation; both read alike."""
+    table: RouteTable = RouteTable("query", 10.0, 60)
+    for n in range(50):
+        table.record(guid(n), n, 1.0 + n / 100, ttl=n % 16, hops=n % 3)
+    for n in range(50, 90):
+        table.record(guid(n), n, 12.0 + n / 100)  # the first 50 are now the previous
+    for n in range(0, 90, 7):
+        table.note_hit(guid(n))
+    whole = list(table.entries(13.0))
+    assert [e.value for e in whole] == list(range(89, -1, -1))
+    assert {e.generation for e in whole[:40]} == {"current"}
+    assert [e.hits for e in whole if e.hits] == [1] * len(range(0, 90, 7))
+    for offset in (*range(12), 38, 39, 40, 41, 49, 50, 88, 89, 90, 95):
+        for limit in (None, 0, 1, 2, 3, 9, 10, 11, 39, 40, 41, 50, 89, 90, 100):
+            page = table.snapshot(13.0, limit, offset)
+            expected = whole[offset:] if limit is None else whole[offset : offset + limit]
+            assert list(page.entries()) == expected, (offset, limit)
+            assert len(page) == len(expected)
+
+
+def test_a_snapshot_is_read_after_the_table_changed() -> None:
+    table: RouteTable = RouteTable("query", 10.0, 100)
+    for n in range(5):
+        table.record(guid(n), n, 0.0)
+    table.note_hit(guid(1))
+    large, small = table.snapshot(1.0), table.snapshot(1.0, limit=1)
+    table.forget_value(1)
+    table.note_hit(guid(2))
+    for n in range(5, 300):
+        table.record(guid(n), n, 1.0)  # rotations for capacity: the old entries are gone
+    assert [(e.value, e.hits) for e in large.entries()] == [(4, 0), (3, 0), (2, 0), (1, 1), (0, 0)]
+    assert [e.value for e in small.entries()] == [4]
+    assert [e.value for e in large.entries()] == [4, 3, 2, 1, 0]  # and read again alike
+
+
 def test_entries_rejects_a_negative_limit() -> None:
     table: RouteTable = RouteTable("query", 10.0, 100)
     with pytest.raises(ValueError, match="limit"):

@@ -281,7 +281,7 @@ async def test_remote_peers_are_refused_unless_allowed(tmp_path: Path) -> None:
         assert local.respond("GET", "/healthz", [], "127.0.0.1").status == 200
         assert local.respond("GET", "/healthz", [], "::1").status == 200
         assert local.respond("GET", "/healthz", [], "::ffff:127.0.0.1").status == 200
-        refused = local.respond("GET", "/healthz", [], "192.0.2.7")
+        refused = await local.answer("GET", "/healthz", [], "192.0.2.7")
         assert refused.status == 403
         assert b"admin.allow_remote" in refused.body
     remote_settings = {"admin.allow_remote": True, "admin.token": TOKEN}
