@@ -251,9 +251,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 if base is not None:
                     port = free_port()
                     run_memory(base, baseline_argv(port), port, workdir, wire, args, problems)
-        except BenchError as exc:
-            problems.fail(str(exc))
-            print(f"FAILED: {exc}")
+        except* BenchError as failed:  # raised alone, or from a nursery in a group
+            for exc in _leaves(failed):
+                problems.fail(str(exc))
+                print(f"FAILED: {exc}")
 
     rows = build_rows(ours, base, args, problems)
     notes = limits(ours, base)
@@ -269,6 +270,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("below floor or failed: " + "; ".join(dict.fromkeys(problems.failures)))
         return 1
     return 0
+
+
+def _leaves(group: BaseExceptionGroup[BenchError]) -> list[BaseException]:
+    """The exceptions of a group, its nested groups opened."""
+    leaves: list[BaseException] = []
+    for exc in group.exceptions:
+        leaves += _leaves(exc) if isinstance(exc, BaseExceptionGroup) else [exc]
+    return leaves
 
 
 if __name__ == "__main__":
