@@ -66,7 +66,7 @@ from gnutella_router.stages.rules import (
 )
 from protocol.constants import HEADER_SIZE
 from protocol.framing import Frame
-from protocol.header import HEADER_STRUCT
+from protocol.header import HEADER_STRUCT, TYPE_OFFSET
 
 # Plain int literals, not the enum's members: compiled, a Final literal is a constant in
 # the machine code, where a module-level name is a dict lookup per use and an enum
@@ -414,7 +414,7 @@ class RunRouter:
             owner.count_degraded(found.degraded, found.degraded_hops)
         if leaf:
             for data in out:
-                if data[16] == QUERY:
+                if data[TYPE_OFFSET] == QUERY:
                     self.accepted_queries += 1
                     owner.start_dynamic_query(link, data, now)
         elif out:

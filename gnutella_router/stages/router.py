@@ -84,6 +84,7 @@ from protocol.constants import (
     message_type_name,
 )
 from protocol.framing import Frame
+from protocol.header import TTL_OFFSET, TYPE_OFFSET
 from protocol.messages import (
     Message,
     Ping,
@@ -97,9 +98,9 @@ HOP_BY_HOP = frozenset({MessageType.STANDARD_VENDOR})
 OVER_RATE_LOG_SECONDS = 10.0
 """A peer's queries dropped for its query rate are logged at most this often."""
 
-_TYPE_BYTE = operator.itemgetter(16)
+_TYPE_BYTE = operator.itemgetter(TYPE_OFFSET)
 """The payload type's offset in an encoded message."""
-_TTL_BYTE = operator.itemgetter(17)
+_TTL_BYTE = operator.itemgetter(TTL_OFFSET)
 """The TTL's offset in an encoded message."""
 
 
