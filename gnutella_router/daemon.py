@@ -35,6 +35,7 @@ import trio
 
 from gnutella_router import native
 from gnutella_router.config import Config
+from gnutella_router.control.abuse import in_networks
 from gnutella_router.control.batching import BatchingController
 from gnutella_router.control.governor import ThreadGovernor
 from gnutella_router.logs import set_level
@@ -77,6 +78,7 @@ class Daemon:
             allow_private=config.network.allow_private_addresses,
             shedding=config.shedding,
             flush_links=self._flush_links,
+            trusted=self._link_trusted,
             on_host_learned=self._learn,
             log=self.log.bind(stage="router"),
         )
@@ -133,6 +135,14 @@ class Daemon:
 
     def _connection_by_id(self, connection_id: int) -> Connection | None:
         return self.server.connections.get(connection_id)
+
+    def _link_trusted(self, connection_id: int) -> bool:
+        """Whether a connection's peer is in the trusted networks (its queries are then
+        not rate-limited)."""
+        connection = self.server.connections.get(connection_id)
+        return connection is not None and in_networks(
+            connection.peer[0], self.server.trusted_networks
+        )
 
     def _flush_links(self, links: Sequence[Link]) -> None:
         self.server.flush_links(links)

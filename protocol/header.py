@@ -85,8 +85,26 @@ def encode_header(
         raise LocalProtocolError(f"header field out of range: {exc}") from exc
 
 
-TTL_OFFSET = 17
-"""Where the TTL byte sits in an encoded message: after the GUID and the type."""
+def _field_offsets() -> dict[str, int]:
+    """Each header field's byte offset in an encoded message, read off the declaration."""
+    offsets: dict[str, int] = {}
+    at = 0
+    for member in Header.subcons:
+        offsets[str(member.name)] = at
+        at += member.sizeof()
+    return offsets
+
+
+_OFFSETS = _field_offsets()
+TYPE_OFFSET: int = _OFFSETS["payload_type"]
+"""Where the payload type's byte sits in an encoded message (16: after the GUID)."""
+TTL_OFFSET: int = _OFFSETS["ttl"]
+"""Where the TTL byte sits (17)."""
+HOPS_OFFSET: int = _OFFSETS["hops"]
+"""Where the hops byte sits (18)."""
+PAYLOAD_OFFSET: int = HEADER_STRUCT.size
+"""Where the payload begins (23). The router reads these bytes of the messages it sends
+on, instead of decoding them again: these names are the one place that says where."""
 
 
 def with_ttl(message: bytes, ttl: int) -> bytes:

@@ -215,6 +215,8 @@ class RouterConfig(Section, frozen=True):
     pong_cache_seconds: Annotated[float, Meta(gt=0, le=3600)] = 20.0
     pongs_per_ping: Annotated[int, Meta(ge=1, le=255)] = 10
     qrp_table_interval: Annotated[float, Meta(ge=0, le=3600)] = 10.0
+    peer_query_rate: Annotated[float, Meta(ge=0, le=10_000_000)] = 1000.0
+    peer_query_burst: Annotated[int, Meta(ge=1, le=10_000_000)] = 2000
     drop_ancient_queries: bool = False
     unbounded_experiment: bool = False
 

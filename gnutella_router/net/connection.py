@@ -55,6 +55,7 @@ from protocol.compression import DeflateCompressor, DeflateDecompressor
 from protocol.errors import CompressionError, RemoteProtocolError
 from protocol.framing import Frame, FrameDecoder, FrameTooLargeError
 from protocol.handshake import Capabilities
+from protocol.header import HOPS_OFFSET, TYPE_OFFSET
 from protocol.messages import Bye, Message, random_guid
 from protocol.vendor import NO_HOPS_FLOW, Feature, VendorMessageId
 
@@ -272,7 +273,7 @@ class Connection:
             return []
         refused: list[bytes] = []
         for index, data in enumerate(datas):
-            verdict = outgoing.offer(data, data[16], data[18], now)
+            verdict = outgoing.offer(data, data[TYPE_OFFSET], data[HOPS_OFFSET], now)
             if verdict is Verdict.QUEUED:
                 continue
             refused.append(data)

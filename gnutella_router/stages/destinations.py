@@ -25,7 +25,7 @@ from collections.abc import Set as AbstractSet
 from gnutella_router.stages.link import Link
 from gnutella_router.stages.query_routing import QueryRouting
 from protocol.constants import MessageType
-from protocol.header import with_ttl
+from protocol.header import HOPS_OFFSET, TTL_OFFSET, TYPE_OFFSET, with_ttl
 from protocol.vendor import NO_HOPS_FLOW
 
 QUERY = MessageType.QUERY
@@ -75,7 +75,7 @@ class DestinationFilter:
                 dropped["qrp-miss", QUERY] += missed
         if link.hops_flow != NO_HOPS_FLOW and queries:
             limit = link.hops_flow
-            kept = [d for d in out if d[16] != QUERY or d[18] < limit]
+            kept = [d for d in out if d[TYPE_OFFSET] != QUERY or d[HOPS_OFFSET] < limit]
             dropped["peer-hops-flow", QUERY] += len(out) - len(kept)
             out = kept
         if capabilities.max_ttl < highest_ttl:
@@ -87,8 +87,8 @@ class DestinationFilter:
         ``X-Max-TTL`` would trim (and complain about) anything above it."""
         out = []
         for data in datas:
-            if data[17] > limit:
-                self.ttl_trimmed[data[16]] += 1
+            if data[TTL_OFFSET] > limit:
+                self.ttl_trimmed[data[TYPE_OFFSET]] += 1
                 data = with_ttl(data, limit)
             out.append(data)
         return out

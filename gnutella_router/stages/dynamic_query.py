@@ -51,7 +51,7 @@ from gnutella_router.stages.link import Link
 from gnutella_router.stages.query_routing import QueryRouting
 from protocol.codec import encode_message
 from protocol.constants import GUID_SIZE, MessageType
-from protocol.header import with_ttl
+from protocol.header import HOPS_OFFSET, TTL_OFFSET, with_ttl
 from protocol.vendor import QUERY_STATUS_REQUEST, STOP_QUERY, query_status_request
 
 QUERY = MessageType.QUERY
@@ -181,10 +181,10 @@ class DynamicQuerying:
             if link.capabilities.ultrapeer is False and link is not leaf and not link.closing:
                 copies, _ = self._routing.for_leaf(link.id, [data])
                 for copy in copies:
-                    self._forwarded[QUERY] += link.send(copy, QUERY, copy[18], now)
+                    self._forwarded[QUERY] += link.send(copy, QUERY, copy[HOPS_OFFSET], now)
         if len(self.queries) >= self.limit:
             return False
-        query = DynamicQuery(data[:GUID_SIZE], data, leaf.id, data[17], now)
+        query = DynamicQuery(data[:GUID_SIZE], data, leaf.id, data[TTL_OFFSET], now)
         self.queries[query.guid] = query
         self._step(query, now, self._ultrapeers())
         return True
@@ -248,11 +248,11 @@ class DynamicQuerying:
         link = self._link_by_id(link_id)
         if link is None:
             return False
-        if copy[17] > link.capabilities.max_ttl:
+        if copy[TTL_OFFSET] > link.capabilities.max_ttl:
             copy = with_ttl(copy, link.capabilities.max_ttl)
-        if copy[17] == 1 and not self._routing.for_last_hop(link_id, [copy])[0]:
+        if copy[TTL_OFFSET] == 1 and not self._routing.for_last_hop(link_id, [copy])[0]:
             return False  # its last-hop table says its leaves have nothing for it
-        sent = link.send(copy, QUERY, copy[18], now)
+        sent = link.send(copy, QUERY, copy[HOPS_OFFSET], now)
         self._forwarded[QUERY] += sent
         link.flush()
         return sent

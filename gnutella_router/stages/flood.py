@@ -49,6 +49,7 @@ from typing import Final, Protocol
 from mypy_extensions import i64
 
 from gnutella_router.config.sections import RouterConfig
+from gnutella_router.control.query_rate import QueryRate
 from gnutella_router.net.route_table import RouteTable
 from gnutella_router.stages.link import Link
 from gnutella_router.stages.pongs import CachedAnswers, OwnPong
@@ -65,7 +66,7 @@ from gnutella_router.stages.rules import (
 )
 from protocol.constants import HEADER_SIZE
 from protocol.framing import Frame
-from protocol.header import HEADER_STRUCT
+from protocol.header import HEADER_STRUCT, TYPE_OFFSET
 
 # Plain int literals, not the enum's members: compiled, a Final literal is a constant in
 # the machine code, where a module-level name is a dict lookup per use and an enum
@@ -269,8 +270,10 @@ class RunRouter:
         cached_answers: CachedAnswers,
         received: list[int],
         generated: list[int],
+        query_rate: QueryRate,
     ) -> None:
         self.owner = owner
+        self.query_rate = query_rate
         self.ping_routes = ping_routes
         self.query_routes = query_routes
         self.own_pong = own_pong
@@ -315,6 +318,7 @@ class RunRouter:
         drop_ancient = owner.config.drop_ancient_queries
         degrade = owner.degrading
         last_hop = owner.has_leaves()
+        allowance: i64 = self.query_rate.allowance(link.id, now)
         found = Stretch()
         ping_guids = found.ping_guids
         ping_details = found.ping_details
@@ -351,10 +355,11 @@ class RunRouter:
                         size += HEADER_SIZE + len(payload)
             elif message_type == QUERY:
                 verdict = query_verdict(
-                    ttl, hops, payload, hard, source_flow_controlled, drop_ancient
+                    ttl, hops, payload, hard, source_flow_controlled, allowance <= 0, drop_ancient
                 )
                 if verdict != OK:
                     break
+                allowance -= 1
                 query_guids.append(frame.guid)
                 query_details.append(ttl << 4 | hops)
                 query_at.append(end)
@@ -391,6 +396,8 @@ class RunRouter:
         if repeats:
             repeats.sort()
         routed, relays = self._answer(link, frames, start, end, found, repeats, now)
+        if query_guids:
+            self.query_rate.spend(link_id, bisect_left(query_at, routed))
         received = self.received
         if routed == end and not repeats:
             received[PING] += len(ping_guids)
@@ -407,7 +414,7 @@ class RunRouter:
             owner.count_degraded(found.degraded, found.degraded_hops)
         if leaf:
             for data in out:
-                if data[16] == QUERY:
+                if data[TYPE_OFFSET] == QUERY:
                     self.accepted_queries += 1
                     owner.start_dynamic_query(link, data, now)
         elif out:

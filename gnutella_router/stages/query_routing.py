@@ -45,7 +45,7 @@ from gnutella_router.control.abuse import Offence
 from gnutella_router.stages.link import Link
 from protocol.codec import encode_message
 from protocol.constants import MessageType
-from protocol.header import with_ttl
+from protocol.header import TTL_OFFSET, TYPE_OFFSET, with_ttl
 from protocol.messages import Message, QrpPatch, QrpReset, random_guid
 from protocol.qrp import (
     Intake,
@@ -166,10 +166,10 @@ class QueryRouting:
         kept = []
         missed = 0
         for data in datas:
-            if data[16] != QUERY:
+            if data[TYPE_OFFSET] != QUERY:
                 continue
             if table is not None and table.matches_hashcodes(self._codes(data)):
-                kept.append(data if data[17] else with_ttl(data, 1))
+                kept.append(data if data[TTL_OFFSET] else with_ttl(data, 1))
             else:
                 missed += 1
         return kept, missed
@@ -184,7 +184,9 @@ class QueryRouting:
         kept = [
             data
             for data in datas
-            if data[16] != QUERY or data[17] != 1 or table.matches_hashcodes(self._codes(data))
+            if data[TYPE_OFFSET] != QUERY
+            or data[TTL_OFFSET] != 1
+            or table.matches_hashcodes(self._codes(data))
         ]
         return kept, len(datas) - len(kept)
 

@@ -50,6 +50,7 @@ import trio
 
 from gnutella_router.config.sections import RouterConfig, SheddingConfig
 from gnutella_router.control.abuse import Offence
+from gnutella_router.control.query_rate import QueryRate
 from gnutella_router.control.response_time import admission_class
 from gnutella_router.control.shedding import Shedder
 from gnutella_router.net.route_table import RouteTable, SeenTable
@@ -75,7 +76,7 @@ from gnutella_router.stages.replies import (
     ReplyRouting,
 )
 from gnutella_router.stages.router_statistics import RouterStatistics
-from gnutella_router.stages.rules import ping_verdict, query_verdict
+from gnutella_router.stages.rules import SOURCE_OVER_RATE, ping_verdict, query_verdict
 from protocol.codec import encode_message
 from protocol.constants import (
     MessageType,
@@ -83,6 +84,7 @@ from protocol.constants import (
     message_type_name,
 )
 from protocol.framing import Frame
+from protocol.header import TTL_OFFSET, TYPE_OFFSET
 from protocol.messages import (
     Message,
     Ping,
@@ -93,10 +95,12 @@ from protocol.qrp import QrpReceiver
 PING = MessageType.PING
 QUERY = MessageType.QUERY
 HOP_BY_HOP = frozenset({MessageType.STANDARD_VENDOR})
+OVER_RATE_LOG_SECONDS = 10.0
+"""A peer's queries dropped for its query rate are logged at most this often."""
 
-_TYPE_BYTE = operator.itemgetter(16)
+_TYPE_BYTE = operator.itemgetter(TYPE_OFFSET)
 """The payload type's offset in an encoded message."""
-_TTL_BYTE = operator.itemgetter(17)
+_TTL_BYTE = operator.itemgetter(TTL_OFFSET)
 """The TTL's offset in an encoded message."""
 
 
@@ -117,6 +121,7 @@ class GnutellaRouter(ReplyRouting):
         on_host_learned: HostLearned | None = None,
         shedding: SheddingConfig | None = None,
         flush_links: Callable[[Sequence[Link]], None] | None = None,
+        trusted: Callable[[int], bool] | None = None,
         log: structlog.typing.FilteringBoundLogger | None = None,
         now: float = 0.0,
     ) -> None:
@@ -200,6 +205,11 @@ class GnutellaRouter(ReplyRouting):
         self.dynamic = DynamicQuerying(
             connections, connection_by_id, self.query_routing, self.forwarded
         )
+        self.query_rate = QueryRate(config.peer_query_rate, config.peer_query_burst, exempt=trusted)
+        """Each untrusted peer's query rate (``trusted``: whether a link's peer is in
+        the trusted networks, which are not limited)."""
+        self._over_rate_said: dict[int, float] = {}
+        self._over_rate_held: dict[int, int] = {}
         self._runs = RunRouter(
             owner=self,
             ping_routes=self.ping_routes,
@@ -208,6 +218,7 @@ class GnutellaRouter(ReplyRouting):
             cached_answers=self.cached_answers,
             received=self.received,
             generated=self.generated,
+            query_rate=self.query_rate,
         )
         self._copy = self._runs.copies.copy
         """The one encoder of what the router sends (copies, our pongs, replies passed
@@ -318,12 +329,38 @@ class GnutellaRouter(ReplyRouting):
                 frame.payload,
                 self.hard_ttl_limit,
                 link.flow_controlled,
+                self.query_rate.allowance(link.id, now) <= 0,
                 self.config.drop_ancient_queries,
             )
+            if verdict == SOURCE_OVER_RATE:
+                self._note_over_rate(link, now)
         else:
             self._handlers[message_type](link, frame, now)
             return
         self.refuse(link, frame, verdict, now)
+
+    def _note_over_rate(self, link: Link, now: float) -> None:
+        """Say that a peer's queries are dropped for its query rate: once per peer every
+        :data:`OVER_RATE_LOG_SECONDS`, with how many were dropped since."""
+        held = self._over_rate_held
+        count = held.get(link.id, 0) + 1
+        said = self._over_rate_said.get(link.id)
+        if said is not None and now - said < OVER_RATE_LOG_SECONDS:
+            held[link.id] = count
+            return
+        held.pop(link.id, None)
+        self._over_rate_said[link.id] = now
+        if len(self._over_rate_said) > 64 + 2 * len(self._connections()):
+            alive = {c.id for c in self._connections()}
+            self._over_rate_said = {k: t for k, t in self._over_rate_said.items() if k in alive}
+            self._over_rate_held = {k: n for k, n in held.items() if k in alive}
+        self.log.warning(
+            "peer over its query rate: its queries are dropped",
+            conn=link.id,
+            dropped=count,
+            rate=self.query_rate.rate,
+            burst=self.query_rate.burst,
+        )
 
     def duplicate(self, table: RouteTable, link: Link, frame: Frame, now: float) -> None:
         """Count a duplicate; the same GUID again from the same peer, with no higher
@@ -441,6 +478,9 @@ class GnutellaRouter(ReplyRouting):
             if now - tables_at >= 1.0:
                 tables_at = now
                 self.send_last_hop_tables(now)
+                links = self._connections()
+                if len(self.query_rate) > 64 + 2 * len(links):
+                    self.query_rate.forget({link.id for link in links})
 
     def _count_fanned_out(self, datas: list[bytes], refused: list[bytes]) -> None:
         """Count a broadcast to one link: forwarded, except what its queue refused."""

@@ -4,7 +4,8 @@ Theory of operation
 -------------------
 Every ping and query the router takes is judged by the same few rules: its TTL and
 hops against the hard limit, its payload's shape, whether its source may send queries
-now (a peer we flow-control may not), whether it is in the pre-0.6 form; and the copy
+now (a peer we flow-control may not, nor one past its query rate), whether it is in
+the pre-0.6 form; and the copy
 it leaves with: its TTL clamped so that hops + TTL stays within ``max_ttl``, less the
 admission controller's cut, and at its last hop either kept for the leaves (marked by
 TTL 0) or not sent at all.
@@ -40,6 +41,9 @@ SOURCE_FLOW_CONTROLLED: Final = 4
 queries are dropped (not an offence)."""
 ANCIENT_FORMAT: Final = 5
 """A query in the pre-0.6 form (flags 0) where the router drops them."""
+SOURCE_OVER_RATE: Final = 6
+"""A query from a peer that has used up its query rate
+(:mod:`gnutella_router.control.query_rate`): not an offence, a bound."""
 
 DROP_REASONS: Final = {
     TTL_ZERO: "ttl-zero",
@@ -47,6 +51,7 @@ DROP_REASONS: Final = {
     MALFORMED: "malformed",
     SOURCE_FLOW_CONTROLLED: "source-flow-controlled",
     ANCIENT_FORMAT: "ancient-format",
+    SOURCE_OVER_RATE: "source-over-rate",
 }
 """The drop reason each verdict is counted under."""
 OFFENCES: Final = {
@@ -86,15 +91,19 @@ def query_verdict(
     payload: bytes,
     hard_limit: i64,
     source_flow_controlled: bool,
+    source_over_rate: bool,
     drop_ancient: bool,
 ) -> i64:
-    """A query's verdict: the TTL rule, its source's flow control, then its payload
-    (two bytes of flags or speed and a NUL-terminated search text), then its form."""
+    """A query's verdict: the TTL rule, its source's flow control and query rate, then
+    its payload (two bytes of flags or speed and a NUL-terminated search text), then its
+    form."""
     verdict = ttl_verdict(ttl, hops, hard_limit)
     if verdict != OK:
         return verdict
     if source_flow_controlled:
         return SOURCE_FLOW_CONTROLLED
+    if source_over_rate:
+        return SOURCE_OVER_RATE
     # Most queries end in their text's NUL (no extensions after it), which settles the
     # shape without a search.
     if len(payload) < 3 or (payload[-1] != 0 and payload.find(b"\x00", 2) < 0):

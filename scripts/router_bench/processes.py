@@ -157,7 +157,9 @@ def router_argv(
     tables: str = "",
 ) -> list[str]:
     """The router's command line; ``network`` adds lines to its ``[network]`` table,
-    ``tables`` other tables after it."""
+    ``tables`` other tables after it. The benchmark's peers are on loopback, a trusted
+    network by default, so neither the per-address slot limit nor the per-peer query
+    rate (``router.peer_query_rate``) applies to a flood from one source."""
     config = state_dir / f"bench-{port}.toml"
     config.write_text(f"[network]\nconnects_per_ip_per_minute = 100000\n{network}{tables}")
     executable = Path(sys.executable).parent / "gnutella-router"

@@ -74,3 +74,12 @@ def test_known_header() -> None:
 def test_encode_rejects_wrong_guid_size() -> None:
     with pytest.raises(LocalProtocolError, match="16 bytes"):
         encode_header(b"x" * 15, 0, 1, 0, 0)
+
+
+def test_the_field_offsets_are_where_an_encoded_header_puts_them() -> None:
+    from protocol.header import HOPS_OFFSET, PAYLOAD_OFFSET, TTL_OFFSET, TYPE_OFFSET, encode_header
+
+    data = encode_header(bytes(range(16)), 0x80, 5, 9, 3) + b"abc"
+    assert (data[TYPE_OFFSET], data[TTL_OFFSET], data[HOPS_OFFSET]) == (0x80, 5, 9)
+    assert data[PAYLOAD_OFFSET:] == b"abc"
+    assert (TYPE_OFFSET, TTL_OFFSET, HOPS_OFFSET, PAYLOAD_OFFSET) == (16, 17, 18, 23)

@@ -130,12 +130,21 @@ class Network:
         *,
         shedding: SheddingConfig | None = None,
         drop_ancient_queries: bool = False,
+        query_rate: tuple[float, int] | None = None,
         **capabilities: object,
     ) -> None:
         self.links = [FakeLink(i + 1, **capabilities) for i in range(links)]
         config = Config()
         self.router = GnutellaRouter(
-            msgspec.structs.replace(config.router, drop_ancient_queries=drop_ancient_queries),
+            msgspec.structs.replace(
+                config.router,
+                drop_ancient_queries=drop_ancient_queries,
+                **(
+                    {}
+                    if query_rate is None
+                    else {"peer_query_rate": query_rate[0], "peer_query_burst": query_rate[1]}
+                ),
+            ),
             shedding=shedding,
             connections=lambda: tuple(self.links),
             connection_by_id=self.link,

@@ -62,6 +62,7 @@ class NaiveRouter:
         *,
         cut: int = 0,
         drop_ancient_queries: bool | None = None,
+        query_rate: tuple[float, int] | None = None,
     ) -> None:
         config = Config()
         self.links = links
@@ -72,6 +73,13 @@ class NaiveRouter:
             else drop_ancient_queries
         )
         self.cut = cut
+        self.query_rate, self.query_burst = (
+            (config.router.peer_query_rate, config.router.peer_query_burst)
+            if query_rate is None
+            else query_rate
+        )
+        self.tokens: dict[int, tuple[float, float]] = {}
+        """Each peer's query tokens and when they were counted."""
         """The admission controller's TTL cut (degradation), fixed for a test."""
         now = trio.current_time()
         capacity = config.router.route_table_capacity
@@ -177,6 +185,9 @@ class NaiveRouter:
         if link.flow_controlled:
             self.dropped["source-flow-controlled", QUERY] += 1
             return
+        if not self.has_token(link, now):
+            self.dropped["source-over-rate", QUERY] += 1
+            return
         payload = frame.payload
         if len(payload) < 3 or b"\x00" not in payload[2:]:
             self.malformed(link, frame, now)
@@ -185,6 +196,7 @@ class NaiveRouter:
         if ancient and self.drop_ancient:
             self.dropped["ancient-format", QUERY] += 1
             return
+        self.spend_token(link)  # every query that passes its rules, duplicates too
         relayed = False
         if not self.query_routes.record(frame.guid, link.id, now, frame.ttl, frame.hops):
             first = self.query_routes.first(frame.guid)
@@ -220,6 +232,21 @@ class NaiveRouter:
                 self.dropped["dynamic-query-limit", QUERY] += 1
         else:
             self.pending.append(Copy(link, copy, relayed=relayed))
+
+    def has_token(self, link: FakeLink, now: float) -> bool:
+        """Whether the peer has a query token left (a bucket of ``query_burst``,
+        refilled at ``query_rate`` a second)."""
+        if not self.query_rate:
+            return True
+        tokens, counted = self.tokens.get(link.id, (float(self.query_burst), now))
+        tokens = min(float(self.query_burst), tokens + (now - counted) * self.query_rate)
+        self.tokens[link.id] = (tokens, now)
+        return tokens >= 1
+
+    def spend_token(self, link: FakeLink) -> None:
+        if self.query_rate:
+            tokens, counted = self.tokens[link.id]
+            self.tokens[link.id] = (tokens - 1, counted)
 
     def pong(self, link: FakeLink, frame: Frame, now: float) -> None:
         if not self.ttl_ok(link, frame, now):

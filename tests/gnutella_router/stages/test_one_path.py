@@ -88,15 +88,21 @@ def degrading_shedding() -> SheddingConfig:
     )
 
 
-def worlds(cut: int, drop_ancient: bool = False) -> tuple[Network, NaiveRouter]:
+def worlds(
+    cut: int, drop_ancient: bool = False, query_rate: tuple[float, int] | None = None
+) -> tuple[Network, NaiveRouter]:
     network = Network(
-        shedding=degrading_shedding() if cut else None, drop_ancient_queries=drop_ancient
+        shedding=degrading_shedding() if cut else None,
+        drop_ancient_queries=drop_ancient,
+        query_rate=query_rate,
     )
     network.links[:] = make_links()
     if cut:
         assert network.router.admission is not None
         network.router.admission.cut = cut
-    naive = NaiveRouter(make_links(), cut=cut, drop_ancient_queries=drop_ancient)
+    naive = NaiveRouter(
+        make_links(), cut=cut, drop_ancient_queries=drop_ancient, query_rate=query_rate
+    )
     return network, naive
 
 
@@ -179,9 +185,12 @@ def as_batch(runs: list[tuple[int, list[Frame]]]) -> list[Frame]:
 
 
 async def drive(
-    batches: list[list[Frame]], cut: int, drop_ancient: bool
+    batches: list[list[Frame]],
+    cut: int,
+    drop_ancient: bool,
+    query_rate: tuple[float, int] | None = None,
 ) -> tuple[dict[str, object], dict[str, object]]:
-    network, naive = worlds(cut, drop_ancient)
+    network, naive = worlds(cut, drop_ancient, query_rate)
     for batch in [leaf_table(), *batches]:
         await network.router.handle(list(batch))
         naive.handle(list(batch))
@@ -194,15 +203,21 @@ async def drive(
     st.lists(batch_drawn, min_size=1, max_size=5),
     st.sampled_from([0, 0, 1, 3]),
     st.booleans(),
+    st.sampled_from([None, None, (2.0, 3), (10.0, 6)]),
 )
 def test_the_router_routes_as_the_naive_reference(
-    drawn: list[list[tuple[int, list[Frame]]]], cut: int, drop_ancient: bool
+    drawn: list[list[tuple[int, list[Frame]]]],
+    cut: int,
+    drop_ancient: bool,
+    query_rate: tuple[float, int] | None,
 ) -> None:
     """Also while the admission controller cuts forwarded queries' TTL (degradation),
-    and where pre-0.6 queries are dropped on arrival."""
+    where pre-0.6 queries are dropped on arrival, and where peers' query rates are
+    small enough to run out."""
 
     async def run() -> None:
-        ours, reference = await drive([as_batch(runs) for runs in drawn], cut, drop_ancient)
+        batches = [as_batch(runs) for runs in drawn]
+        ours, reference = await drive(batches, cut, drop_ancient, query_rate)
         assert ours == reference
 
     trio.run(run, clock=trio.testing.MockClock(autojump_threshold=0))
