@@ -18,7 +18,10 @@ bounded as well: when the current generation holds ``capacity`` entries it is ro
 early (and the grid restarts from that moment), so the table never holds more than
 ``2 * capacity`` entries. Under a flood that shortens lifetimes instead of growing
 memory, which is the right trade for a router: a lost reverse route costs one reply, an
-unbounded table costs the process.
+unbounded table costs the process. But a full generation is first looked at by who
+filled it: when one connection holds far more than its share (a peer spraying unique
+GUIDs), its own oldest entries make the room instead, so one peer cannot rotate the
+routes of everyone else's pending queries out (:meth:`RouteTable._make_room`).
 
 Time is passed in as ``now`` (seconds on any monotonic clock); nothing here reads a
 clock, so tests can drive time directly.
@@ -130,6 +133,8 @@ class RouteTableStatistics:
     #: Rotations made early because the current generation was full; if this grows,
     #: entries live shorter than the generation length promises.
     rotations_for_capacity: int
+    #: Entries dropped to keep one connection within its share of a full generation.
+    evicted: int
     #: Entries dropped by rotations.
     expired: int
     #: Age of the oldest entry held, or None when the table is empty.
@@ -152,6 +157,7 @@ class RouteTable:
         "_current_since",
         "_deadline",
         "_duplicates",
+        "_evicted",
         "_expired",
         "_forgotten",
         "_generation_seconds",
@@ -192,6 +198,7 @@ class RouteTable:
         self._misses = 0
         self._rotations = 0
         self._rotations_for_capacity = 0
+        self._evicted = 0
         self._expired = 0
 
     @property
@@ -227,9 +234,9 @@ class RouteTable:
             if guid in current:  # only checked here, at the rare rotation point
                 self._duplicates += 1
                 return False
-            self._rotate_for_capacity(now)
+            self._make_room(now)
             current = self._current
-            size = 0
+            size = len(current)
         # One probe of a large, cache-cold dict instead of a lookup then an insert.
         current.setdefault(
             guid, pack_entry(value, now - self._current_since, pack_detail(ttl, hops))
@@ -358,7 +365,7 @@ class RouteTable:
         else:
             self._previous.pop(guid, None)
             if len(current) >= self._capacity:
-                self._rotate_for_capacity(now)
+                self._make_room(now)
                 current = self._current
         # Re-inserting (rather than assigning in place) keeps each generation in
         # recording order, which `entries` and ``oldest_age`` rely on.
@@ -494,6 +501,7 @@ class RouteTable:
             misses=self._misses,
             rotations=self._rotations,
             rotations_for_capacity=self._rotations_for_capacity,
+            evicted=self._evicted,
             expired=self._expired,
             oldest_age=oldest_age,
         )
@@ -527,6 +535,51 @@ class RouteTable:
         if passed >= 2:
             self._rotate(since)
         self._deadline = deadline
+
+    def _make_room(self, now: float) -> None:
+        """Room in a full current generation: taken from the connection that holds far
+        more of it than its share, or else made by a rotation.
+
+        A full generation shared by several connections, one of which holds an eighth
+        of the generation or more beyond an equal share (``capacity`` over the
+        connections in it): that one is the cause, and its oldest entries go, down to
+        one share, with no rotation, so the others' routes live out their time.
+        Otherwise (the generation is shared about evenly, or one connection is all
+        there is) it rotates, as it always did. Counting and evicting are passes over
+        the generation at C speed, made at most once per eighth of a generation of
+        inserts, so a spraying peer pays for its own evictions and nobody else's routes
+        go.
+        """
+        current = self._current
+        counts: dict[int, int] = {}
+        for entry in current.values():
+            value = entry >> VALUE_SHIFT
+            counts[value] = counts.get(value, 0) + 1
+        if len(counts) >= 2:
+            heaviest = 0
+            most = 0
+            for value, count in counts.items():  # the first of the largest, in order
+                if count > most:
+                    heaviest = value
+                    most = count
+            share = self._capacity // len(counts)
+            if most - share >= max(1, self._capacity // 8):
+                doomed: list[bytes] = []
+                excess = most - share
+                for guid, entry in current.items():
+                    if entry >> VALUE_SHIFT == heaviest:
+                        doomed.append(guid)
+                        if len(doomed) == excess:
+                            break
+                hits = self._hits
+                for guid in doomed:
+                    del current[guid]
+                    if hits:
+                        hits.pop(guid, None)
+                self._evicted += len(doomed)
+                if len(current) < self._capacity:
+                    return
+        self._rotate_for_capacity(now)
 
     def _rotate_for_capacity(self, now: float) -> None:
         self._rotate(now)

@@ -160,14 +160,21 @@ class DaemonCollector(Collector):
             "Rotations made early because a generation was full (routes live shorter).",
             labels=["table"],
         )
+        evicted = CounterMetricFamily(
+            "gnutella_route_table_evicted",
+            "Routes dropped to keep one connection within its share of a full generation "
+            "(a peer spraying unique GUIDs loses its own oldest routes).",
+            labels=["table"],
+        )
         for name, table in stats.tables.items():
+            evicted.add_metric([name], table.evicted)
             entries.add_metric([name], table.size)
             capacity.add_metric([name], table.capacity)
             recorded.add_metric([name], table.recorded)
             expired.add_metric([name], table.expired)
             misses.add_metric([name], table.misses)
             early.add_metric([name], table.rotations_for_capacity)
-        yield from (entries, capacity, recorded, expired, misses, early)
+        yield from (entries, capacity, recorded, expired, misses, early, evicted)
         yield GaugeMetricFamily(
             "gnutella_pong_cache_size", "Pongs cached for answering pings.", stats.pong_cache_size
         )

@@ -286,6 +286,7 @@ def test_statistics_tell_the_whole_story() -> None:
         misses=1,
         rotations=1,
         rotations_for_capacity=1,
+        evicted=0,
         expired=0,
         oldest_age=6.0,  # A, recorded at 101
     )
@@ -335,10 +336,26 @@ class NaiveTable:
         self.entries = {g: e for g, e in self.entries.items() if e[2] >= self.generation - 1}
 
     def _make_room(self, now: float) -> None:
-        if sum(e[2] == self.generation for e in self.entries.values()) >= self.capacity:
-            self.generation += 1
-            self.boundary = now + self.generation_seconds
-            self._drop()
+        current = [(g, e) for g, e in self.entries.items() if e[2] == self.generation]
+        if len(current) < self.capacity:
+            return
+        counts: dict[int, int] = {}
+        for _, entry in current:
+            counts[entry[0]] = counts.get(entry[0], 0) + 1
+        if len(counts) >= 2:
+            most = max(counts.values())
+            heaviest = next(v for v, n in counts.items() if n == most)
+            share = self.capacity // len(counts)
+            if most - share >= max(1, self.capacity // 8):
+                # The one far over its share loses its oldest, down to one share.
+                doomed = [g for g, e in current if e[0] == heaviest][: most - share]
+                for g in doomed:
+                    del self.entries[g]
+                if len(current) - len(doomed) < self.capacity:
+                    return
+        self.generation += 1
+        self.boundary = now + self.generation_seconds
+        self._drop()
 
     def record(self, key: bytes, value: int, now: float) -> bool:
         self._advance(now)
@@ -378,12 +395,12 @@ class NaiveTable:
 
 operations = st.lists(
     st.one_of(
-        st.tuples(st.just("record"), st.integers(0, 11), st.integers(0, 3)),
-        st.tuples(st.just("lookup"), st.integers(0, 11), st.just(0)),
-        st.tuples(st.just("refresh"), st.integers(0, 11), st.integers(0, 3)),
+        st.tuples(st.just("record"), st.integers(0, 23), st.sampled_from([0, 0, 0, 1, 2, 3])),
+        st.tuples(st.just("lookup"), st.integers(0, 23), st.just(0)),
+        st.tuples(st.just("refresh"), st.integers(0, 23), st.integers(0, 3)),
         st.tuples(st.just("forget"), st.just(0), st.integers(0, 3)),
         st.tuples(st.just("wait"), st.integers(0, 25), st.just(0)),
-        st.tuples(st.just("batch"), st.lists(st.integers(0, 11), max_size=7), st.integers(0, 3)),
+        st.tuples(st.just("batch"), st.lists(st.integers(0, 23), max_size=7), st.integers(0, 3)),
     ),
     max_size=80,
 )
@@ -392,7 +409,7 @@ operations = st.lists(
 @settings(max_examples=300)
 @given(
     generation_seconds=st.integers(1, 10),
-    capacity=st.integers(1, 5),
+    capacity=st.integers(1, 12),
     ops=operations,
 )
 def test_matches_a_naive_model_and_stays_bounded(
@@ -529,3 +546,30 @@ def test_an_entry_time_out_of_range_is_clamped_not_carried_into_the_value() -> N
         entry = pack_entry(-7, offset, pack_detail(3, 4))
         assert (entry >> VALUE_SHIFT, entry >> 8 & (2**32 - 1)) == (-7, milliseconds)
         assert entry & 0xFF == pack_detail(3, 4)
+
+
+def test_a_spray_from_one_connection_evicts_its_own_routes_not_the_others() -> None:
+    """One connection filling the generation with unique GUIDs takes the room from its
+    own oldest entries: another connection's pending routes stay, with no rotation."""
+    table: RouteTable = RouteTable("query", 300.0, 1000)
+    honest = [b"h%015d" % n for n in range(20)]
+    for key in honest:
+        assert table.record(key, 2, 0.0)
+    sprayed = [b"s%015d" % n for n in range(100_000)]
+    for start in range(0, len(sprayed), 250):
+        table.record_many(sprayed[start : start + 250], 9, 1.0, [0] * 250)
+    assert [table.lookup(key, 2.0) for key in honest] == [2] * 20
+    stats = table.statistics(2.0)
+    assert stats.rotations_for_capacity == 0
+    assert stats.evicted > 90_000
+    assert stats.size <= 1000
+    assert table.lookup(sprayed[-1], 2.0) == 9  # the newest of the spray still routes
+
+
+def test_a_generation_shared_evenly_still_rotates_when_full() -> None:
+    table: RouteTable = RouteTable("query", 300.0, 100)
+    for n in range(300):
+        table.record(b"e%015d" % n, n % 4, 0.0)
+    stats = table.statistics(0.0)
+    assert stats.evicted == 0
+    assert stats.rotations_for_capacity == 2
