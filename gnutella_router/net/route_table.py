@@ -153,6 +153,7 @@ class RouteTable:
 
     __slots__ = (
         "_capacity",
+        "_counts",
         "_current",
         "_current_since",
         "_deadline",
@@ -186,6 +187,8 @@ class RouteTable:
         # garbage collector never looks at ints.
         self._current: dict[bytes, int] = {}
         self._previous: dict[bytes, int] = {}
+        self._counts: dict[int, int] = {}
+        """Entries of the current generation by value (connection), for its shares."""
         self._current_since = now
         self._previous_since = now
         self._hits: dict[bytes, int] = {}
@@ -245,6 +248,8 @@ class RouteTable:
             self._duplicates += 1
             return False
         self._recorded += 1
+        counts = self._counts
+        counts[value] = counts.get(value, 0) + 1
         return True
 
     def record_many(
@@ -295,7 +300,11 @@ class RouteTable:
                 repeats.append(index)
             else:
                 size += 1
-        self._recorded += count - len(repeats)
+        recorded = count - len(repeats)
+        if recorded:
+            self._recorded += recorded
+            counts = self._counts
+            counts[value] = counts.get(value, 0) + recorded
         self._duplicates += len(repeats)
         return repeats
 
@@ -303,10 +312,13 @@ class RouteTable:
         """Take back entries just made by :meth:`record_many` (their messages were not
         routed after all: their link closed part-way through the run)."""
         current = self._current
+        counts = self._counts
         for guid in guids:
-            if guid in current:
-                del current[guid]
+            entry = current.pop(guid, None)
+            if entry is not None:
                 self._recorded -= 1
+                value = entry >> VALUE_SHIFT
+                counts[value] -= 1
 
     def note_hit(self, guid: bytes) -> None:
         """Count a reply routed back through ``guid``'s entry (for the dumps)."""
@@ -360,8 +372,10 @@ class RouteTable:
             self._rotate_for_time(now)
         self._refreshed += 1
         current = self._current
-        if guid in current:
-            del current[guid]
+        counts = self._counts
+        old = current.pop(guid, None)
+        if old is not None:
+            counts[old >> VALUE_SHIFT] -= 1
         else:
             self._previous.pop(guid, None)
             if len(current) >= self._capacity:
@@ -370,6 +384,8 @@ class RouteTable:
         # Re-inserting (rather than assigning in place) keeps each generation in
         # recording order, which `entries` and ``oldest_age`` rely on.
         current[guid] = pack_entry(value, now - self._current_since, 0)
+        counts = self._counts
+        counts[value] = counts.get(value, 0) + 1
 
     def forget_value(self, value: int) -> int:
         """Drop every entry whose value equals ``value``; return how many.
@@ -386,6 +402,7 @@ class RouteTable:
                 self._hits.pop(guid, None)
             removed += len(doomed)
         self._forgotten += removed
+        self._counts.pop(value, None)
         return removed
 
     def __len__(self) -> int:
@@ -518,6 +535,7 @@ class RouteTable:
         self._previous = self._current
         self._previous_since = self._current_since
         self._current = {}
+        self._counts = {}
         self._current_since = since
         self._rotations += 1
 
@@ -543,7 +561,7 @@ class RouteTable:
         A full generation shared by several connections, one of which holds an eighth
         of the generation or more beyond an equal share (``capacity`` over the
         connections in it): that one is the cause, and its oldest entries go, down to
-        one share, with no rotation, so the others' routes live out their time.
+        half a share, with no rotation, so the others' routes live out their time.
         Otherwise (the generation is shared about evenly, or one connection is all
         there is) it rotates, as it always did. Counting and evicting are passes over
         the generation at C speed, made at most once per eighth of a generation of
@@ -551,33 +569,40 @@ class RouteTable:
         go.
         """
         current = self._current
-        counts: dict[int, int] = {}
-        for entry in current.values():
-            value = entry >> VALUE_SHIFT
-            counts[value] = counts.get(value, 0) + 1
+        counts = self._counts
         if len(counts) >= 2:
             heaviest = 0
             most = 0
-            for value, count in counts.items():  # the first of the largest, in order
-                if count > most:
-                    heaviest = value
-                    most = count
-            share = self._capacity // len(counts)
-            if most - share >= max(1, self._capacity // 8):
-                doomed: list[bytes] = []
-                excess = most - share
+            holders = 0
+            for value, count in counts.items():  # the largest; of equals, the highest value
+                if count > 0:
+                    holders += 1
+                    if count > most or (count == most and value > heaviest):
+                        heaviest = value
+                        most = count
+            share = self._capacity // max(1, holders)
+            if holders >= 2 and most - share >= max(1, self._capacity // 8):
+                # The generation made again without the holder's oldest, down to half a
+                # share: one sequential pass, and the old dict freed whole, as a rotation
+                # frees one (deleting entry by entry would be a probe of a cache-cold
+                # dict per entry), once per more than an eighth of a generation.
+                cut: int = most - share // 2
+                kept: dict[bytes, int] = {}
+                seen: int = 0
                 for guid, entry in current.items():
                     if entry >> VALUE_SHIFT == heaviest:
-                        doomed.append(guid)
-                        if len(doomed) == excess:
-                            break
+                        seen += 1
+                        if seen <= cut:
+                            continue
+                    kept[guid] = entry
+                self._current = kept
+                counts[heaviest] = most - cut
+                self._evicted += cut
                 hits = self._hits
-                for guid in doomed:
-                    del current[guid]
-                    if hits:
-                        hits.pop(guid, None)
-                self._evicted += len(doomed)
-                if len(current) < self._capacity:
+                if hits:
+                    previous = self._previous
+                    self._hits = {g: n for g, n in hits.items() if g in kept or g in previous}
+                if len(kept) < self._capacity:
                     return
         self._rotate_for_capacity(now)
 

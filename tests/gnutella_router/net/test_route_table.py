@@ -343,12 +343,11 @@ class NaiveTable:
         for _, entry in current:
             counts[entry[0]] = counts.get(entry[0], 0) + 1
         if len(counts) >= 2:
-            most = max(counts.values())
-            heaviest = next(v for v, n in counts.items() if n == most)
+            most, heaviest = max((n, v) for v, n in counts.items())
             share = self.capacity // len(counts)
             if most - share >= max(1, self.capacity // 8):
-                # The one far over its share loses its oldest, down to one share.
-                doomed = [g for g, e in current if e[0] == heaviest][: most - share]
+                # The one far over its share loses its oldest, down to half a share.
+                doomed = [g for g, e in current if e[0] == heaviest][: most - share // 2]
                 for g in doomed:
                     del self.entries[g]
                 if len(current) - len(doomed) < self.capacity:
