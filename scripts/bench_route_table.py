@@ -9,7 +9,9 @@ reinstalls it as pure Python, ``scripts/venv.sh dev`` compiles it again.
 
 A table with the router's capacity (50,000 entries per generation) records random
 16-byte GUIDs the way the run router does (``record_many``, runs of ``--batch``) and
-one call per GUID (``record``, as dumps, replies and our own messages do), through enough GUIDs
+one call per GUID (``record``, as dumps, replies and our own messages do), and once more
+with another connection's routes in the table (the spraying connection then loses its own
+oldest routes instead of rotating, see ``RouteTable._make_room``), through enough GUIDs
 that generations fill and rotate, so dropping old generations is in the figure. Each
 figure is the best of ``--repeats`` passes, in ns per GUID; the first line says whether
 the table ran compiled (``gnutella-router --version`` says the same).
@@ -30,8 +32,13 @@ from gnutella_router import native
 from gnutella_router.net.route_table import DEFAULT_CAPACITY, RouteTable, pack_detail
 
 
-def _per_guid_batch(batches: list[list[bytes]], details: list[int]) -> float:
+def _per_guid_batch(
+    batches: list[list[bytes]], details: list[int], *, others: bool = False
+) -> float:
     table: RouteTable = RouteTable("query", 300.0, DEFAULT_CAPACITY)
+    if others:  # another connection's pending routes: the spray evicts its own instead
+        for n in range(100):
+            table.record(b"other-%010d" % n, 7, 0.0)
     now = 0.0
     started = time.perf_counter()
     for guids in batches:
@@ -64,8 +71,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     details = [pack_detail(2, 0)] * args.batch
     print(f"route table: {native.describe()}; {count:,} GUIDs a pass")
     bulk = min(_per_guid_batch(batches, details) for _ in range(args.repeats))
+    spray = min(_per_guid_batch(batches, details, others=True) for _ in range(args.repeats))
     single = min(_per_guid_single(batches) for _ in range(args.repeats))
     print(f"record_many, runs of {args.batch}: {bulk / count * 1e9:.0f} ns per GUID")
+    print(
+        f"record_many, a spray beside another connection's routes: "
+        f"{spray / count * 1e9:.0f} ns per GUID"
+    )
     print(f"record, one call per GUID:   {single / count * 1e9:.0f} ns per GUID")
     return 0
 

@@ -18,6 +18,7 @@ def test_a_short_route_table_benchmark_prints_both_costs_and_what_ran(
     assert run.stdout.startswith("route table: hot path: ")
     assert "4,000 GUIDs a pass" in run.stdout
     assert re.search(r"record_many, runs of 200: \d+ ns per GUID", run.stdout)
+    assert re.search(r"a spray beside another connection.s routes: \d+ ns per GUID", run.stdout)
     assert re.search(r"record, one call per GUID: +\d+ ns per GUID", run.stdout)
 
 
