@@ -377,6 +377,7 @@ class AbuseConfig(Section, frozen=True):
     malformed: Threshold = 20
     unknown_types: Threshold = 200
     unroutable: Threshold = 0
+    unroutable_large: Threshold = 20
     qrp_too_soon: Threshold = 5
     qrp_invalid: Threshold = 1
     ban_seconds: Annotated[float, Meta(ge=0, le=86_400)] = 60.0

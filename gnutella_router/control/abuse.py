@@ -47,6 +47,10 @@ from collections.abc import Iterable, Mapping
 from gnutella_router.config.sections import AbuseConfig
 from protocol.constants import ByeCode
 
+LARGE_HIT = 4096
+"""Payload bytes past which a query hit with no route is not parsed (see
+:attr:`Offence.UNROUTABLE_LARGE`)."""
+
 
 class Offence(enum.StrEnum):
     """What a peer did that, repeated, gets it kicked."""
@@ -60,6 +64,10 @@ class Offence(enum.StrEnum):
     UNKNOWN_TYPE = "unknown-type"
     UNROUTABLE = "unroutable"
     """A pong, query hit or push with no route back."""
+    UNROUTABLE_LARGE = "unroutable-large"
+    """A query hit larger than :data:`LARGE_HIT` with no route back: honest peers send
+    one when a route expired, rarely; each costs the router what hundreds of small
+    messages do, so it is left unparsed and counted on its own."""
     QRP_TOO_SOON = "qrp-too-soon"
     """A QRP table begun sooner than ``router.qrp_table_interval`` after the last."""
     QRP_INVALID = "qrp-invalid"
@@ -76,6 +84,7 @@ BYE_CODES: Mapping[Offence, ByeCode] = {
     Offence.MALFORMED: ByeCode.INVALID_PAYLOAD,
     Offence.UNKNOWN_TYPE: ByeCode.TOO_MANY_UNKNOWN,
     Offence.UNROUTABLE: ByeCode.TOO_MANY_ERRORS,
+    Offence.UNROUTABLE_LARGE: ByeCode.TOO_MANY_ERRORS,
     Offence.QRP_TOO_SOON: ByeCode.EXCESSIVE_MESSAGES,
     Offence.QRP_INVALID: ByeCode.INVALID_QRP_SEQUENCE,
     Offence.PARTIAL_MESSAGE: ByeCode.ACTIVITY_TIMEOUT,
@@ -92,6 +101,7 @@ _DESCRIPTIONS: Mapping[Offence, str] = {
     Offence.MALFORMED: "malformed messages",
     Offence.UNKNOWN_TYPE: "messages of unknown types",
     Offence.UNROUTABLE: "replies with no route",
+    Offence.UNROUTABLE_LARGE: "large query hits with no route",
     Offence.QRP_TOO_SOON: "QRP tables sent too often",
     Offence.QRP_INVALID: "broken QRP sequences",
     Offence.PARTIAL_MESSAGE: "messages left half-sent",
@@ -128,6 +138,7 @@ def configured_thresholds(config: AbuseConfig) -> dict[Offence, int]:
         Offence.MALFORMED: config.malformed,
         Offence.UNKNOWN_TYPE: config.unknown_types,
         Offence.UNROUTABLE: config.unroutable,
+        Offence.UNROUTABLE_LARGE: config.unroutable_large,
         Offence.QRP_TOO_SOON: config.qrp_too_soon,
         Offence.QRP_INVALID: config.qrp_invalid,
     }

@@ -13,7 +13,8 @@ hits have come back or every neighbour has had it.
 This module holds the plan: :class:`DynamicQuery` is one leaf query's
 state, and :meth:`DynamicQuery.next_step` says, at a given moment, which neighbours to
 send it to and at what TTL; :class:`DynamicQuerying` keeps them all, at most
-:data:`MAX_DYNAMIC_QUERIES`, and queues the copies on the router's links. The router
+:data:`MAX_DYNAMIC_QUERIES` and :data:`MAX_DYNAMIC_QUERIES_PER_LEAF` from one leaf, and
+queues the copies on the router's links. The router
 counts the hits routed back to each leaf (:meth:`DynamicQuerying.note_hit`) and calls
 :meth:`DynamicQuerying.widen` every :data:`TICK_SECONDS`.
 
@@ -66,6 +67,14 @@ WANTED_RESULTS = 150
 """Results (not hits: a hit may carry many) after which a query stops widening."""
 MAX_DYNAMIC_QUERIES = 2000
 """Leaf queries widened at once; beyond, a leaf's query is dropped and counted."""
+MAX_DYNAMIC_QUERIES_PER_LEAF = 32
+"""One leaf's queries widened at once: far more than a person searching starts within
+the two minutes a query lives, and a sixtieth of :data:`MAX_DYNAMIC_QUERIES`, so one
+leaf sending queries as fast as it can cannot take every other leaf's place."""
+TOO_MANY = "dynamic-query-limit"
+"""Why a leaf's query is dropped when :data:`MAX_DYNAMIC_QUERIES` are under way."""
+TOO_MANY_FROM_LEAF = "leaf-query-limit"
+"""Why a leaf's query is dropped when that leaf has its own limit's worth under way."""
 
 
 class Outcome(enum.StrEnum):
@@ -162,6 +171,7 @@ class DynamicQuerying:
         routing: QueryRouting,
         forwarded: list[int],
         limit: int = MAX_DYNAMIC_QUERIES,
+        per_leaf: int = MAX_DYNAMIC_QUERIES_PER_LEAF,
     ) -> None:
         self._links = links
         self._link_by_id = link_by_id
@@ -169,25 +179,32 @@ class DynamicQuerying:
         self._forwarded = forwarded
         """The router's per-type forwarded counters, which these copies add to."""
         self.limit = limit
+        self.per_leaf = per_leaf
         self.queries: dict[bytes, DynamicQuery] = {}
+        self._by_leaf: collections.Counter[int] = collections.Counter()
+        """Queries under way per leaf (a leaf is gone from it once it has none)."""
         self.counts: collections.Counter[str] = collections.Counter(
             {"copies": 0, "status-requests": 0, **{outcome.value: 0 for outcome in Outcome}}
         )
 
-    def start(self, leaf: Link, data: bytes, now: float) -> bool:
+    def start(self, leaf: Link, data: bytes, now: float) -> str | None:
         """A leaf's query (``data`` as forwarded): to the other leaves it matches now,
-        then its first step; False when :attr:`limit` queries are already under way."""
+        then its first step; or why it goes no further (:data:`TOO_MANY`,
+        :data:`TOO_MANY_FROM_LEAF`)."""
         for link in self._links():
             if link.capabilities.ultrapeer is False and link is not leaf and not link.closing:
                 copies, _ = self._routing.for_leaf(link.id, [data])
                 for copy in copies:
                     self._forwarded[QUERY] += link.send(copy, QUERY, copy[HOPS_OFFSET], now)
         if len(self.queries) >= self.limit:
-            return False
+            return TOO_MANY
+        if self._by_leaf[leaf.id] >= self.per_leaf:
+            return TOO_MANY_FROM_LEAF
         query = DynamicQuery(data[:GUID_SIZE], data, leaf.id, data[TTL_OFFSET], now)
         self.queries[query.guid] = query
+        self._by_leaf[leaf.id] += 1
         self._step(query, now, self._ultrapeers())
-        return True
+        return None
 
     def widen(self, now: float) -> None:
         """Every query's next step, if due; the queries of leaves that left end."""
@@ -260,3 +277,7 @@ class DynamicQuerying:
     def _end(self, query: DynamicQuery, outcome: Outcome) -> None:
         del self.queries[query.guid]
         self.counts[outcome.value] += 1
+        by_leaf = self._by_leaf
+        by_leaf[query.leaf] -= 1
+        if by_leaf[query.leaf] <= 0:
+            del by_leaf[query.leaf]

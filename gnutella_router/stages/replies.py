@@ -13,7 +13,7 @@ from __future__ import annotations
 import collections
 from collections.abc import Callable
 
-from gnutella_router.control.abuse import Offence
+from gnutella_router.control.abuse import LARGE_HIT, Offence
 from gnutella_router.discovery.host_cache import classify_address
 from gnutella_router.net.route_table import RouteTable, SeenTable
 from gnutella_router.stages import vendor_messages
@@ -133,6 +133,12 @@ class ReplyRouting:
         if route is not None and self.dynamic.queries:
             self.dynamic.note_hit(frame.guid, route, payload[0])  # its result count
         if route is None:
+            if len(payload) > LARGE_HIT:
+                # Too costly to parse for a verdict: a large hit nobody asked for is
+                # an offence of its own.
+                self.dropped["no-route", QUERY_HIT] += 1
+                connection.offended(Offence.UNROUTABLE_LARGE, now)
+                return
             # Only a hit we drop is parsed whole (routed ones are passed on untouched):
             # garbage sent as hits is then the offence it is, not a lost route.
             try:
@@ -169,16 +175,17 @@ class ReplyRouting:
         self._forward_reply(route, frame, now)
 
     def _on_bye(self, connection: Link, frame: Frame, now: float) -> None:
+        if frame.hops != 0 or frame.ttl > 1:
+            # The spec asks receivers to ignore a Bye that was relayed: whatever its
+            # payload, it is not this peer's goodbye, so it neither parses nor closes.
+            self.dropped["bye-relayed", BYE] += 1
+            return
         try:
             bye = parse_payload(BYE, frame.payload)
         except MalformedPayloadError:
             bye = None
         if not isinstance(bye, Bye):
             connection.close("peer sent a malformed Bye")
-            return
-        if frame.hops != 0 or frame.ttl > 1:
-            # The spec asks receivers to ignore a Bye that was relayed.
-            self.dropped["bye-relayed", BYE] += 1
             return
         self.consumed[BYE] += 1
         connection.received_bye(bye.code, bye.reason)

@@ -382,8 +382,9 @@ class GnutellaRouter(ReplyRouting):
         return True
 
     def start_dynamic_query(self, leaf: Link, data: bytes, now: float) -> None:
-        if not self.dynamic.start(leaf, data, now):
-            self.dropped["dynamic-query-limit", QUERY] += 1
+        refused = self.dynamic.start(leaf, data, now)
+        if refused is not None:
+            self.dropped[refused, QUERY] += 1
 
     def broadcast(self, source: Link, datas: list[bytes], copies: RunCopies) -> None:
         """Take a stretch's copies for the batch's broadcast (:mod:`.broadcasts`)."""

@@ -60,5 +60,7 @@ DROP_REASONS = (
     "qrp-miss",
     "qrp-too-soon",
     "dynamic-query-limit",
+    "leaf-query-limit",
+    "source-over-rate",
 )
 """Every reason the router drops a message for (shed reasons come from the shedder)."""

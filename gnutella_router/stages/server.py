@@ -367,7 +367,7 @@ class GnutellaServer:
             except OSError as exc:
                 # Out of descriptors and the like: count, breathe, carry on.
                 self.refused["accept-error"] += 1
-                self.log.warning("accept failed", error=str(exc))
+                self.refusal_warnings.warn("accept-error", "accept failed", error=str(exc))
                 await trio.sleep(0.1)
                 continue
             self.accepted += 1

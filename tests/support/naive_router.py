@@ -228,8 +228,9 @@ class NaiveRouter:
             copy_ttl = ttl - 1
         copy = encode(frame.guid, QUERY, copy_ttl, frame.hops + 1, payload)
         if link.capabilities.ultrapeer is False:
-            if not self.dynamic.start(link, copy, now):
-                self.dropped["dynamic-query-limit", QUERY] += 1
+            refused = self.dynamic.start(link, copy, now)
+            if refused is not None:
+                self.dropped[refused, QUERY] += 1
         else:
             self.pending.append(Copy(link, copy, relayed=relayed))
 
@@ -281,6 +282,10 @@ class NaiveRouter:
         if route is not None and self.dynamic.queries:
             self.dynamic.note_hit(frame.guid, route, payload[0])
         if route is None:
+            if len(payload) > 4096:
+                self.dropped["no-route", QUERY_HIT] += 1
+                link.offended(Offence.UNROUTABLE_LARGE, now)
+                return
             try:
                 parse_payload(QUERY_HIT, payload)
             except MalformedPayloadError:

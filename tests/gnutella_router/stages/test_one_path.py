@@ -133,6 +133,14 @@ def outcome(router: GnutellaRouter | NaiveRouter, links: list[FakeLink]) -> dict
 GUIDS = [bytes([i]) * 15 + b"\x01" for i in range(1, 9)]
 EXTENDED = (HugeExtension(b"urn:sha1:PLSTHIFQGSJZT45FJUPAKUZWUGYQYPFB"),)
 HIT = QueryHit(6346, "192.0.2.9", 100, (QueryHitResult(1, 10, b"abbey road.ogg"),), b"S" * 16)
+BIG_HIT = QueryHit(
+    6346,
+    "192.0.2.9",
+    100,
+    tuple(QueryHitResult(n, 10, b"abbey road, take %03d.ogg" % n) for n in range(150)),
+    b"S" * 16,
+)
+"""A hit over 4 KiB: with no route back, an offence of its own, left unparsed."""
 
 
 def _payloads() -> st.SearchStrategy[Payload | bytes]:
@@ -149,6 +157,7 @@ def _payloads() -> st.SearchStrategy[Payload | bytes]:
         st.just(b"\x80\x00no nul"),  # a query without its NUL: malformed
         st.just(Pong(port=6346, ip="198.51.100.7")),
         st.just(HIT),
+        st.just(BIG_HIT),
     )
 
 

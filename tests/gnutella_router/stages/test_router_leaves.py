@@ -306,3 +306,23 @@ async def test_a_leaf_can_stop_its_query(autojump_clock: trio.testing.MockClock)
     await net.send(leaf, query_status_response(query.guid, STOP_QUERY))  # unasked
     assert net.router.dynamic.counts["cancelled"] == 1
     assert net.router.statistics().dynamic_queries["active"] == 0
+
+
+async def test_one_leaf_cannot_take_every_dynamic_query(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A leaf sending queries as fast as it can gets its own share of dynamic queries;
+    the rest are dropped and counted, and another leaf's query still starts."""
+    from gnutella_router.stages.dynamic_query import MAX_DYNAMIC_QUERIES_PER_LEAF
+
+    net = Network()
+    net.links[1] = greedy = FakeLink(2, ultrapeer=False)
+    net.links[2] = other = FakeLink(3, ultrapeer=False)
+    flood = [
+        message(Query(b"wanted %d" % i), ttl=3) for i in range(MAX_DYNAMIC_QUERIES_PER_LEAF + 8)
+    ]
+    await net.send(greedy, *flood)
+    assert net.router.dynamic.statistics()["active"] == MAX_DYNAMIC_QUERIES_PER_LEAF
+    assert net.dropped("leaf-query-limit", MessageType.QUERY) == 8
+    await net.send(other, message(Query(b"mine"), ttl=3))
+    assert net.router.dynamic.statistics()["active"] == MAX_DYNAMIC_QUERIES_PER_LEAF + 1

@@ -125,6 +125,10 @@ async def test_bye_and_unknown_types(autojump_clock: trio.testing.MockClock) -> 
     await net.send(a, message(Bye(200, "relayed"), ttl=1, hops=1))
     assert net.dropped("bye-relayed", MessageType.BYE) == 1
     assert not a.closing
+    # A relayed Bye is ignored whatever it holds: a malformed one closes nothing either.
+    await net.router.handle([Frame(bytes(16), MessageType.BYE, 2, 3, b"\x01", source=a.id)])
+    assert net.dropped("bye-relayed", MessageType.BYE) == 2
+    assert not a.closing
     await net.send(b, message(Bye(200, "done"), ttl=1))
     assert net.router.consumed[MessageType.BYE] == 1
     assert b.closing
@@ -451,3 +455,17 @@ async def test_the_next_batch_may_follow_at_once_only_while_no_writer_is_busy(
     assert not may_continue()
     net.links[1].writer_busy = False
     assert may_continue()
+
+
+async def test_a_large_hit_with_no_route_is_an_offence_left_unparsed(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    from gnutella_router.control.abuse import LARGE_HIT, Offence
+
+    net = Network()
+    a, _, _ = net.links
+    garbage = b"\x01" + bytes(LARGE_HIT + 100)  # not a hit at all, but too large to parse
+    await net.router.handle([Frame(b"g" * 16, MessageType.QUERY_HIT, 3, 0, garbage, source=1)])
+    assert net.dropped("no-route", MessageType.QUERY_HIT) == 1
+    assert net.dropped("malformed", MessageType.QUERY_HIT) == 0
+    assert a.offences[Offence.UNROUTABLE_LARGE] == 1
