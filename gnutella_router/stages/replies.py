@@ -26,7 +26,8 @@ from protocol.codec import parse_payload
 from protocol.constants import GUID_SIZE, MessageType
 from protocol.errors import MalformedPayloadError
 from protocol.framing import Frame
-from protocol.messages import Bye, Payload, Pong, QrpPatch, QrpReset, VendorMessage
+from protocol.messages import Bye, Payload, QrpPatch, QrpReset, VendorMessage
+from protocol.pong_address import PongAddresses
 
 PONG = MessageType.PONG
 BYE = MessageType.BYE
@@ -54,6 +55,7 @@ class ReplyRouting:
     push_routes: RouteTable
     push_seen: SeenTable
     pong_cache: PongCache
+    pong_addresses: PongAddresses
     query_routing: QueryRouting
     dynamic: DynamicQuerying
     forwarded: list[int]
@@ -101,18 +103,20 @@ class ReplyRouting:
     def _on_pong(self, connection: Link, frame: Frame, now: float) -> None:
         if not self._ttl_ok(connection, frame, now):
             return
-        pong = self._parsed(connection, frame, now)
-        if not isinstance(pong, Pong):
+        address = self.pong_addresses.read(frame.payload)
+        if address is None:
+            self._malformed(connection, frame, now)
             return
-        if pong.port:
-            _, problem = classify_address(pong.ip)
+        ip, port = address
+        if port:
+            _, problem = classify_address(ip)
             if problem is None or (problem == "private" and self.allow_private):
-                self.pong_cache.add(pong.ip, pong.port, frame.payload, frame.hops, now)
+                self.pong_cache.add(ip, port, frame.payload, frame.hops, now)
             else:
                 # Still routed back to whoever pinged; just not handed out again.
                 self.pongs_not_cached[problem] += 1
             if self.on_host_learned is not None:
-                self.on_host_learned(pong.ip, pong.port, "pong")
+                self.on_host_learned(ip, port, "pong")
         route = self.ping_routes.lookup(frame.guid, now)
         if route is None:
             self.dropped["no-route", PONG] += 1

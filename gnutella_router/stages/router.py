@@ -90,6 +90,7 @@ from protocol.messages import (
     Ping,
     random_guid,
 )
+from protocol.pong_address import PongAddresses
 from protocol.qrp import QrpReceiver
 
 PING = MessageType.PING
@@ -158,6 +159,7 @@ class GnutellaRouter(ReplyRouting):
         self.push_routes: RouteTable = RouteTable("push", config.push_route_seconds, capacity, now)
         self.push_seen = SeenTable("push-seen", config.push_route_seconds, capacity, now)
         self.pong_cache = PongCache(capacity=200, lifetime=config.pong_cache_seconds)
+        self.pong_addresses = PongAddresses()
         self.own_pong = OwnPong(own_address, now)
         self.cached_answers = CachedAnswers(self.pong_cache, config.pongs_per_ping)
         self.query_delay = config.query_delay_ms / 1000.0

@@ -24,8 +24,9 @@ from gnutella_router.config.sections import SheddingConfig
 from gnutella_router.net.flow_control_queue import FlowControlQueue
 from gnutella_router.net.threshold_queue import ThresholdQueue
 from gnutella_router.stages.router import GnutellaRouter
-from protocol.codec import encode_message
+from protocol.codec import build_payload, encode_message
 from protocol.framing import Frame, FrameDecoder
+from protocol.ggep import GGEPBlock, daily_uptime_extension, vendor_code_extension
 from protocol.messages import (
     HugeExtension,
     Message,
@@ -141,6 +142,12 @@ BIG_HIT = QueryHit(
     b"S" * 16,
 )
 """A hit over 4 KiB: with no route back, an offence of its own, left unparsed."""
+GTK_PONG = Pong(
+    port=6346,
+    ip="198.51.100.8",
+    ggep=GGEPBlock((vendor_code_extension("GTKG", 0x12), daily_uptime_extension(3600))),
+)
+"""A pong as gtk-gnutella sends one: with GGEP "VC" and "DU"."""
 
 
 def _payloads() -> st.SearchStrategy[Payload | bytes]:
@@ -156,6 +163,8 @@ def _payloads() -> st.SearchStrategy[Payload | bytes]:
         ),
         st.just(b"\x80\x00no nul"),  # a query without its NUL: malformed
         st.just(Pong(port=6346, ip="198.51.100.7")),
+        st.just(GTK_PONG),
+        st.just(build_payload(Pong(port=6346, ip="198.51.100.7")) + b"\xc3junk"),
         st.just(HIT),
         st.just(BIG_HIT),
     )
@@ -164,6 +173,8 @@ def _payloads() -> st.SearchStrategy[Payload | bytes]:
 def _frame(link_id: int, guid: bytes, ttl: int, hops: int, payload: Payload | bytes) -> Frame:
     if isinstance(payload, bytes):
         message_type = 0x00 if payload.startswith(b"\x00") else 0x80
+        if len(payload) > 14 and payload[-5:] == b"\xc3junk":
+            message_type = 0x01  # a pong whose GGEP block does not parse
         return Frame(guid, message_type, ttl, hops, payload, source=link_id)
     return frames_of(link_id, [Message(guid, ttl, hops, payload)])[0]
 
