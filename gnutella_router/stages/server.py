@@ -367,12 +367,25 @@ class GnutellaServer:
                 connection.check(now)
 
     async def _handle_incoming(self, stream: trio.SocketStream) -> None:
+        connection = await self._admit(stream)
+        if connection is not None:
+            await self._run_connection(connection)
+
+    async def _admit(self, stream: trio.SocketStream) -> Connection | None:
+        """The gates and the handshake of an incoming connection; the connection, now
+        registered, if it got through.
+
+        A separate frame from the one that serves the connection for its whole life, so
+        that the handshake's state (the acceptor with both header blocks, about 10 KB
+        for a gtk-gnutella peer, and its deadline's cancel scope) is freed when it
+        returns instead of living as long as the connection.
+        """
         try:
             peer = _sockname(stream.socket.getpeername())
         except OSError:  # reset between accept() and here: nobody left to answer
             self.refused["accept-error"] += 1
             await _close(stream)
-            return
+            return None
         now = trio.current_time()
         trusted = in_networks(peer[0], self.trusted_networks)
         if not trusted and not self.rate_limiter.allow(peer[0], now):
@@ -385,7 +398,7 @@ class GnutellaServer:
                 reason="too many connection attempts from its address",
             )
             await _send_and_close(stream, format_refusal(429, "Too many connection attempts"))
-            return
+            return None
         acceptor = Acceptor()
         self._handshaking += 1
         try:
@@ -400,7 +413,7 @@ class GnutellaServer:
                     reason="no complete handshake in time",
                 )
                 await _close(stream)
-                return
+                return None
         except HandshakeError as exc:
             self.refused["handshake-error"] += 1
             self.refusal_warnings.warn(
@@ -415,19 +428,21 @@ class GnutellaServer:
             except LocalProtocolError:
                 refusal = format_refusal(exc.status_code, "Bad handshake")
             await _send_and_close(stream, refusal)
-            return
+            return None
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
             self.refused["handshake-io"] += 1
             await _close(stream)
-            return
+            return None
         finally:
             self._handshaking -= 1
-            # No await between here and the connection's registration in _serve.
+            # No await between here and the connection's registration below.
             self._admitting.discard(acceptor)
         if complete is None:
             await _close(stream)
-            return
-        await self._serve(stream, peer, "incoming", complete)
+            return None
+        connection = self._connection(stream, peer, "incoming", complete)
+        self.connections.add(connection)
+        return connection
 
     async def _accept_handshake(
         self, stream: trio.SocketStream, acceptor: Acceptor, peer: tuple[str, int]
@@ -566,17 +581,6 @@ class GnutellaServer:
             ),
             deflate_pool=self.deflate_pool,
         )
-
-    async def _serve(
-        self,
-        stream: trio.SocketStream,
-        peer: tuple[str, int],
-        role: str,
-        complete: HandshakeComplete,
-    ) -> None:
-        connection = self._connection(stream, peer, role, complete)
-        self.connections.add(connection)
-        await self._run_connection(connection)
 
     async def _run_connection(self, connection: Connection) -> None:
         self.completed[connection.role] += 1
