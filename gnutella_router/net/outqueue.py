@@ -4,7 +4,7 @@ Theory of operation
 -------------------
 The router must never wait for a peer: it hands every message for a connection to that
 connection's queue with :meth:`OutgoingQueue.offer`, which answers at once, and the
-connection's single writer task drains the queue with :meth:`OutgoingQueue.take`. A
+connection drains the queue with :meth:`OutgoingQueue.take`, one write at a time. A
 peer that reads more slowly than we route (a modem, a congested path, a stalled
 process) makes its queue grow, and without a bound that growth is exactly the memory
 leak the SEDA paper describes in its section 5.2.2. Both policies bound the queue; they

@@ -18,6 +18,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import dataclasses
+import functools
 import ipaddress
 import time
 from collections.abc import Callable, Sequence
@@ -218,7 +219,14 @@ class GnutellaServer:
         self.kicked: collections.Counter[str] = collections.Counter(
             {offence.value: 0 for offence in Offence}
         )
-        self._abuse_thresholds = configured_thresholds(config.abuse)
+        self._new_abuse_meter: Callable[[], AbuseMeter] | None = (
+            functools.partial(
+                AbuseMeter, configured_thresholds(config.abuse), config.abuse.half_life
+            )
+            if config.abuse.enabled
+            else None
+        )
+        """Makes a connection's abuse meter, at the peer's first offence (None: no kicks)."""
         self._nursery: trio.Nursery | None = None
         self._listeners: list[trio.SocketListener] = []
         self._handshaking = 0
@@ -574,11 +582,7 @@ class GnutellaServer:
             max_payload=self.config.network.max_payload,
             log=self.log,
             recorder=self.recorder,
-            abuse=(
-                AbuseMeter(self._abuse_thresholds, self.config.abuse.half_life)
-                if self.config.abuse.enabled
-                else None
-            ),
+            abuse=self._new_abuse_meter,
             deflate_pool=self.deflate_pool,
         )
 
