@@ -12,10 +12,11 @@ the rest stays compressed in zlib's input buffer until asked for.
 
 Memory: zlib's state is large next to everything else a link holds (a deflater with
 the default window and memory level allocates about 256 KB, an inflater about 7 KB and
-then a 32 KB window), and a router holds thousands of links, most of them idle. So each
-side makes its zlib object at its first use, and the sender can drop its deflater
-between writes (:meth:`DeflateCompressor.release_if_idle`) and start a fresh one when it
-next writes, still within the one zlib stream the peer reads.
+then a 32 KB window), and a router holds thousands of links, most of them idle. So the
+receiver makes its inflater when the first bytes arrive, and the sender makes a
+deflater only for a write worth deflating, drops it when the link falls quiet
+(:meth:`DeflateCompressor.release_if_idle`), and sends small writes without one, all
+within the one zlib stream the peer reads.
 """
 
 from __future__ import annotations
@@ -26,6 +27,14 @@ from .errors import CompressionError
 
 WINDOW_BITS = 15
 """zlib's largest window (32 KB), which every inflater accepts."""
+
+STORED_UP_TO = 1024
+"""A write of at most this many bytes, made while no deflater is held, goes out
+uncompressed as a stored block: making a deflater costs about 256 KB and 30 µs, and
+deflating a few hundred bytes with no history saves a few dozen."""
+
+_SYNC_MARK = b"\x00\x00\x00\xff\xff"
+"""An empty stored block: what zlib's sync flush ends a write with."""
 
 
 def zlib_header(level: int) -> bytes:
@@ -47,11 +56,13 @@ class DeflateCompressor:
     The stream is zlib's (RFC 1950), but this writes its two-byte header itself and
     deflates raw (RFC 1951) behind it, which zlib's own wrapper would do byte for byte:
     the wrapper adds nothing else until the stream is finished, and a link's stream
-    never is. That is what lets :meth:`release_if_idle` drop the deflater: every write
-    ends with a sync flush, which closes no block for good but leaves the stream at a
-    byte boundary between blocks, where a fresh raw deflater's first block may follow.
-    The peer's inflater carries on as if nothing happened; the only loss is that the
-    next write cannot refer back to what was sent before the release.
+    never is. Every write ends with a sync flush, which closes no block for good but
+    leaves the stream at a byte boundary between blocks, where any block may follow:
+    one from a fresh raw deflater after :meth:`release_if_idle` dropped the last one, or
+    a stored block written here without zlib (a write of at most :data:`STORED_UP_TO`
+    bytes while no deflater is held, ended with an empty stored block as zlib's sync
+    flush would be). The peer's inflater carries on as if nothing happened; the only
+    loss is that a fresh deflater cannot refer back to what was sent before it.
     """
 
     __slots__ = ("_compressor", "_header", "_level", "_used", "bytes_in", "bytes_out")
@@ -70,6 +81,17 @@ class DeflateCompressor:
         """Compress ``data`` and flush, so the peer can read all of it now."""
         compressor = self._compressor
         if compressor is None:
+            size = len(data)
+            if size <= STORED_UP_TO:
+                out = b"".join(
+                    (self._header, _stored(size), data, _SYNC_MARK)
+                    if size
+                    else (self._header, _SYNC_MARK)
+                )
+                self._header = b""
+                self.bytes_in += size
+                self.bytes_out += len(out)
+                return out
             compressor = self._compressor = zlib.compressobj(
                 self._level, zlib.DEFLATED, -WINDOW_BITS
             )
@@ -102,6 +124,12 @@ class DeflateCompressor:
     def ratio(self) -> float:
         """Compressed size over original size so far (1.0 before any data)."""
         return self.bytes_out / self.bytes_in if self.bytes_in else 1.0
+
+
+def _stored(size: int) -> bytes:
+    """The head of a stored block of ``size`` bytes, not the last (RFC 1951, 3.2.4),
+    at a byte boundary: the block type in a byte of its own, then LEN and NLEN."""
+    return b"\x00" + size.to_bytes(2, "little") + (size ^ 0xFFFF).to_bytes(2, "little")
 
 
 class DeflateDecompressor:
