@@ -225,7 +225,7 @@ class FlowControlQueue(OutgoingQueue):
             return False
         self._note_peak()
         levels = self._levels
-        dropped_by_type = self._dropped_by_type
+        dropped, dropped_by_type = self._drops()
         freed = 0
         evicted = 0
         remaining = lower
@@ -250,7 +250,7 @@ class FlowControlQueue(OutgoingQueue):
                 self._mask ^= bit
             else:
                 del queue[:count]
-        self._dropped[_EVICTED] += evicted
+        dropped[_EVICTED] += evicted
         self._pending_bytes -= freed
         return True
 
@@ -335,7 +335,8 @@ class FlowControlQueue(OutgoingQueue):
         self._level_bytes = [0] * _LEVEL_COUNT
         self._mask = 0
         self._pending_bytes = 0
-        self._dropped[_CLEARED] += count
+        if count:
+            self._drops()[0][_CLEARED] += count
         if self._flow_controlled:
             self._leave_flow_control()
         return count

@@ -134,7 +134,8 @@ class ThresholdQueue(OutgoingQueue):
         count = len(self._queue)
         self._queue.clear()
         self._pending_bytes = 0
-        self._dropped[_CLEARED] += count
+        if count:
+            self._drops()[0][_CLEARED] += count
         return count
 
     @property
