@@ -21,8 +21,8 @@ import dataclasses
 import functools
 import ipaddress
 import time
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable, Hashable, Sequence
+from typing import Any, TypeVar, cast
 
 import structlog
 import trio
@@ -62,6 +62,13 @@ from protocol.handshake import (
 
 PEER_LABELS_KEPT = 10_000
 """Closed connections whose peer is still named in dumps (route tables outlive them)."""
+
+SHARED_VALUES = 1_024
+"""Most header values kept to be shared between connections' capabilities (see
+:meth:`GnutellaServer._shared_capabilities`); once full, new values are simply not
+shared, so peers announcing ever new ones cost only themselves."""
+
+_Value = TypeVar("_Value", bound=Hashable)
 
 
 class ConnectionTable:
@@ -205,6 +212,8 @@ class GnutellaServer:
     ) -> None:
         self.config = config
         self.router = router
+        self._deliver = router.deliver
+        """One bound method for every connection, not one each."""
         self.own_guid = own_guid
         self.try_hosts = try_hosts
         self.on_hosts_learned = on_hosts_learned
@@ -227,6 +236,7 @@ class GnutellaServer:
             else None
         )
         """Makes a connection's abuse meter, at the peer's first offence (None: no kicks)."""
+        self._shared_values: dict[object, object] = {}
         self._nursery: trio.Nursery | None = None
         self._listeners: list[trio.SocketListener] = []
         self._handshaking = 0
@@ -358,7 +368,7 @@ class GnutellaServer:
                 await trio.sleep(0.1)
                 continue
             self.accepted += 1
-            self._nursery.start_soon(self._handle_incoming, stream)
+            self._nursery.start_soon(self._serve_connection, stream)
 
     async def close_listeners(self) -> None:
         for listener in self._listeners:
@@ -374,10 +384,67 @@ class GnutellaServer:
             for connection in self.connections.snapshot():
                 connection.check(now)
 
-    async def _handle_incoming(self, stream: trio.SocketStream) -> None:
-        connection = await self._admit(stream)
-        if connection is not None:
-            await self._run_connection(connection)
+    def _shared_capabilities(self, capabilities: Capabilities) -> Capabilities:
+        """``capabilities`` with the header values most peers share (user agent,
+        protocol versions, feature list, our address as they see it) replaced by one
+        copy each: about 600 bytes of a gtk-gnutella peer's 1 KB of capabilities, kept
+        for as long as its connection lives."""
+        share = self._share
+        return dataclasses.replace(
+            capabilities,
+            user_agent=share(capabilities.user_agent),
+            query_routing=share(capabilities.query_routing),
+            ultrapeer_query_routing=share(capabilities.ultrapeer_query_routing),
+            remote_ip=share(capabilities.remote_ip),
+            features=share(capabilities.features),
+        )
+
+    def _share(self, value: _Value) -> _Value:
+        if value is None:
+            return value
+        kept = self._shared_values.get(value)
+        if kept is not None:
+            return cast(_Value, kept)
+        if len(self._shared_values) < SHARED_VALUES:
+            self._shared_values[value] = value
+        return value
+
+    async def _serve_connection(
+        self, stream: trio.SocketStream | None, *, dialled: Connection | None = None
+    ) -> None:
+        """A connection's task, for as long as it lives: an incoming one's gates and
+        handshake (``stream``), or one we dialled (``dialled``, registered already), then
+        serving it until it ends.
+
+        One function, not one for each step awaiting the next: a frame the task waits
+        in costs each idle connection its size (about 250 bytes) for its whole life.
+        """
+        if dialled is not None:
+            connection = dialled
+        else:
+            assert stream is not None
+            admitted = await self._admit(stream)
+            if admitted is None:
+                return
+            connection = admitted
+        self.completed[connection.role] += 1
+        connection.log.debug("connected", user_agent=connection.capabilities.user_agent)
+        self.router.introduce(connection, trio.current_time())
+        try:
+            await connection.run(self._deliver)
+        except Exception:
+            # A bug in this connection's tasks must cost this connection, not the node.
+            self.failed_connections += 1
+            connection.log.exception("connection task failed")
+        finally:
+            self.connections.remove(connection)
+            self.closed += 1
+            now = trio.current_time()
+            self._closed.update(_traffic(connection))
+            self._closed_dropped.update(connection.outgoing.statistics(now).dropped)
+            connection.log_summary(now)
+            if connection.kick is not None:
+                self._banish(connection, now)
 
     async def _admit(self, stream: trio.SocketStream) -> Connection | None:
         """The gates and the handshake of an incoming connection; the connection, now
@@ -537,7 +604,9 @@ class GnutellaServer:
             self._handshaking -= 1
         connection = self._connection(stream, peer, "outgoing", complete)
         self.connections.add(connection)
-        self._nursery.start_soon(self._run_connection, connection)
+        self._nursery.start_soon(
+            functools.partial(self._serve_connection, None, dialled=connection)
+        )
         return connection
 
     async def _initiate_handshake(self, stream: trio.SocketStream, host: str) -> HandshakeComplete:
@@ -574,7 +643,7 @@ class GnutellaServer:
             stream=stream,
             peer=peer,
             role=role,
-            capabilities=complete.peer,
+            capabilities=self._shared_capabilities(complete.peer),
             outgoing=self._new_queue(),
             compress_outgoing=complete.compress_outgoing,
             decompress_incoming=complete.decompress_incoming,
@@ -585,26 +654,6 @@ class GnutellaServer:
             abuse=self._new_abuse_meter,
             deflate_pool=self.deflate_pool,
         )
-
-    async def _run_connection(self, connection: Connection) -> None:
-        self.completed[connection.role] += 1
-        connection.log.debug("connected", user_agent=connection.capabilities.user_agent)
-        self.router.introduce(connection, trio.current_time())
-        try:
-            await connection.run(self.router.deliver)
-        except Exception:
-            # A bug in this connection's tasks must cost this connection, not the node.
-            self.failed_connections += 1
-            connection.log.exception("connection task failed")
-        finally:
-            self.connections.remove(connection)
-            self.closed += 1
-            now = trio.current_time()
-            self._closed.update(_traffic(connection))
-            self._closed_dropped.update(connection.outgoing.statistics(now).dropped)
-            connection.log_summary(now)
-            if connection.kick is not None:
-                self._banish(connection, now)
 
     def _ban_keys(self, ip: str, capabilities: Capabilities) -> list[tuple[str, str]]:
         trusted = in_networks(ip, self.trusted_networks)
