@@ -46,7 +46,6 @@ import dataclasses
 import errno
 import functools
 import itertools
-import math
 import os
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol
@@ -141,7 +140,6 @@ class Connection:
     __slots__ = (
         "_abuse",
         "_abuse_meter",
-        "_cancel",
         "_compressor",
         "_decoder",
         "_decompressor",
@@ -150,14 +148,18 @@ class Connection:
         "_delivered",
         "_done",
         "_drained",
+        "_failure",
         "_fd",
         "_final",
+        "_home",
         "_log",
-        "_nursery",
         "_read_fd",
+        "_scope",
         "_trailing",
         "_unsent",
+        "_writer_ended",
         "_writer_running",
+        "_writer_scope",
         "bye_code_received",
         "bye_code_sent",
         "bytes_in",
@@ -222,19 +224,25 @@ class Connection:
         """A direct write waits for its deflate at the end of the router's batch."""
         self._decoder = FrameDecoder(max_payload=max_payload, source=self.id)
         self._trailing = trailing_data
-        self._nursery: trio.Nursery | None = None
-        """The reader's nursery, while :meth:`run` serves the link: the writer's home,
-        and its cancel scope the link's."""
+        self._scope = trio.CancelScope()
+        """The reader's, entered by :meth:`run`; :meth:`close` cancels it, or gives it
+        the Bye's deadline (before it is entered too)."""
+        self._home: trio.Nursery | None = None
+        """The nursery :meth:`run`'s task runs in, while it runs: where a writer task
+        is started, beside it."""
         self._writer_running = False
         """A writer task holds (or is about to hold) work the socket has not taken."""
-        self._cancel: float | None = None
-        """How :meth:`close` ended the link before :meth:`run` opened its nursery: the
-        deadline of its cancel scope (``-inf``: cancelled at once)."""
+        self._writer_scope: trio.CancelScope | None = None
+        """The running writer task's, with the reader's deadline."""
+        self._writer_ended: trio.Event | None = None
+        """Set when a writer task ends, once :meth:`run` waits for that."""
+        self._failure: Exception | None = None
+        """What a writer task failed with, for :meth:`run` to raise."""
         self._final: bytes | None = None
         self._unsent: bytes | memoryview = b""
         socket = stream.socket if isinstance(stream, trio.SocketStream) else None
         self._read_fd = socket.fileno() if socket is not None else -1
-        """The socket the reader reads itself (see _read_loop); -1 for other streams."""
+        """The socket the reader reads itself (see run); -1 for other streams."""
         self._fd = self._read_fd if DIRECT_WRITES else -1
         """The socket for direct writes (see flush); -1 for other streams."""
         self.connected_at = trio.current_time()
@@ -434,12 +442,12 @@ class Connection:
 
     def _start_writer(self) -> None:
         """Have a writer task send what the socket has not taken, then the final Bye if
-        one is due. Started in the reader's nursery, or by :meth:`run` once it has one."""
+        one is due: started beside the reader, or by :meth:`run` once it runs."""
         if self._writer_running:
             return
         self._writer_running = True
-        if self._nursery is not None:
-            self._nursery.start_soon(self._write_loop)
+        if self._home is not None:
+            self._start_writer_now()
 
     def _refused(self, verdict: Verdict) -> None:
         """Act on an offer that did not queue: close if the queue says so."""
@@ -477,85 +485,95 @@ class Connection:
             self._final = encode_message(bye)
             self.bye_code_sent = bye_code
             # A peer that does not read would keep the writer in send_all for ever.
-            self._cancel_at(trio.current_time() + BYE_GRACE_SECONDS)
+            deadline = trio.current_time() + BYE_GRACE_SECONDS
+            self._scope.deadline = deadline
+            if self._writer_scope is not None:
+                self._writer_scope.deadline = deadline
             self._start_writer()
         else:
-            self._cancel_at(-math.inf)
+            self._end_tasks()
 
-    def _cancel_at(self, deadline: float) -> None:
-        """End the link's tasks at ``deadline`` (``-inf``: now)."""
-        if self._nursery is None:
-            self._cancel = deadline
-        elif deadline == -math.inf:
-            self._nursery.cancel_scope.cancel()
-        else:
-            self._nursery.cancel_scope.deadline = deadline
+    def _end_tasks(self) -> None:
+        """Cancel the reader and the writer, if one runs."""
+        self._scope.cancel()
+        if self._writer_scope is not None:
+            self._writer_scope.cancel()
 
     # ------------------------------------------------------------------ tasks
 
     async def run(self, deliver: Deliver) -> None:
-        """Serve the link until it closes, for whatever reason; never raises stream errors."""
+        """Serve the link until it closes, for whatever reason; never raises stream errors.
+
+        The calling task is the link's reader. A writer task, when one is needed, runs
+        beside it in the same nursery, not in a nursery of the link's own: an idle
+        connection is then one task with one cancel scope, and no nursery (about 900
+        bytes each). :meth:`run` returns only once the writer has ended, and raises what
+        a writer task failed with, as a nursery would.
+
+        A socket is read here directly, as trio's ``SocketStream.receive_some`` would
+        read it (the same checkpoints, the same errors), but without its three frames
+        and its error-translating context manager, which an idle connection would
+        otherwise keep for as long as it waits: about 1.5 KB.
+        """
+        self._home = trio.lowlevel.current_task().parent_nursery
+        fd = self._read_fd
         try:
-            async with trio.open_nursery() as nursery:
-                self._nursery = nursery
-                if self._cancel is not None:  # closed before it ran
-                    self._cancel_at(self._cancel)
-                if self._writer_running:  # asked for before it ran
-                    nursery.start_soon(self._write_loop)
-                await self._read_loop(deliver)
+            with self._scope:
+                if self._writer_running:  # asked for before this ran
+                    self._start_writer_now()
+                try:
+                    trailing, self._trailing = self._trailing, b""
+                    if not trailing or await self._received(trailing, deliver):
+                        while not self.closing:
+                            if fd < 0:
+                                data = bytes(await self.stream.receive_some(READ_SIZE))
+                            else:
+                                await trio.lowlevel.checkpoint_if_cancelled()
+                                waited = False
+                                while True:
+                                    try:
+                                        data = os.read(fd, READ_SIZE)
+                                    except BlockingIOError:
+                                        pass  # not awaited in here: the wait would keep it
+                                    except OSError as exc:
+                                        raise _stream_error(exc) from exc
+                                    else:
+                                        break
+                                    waited = True
+                                    await trio.lowlevel.wait_readable(fd)
+                                if not waited:
+                                    await trio.lowlevel.cancel_shielded_checkpoint()
+                            if not data:
+                                await self._drain()
+                                self.close("peer closed the connection")
+                            elif not await self._received(data, deliver):
+                                break
+                except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+                    self.close(f"connection lost: {exc.__class__.__name__}")
+                # Stop reading, but let a pending Bye be written: the writer ends this.
+                await trio.sleep_forever()
         finally:
-            self._nursery = None
+            self._home = None
             self.closing = True
             if self.close_reason is None:
                 self.close_reason = "cancelled"
             self.outgoing.clear()
             with trio.CancelScope(shield=True), trio.move_on_after(0.5):
+                if self._writer_running:  # cancelled from outside, or the Bye's time is up
+                    self._writer_ended = trio.Event()
+                    self._end_tasks()
+                    await self._writer_ended.wait()
                 await self._aclose_stream()
+        if self._failure is not None:
+            raise self._failure
+
+    def _start_writer_now(self) -> None:
+        assert self._home is not None
+        self._home.start_soon(self._write_loop)
 
     async def _aclose_stream(self) -> None:
         with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError, OSError):
             await self.stream.aclose()
-
-    async def _read_loop(self, deliver: Deliver) -> None:
-        """Read until the link closes.
-
-        A socket is read here directly, as trio's ``SocketStream.receive_some`` would
-        read it (the same checkpoints, the same errors), but without its three frames
-        and its error-translating context manager, which an idle connection would
-        otherwise keep for as long as it waits: about 1.5 KB each.
-        """
-        fd = self._read_fd
-        try:
-            trailing, self._trailing = self._trailing, b""
-            if not trailing or await self._received(trailing, deliver):
-                while not self.closing:
-                    if fd < 0:
-                        data = bytes(await self.stream.receive_some(READ_SIZE))
-                    else:
-                        await trio.lowlevel.checkpoint_if_cancelled()
-                        waited = False
-                        while True:
-                            try:
-                                data = os.read(fd, READ_SIZE)
-                            except BlockingIOError:
-                                pass  # not awaited in here: the wait would keep the error
-                            except OSError as exc:
-                                raise _stream_error(exc) from exc
-                            else:
-                                break
-                            waited = True
-                            await trio.lowlevel.wait_readable(fd)
-                        if not waited:
-                            await trio.lowlevel.cancel_shielded_checkpoint()
-                    if not data:
-                        await self._drain()
-                        self.close("peer closed the connection")
-                    elif not await self._received(data, deliver):
-                        break
-        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
-            self.close(f"connection lost: {exc.__class__.__name__}")
-        # Stop reading, but let a pending Bye be flushed: the writer ends the nursery.
-        await trio.sleep_forever()
 
     async def _drain(self) -> None:
         """Wait (bounded) until the router has handled every frame read so far."""
@@ -608,6 +626,29 @@ class Connection:
         stream = self.stream
         outgoing = self.outgoing
         compressor = self._compressor
+        scope = self._writer_scope = trio.CancelScope(deadline=self._scope.deadline)
+        if self._scope.cancel_called:
+            scope.cancel()
+        try:
+            with scope:
+                await self._write(stream, outgoing, compressor)
+        except Exception as exc:  # a bug: it costs this link, and run() raises it
+            self._failure = exc
+            self._end_tasks()
+        finally:
+            self._writer_scope = None
+            self._writer_running = False
+            if self._writer_ended is not None:
+                self._writer_ended.set()
+        if self.closing:
+            self._end_tasks()  # the Bye is out, or cannot be: the reader ends too
+
+    async def _write(
+        self,
+        stream: trio.abc.Stream,
+        outgoing: OutgoingQueue,
+        compressor: DeflateCompressor | None,
+    ) -> None:
         try:
             while not self.closing:
                 if self._unsent:
@@ -618,8 +659,7 @@ class Connection:
                     continue
                 chunks = outgoing.take(WRITE_SIZE)
                 if not chunks:
-                    self._writer_running = False  # flush writes directly again
-                    return
+                    return  # flush writes directly again
                 data = b"".join(chunks)
                 if compressor is not None:
                     data = compressor.compress(data)
@@ -635,7 +675,6 @@ class Connection:
                 self.bytes_out += len(final)
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
             self.close(f"connection lost: {exc.__class__.__name__}")
-        self._cancel_at(-math.inf)
 
     # ------------------------------------------------------------------ observation
 

@@ -247,13 +247,17 @@ async def test_the_writer_is_busy_only_while_the_socket_has_not_taken_a_write() 
 
 
 def writer_tasks() -> list[trio.lowlevel.Task]:
-    """The tasks of every link run by the calling test's nursery besides its reader."""
-    test_nursery = trio.lowlevel.current_task().child_nurseries[-1]  # the innermost
+    """The writer tasks of the links run by the calling test's innermost nursery, and
+    every task those links started in nurseries of their own."""
+    test_nursery = trio.lowlevel.current_task().child_nurseries[-1]
     return [
-        task
-        for run in test_nursery.child_tasks
-        for nursery in run.child_nurseries
-        for task in nursery.child_tasks
+        *(task for task in test_nursery.child_tasks if task.name.endswith("._write_loop")),
+        *(
+            task
+            for run in test_nursery.child_tasks
+            for nursery in run.child_nurseries
+            for task in nursery.child_tasks
+        ),
     ]
 
 
@@ -337,3 +341,37 @@ async def test_an_idle_deflating_link_holds_no_zlib_state(
     finally:
         ours.close()
         theirs.close()
+
+
+class BrokenQueue(ThresholdQueue):
+    """A queue whose take fails, as a bug in the writer's path would."""
+
+    __slots__ = ()
+
+    def take(self, max_bytes: int = 65536) -> list[bytes]:
+        raise RuntimeError("a bug")
+
+
+async def test_a_failing_writer_fails_its_link_as_a_nursery_would() -> None:
+    """The writer runs beside the reader, not under it: its failure still ends the
+    reader, and the link's run raises it for the server to report."""
+    ours, _theirs = trio.testing.memory_stream_pair()
+    link = connection(ours, "incoming")
+    link.outgoing = BrokenQueue()
+    raised: list[Exception] = []
+
+    async def run() -> None:
+        try:
+            await link.run(_ignore)
+        except RuntimeError as exc:
+            raised.append(exc)
+
+    with trio.fail_after(5):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(run)
+            await trio.testing.wait_all_tasks_blocked()
+            queue_all(link, queries(1, b"x"))
+            link.flush()
+    assert [str(exc) for exc in raised] == ["a bug"]
+    assert link.closing
+    assert link.close_reason == "cancelled"
