@@ -595,7 +595,8 @@ def write_section(table: list[tuple[str, str, str, str]], args: argparse.Namespa
         "loopback address (127.0.1.2, 127.0.1.3, ...), each doing the 0.6 handshake with "
         "the headers gtk-gnutella 1.2.3 sends (recorded, `tests/support/gtk_vectors.py`: "
         "`Pong-Caching`, `GGEP`, `Vendor-Message`, `X-Query-Routing`, `X-Max-TTL`...; less "
-        "`Node` and `X-Token`) and then staying silent. Before them, one connection opened, "
+        "`Node` and `X-Token`) and then staying silent (but see the deflate runs below). "
+        "Before them, one connection opened, "
         "served and closed keeps one-time costs out.",
         "- Figure: the server's VmRSS after every connection is served and "
         f"{args.settle:g} s have passed, less its VmRSS before, divided by the number of "
