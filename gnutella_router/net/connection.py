@@ -16,15 +16,17 @@ When the router ends a batch, :meth:`Connection.flush` joins everything queued i
 write, deflates it with one sync flush if negotiated, and offers it to the non-blocking
 socket straight away (docs/benchmarks.md measures what this saves over leaving every
 write to a task). Only what the kernel does not take is left to a writer task, started
-then and ended once the queue is empty: the writer is the only code that ever waits on
-the socket, and an idle connection has no writer at all, only its reader (a task, its
-frames and its nursery are a good part of what an idle connection costs; see
-``scripts/bench_idle_memory.py``). With a
+then beside the reader and ended once the queue is empty: the writer is the only code
+that ever waits on the socket, and an idle connection has no writer at all, only its
+reader, one task in one cancel scope with no nursery of its own (tasks, frames and
+nurseries were most of what an idle connection cost; ``scripts/bench_idle_memory.py``
+measures it). With a
 :class:`~gnutella_router.net.deflate_pool.DeflatePool` (``network.deflate_threads``),
 the deflates of one batch's direct writes run side by side on several cores before the
-writes are made. A deflating link that has written nothing for a second or two drops
-its deflate state (a few hundred KB in zlib) and starts a fresh one when it next writes
-(see :class:`~protocol.compression.DeflateCompressor`).
+writes are made. A deflating link makes its deflater (a few hundred KB in zlib) only for
+a write over 1 KB, sends smaller ones uncompressed within the same stream, and drops the
+deflater once it has written nothing for a second or two (see
+:class:`~protocol.compression.DeflateCompressor`).
 
 End of stream: a peer that hangs up has often just sent its last messages (gtk-gnutella
 sends its Bye and closes at once). The reader stops, but the connection stays open for
@@ -413,7 +415,7 @@ class Connection:
         elif self._deflate_pool is not None and self._deflate_pool.defer(
             compressor, data, functools.partial(self._write_deflated, len(chunks))
         ):
-            self._deferred = True  # the writer stays parked: the socket is still ours
+            self._deferred = True  # no writer is started: the socket is still ours
         else:
             self._write_now(compressor.compress(data), len(chunks))
 
