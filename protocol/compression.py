@@ -9,6 +9,14 @@ LimeWire and stdlib zlib interoperate with (verified against gtk-gnutella 1.2.3)
 The receiver bounds its output: a hostile peer can send a few kilobytes that inflate to
 gigabytes, so inflated data is handed out in pieces of at most ``max_output`` bytes and
 the rest stays compressed in zlib's input buffer until asked for.
+
+Memory: zlib's state is large next to everything else a link holds (a deflater with
+the default window and memory level allocates about 256 KB, an inflater about 7 KB and
+then a 32 KB window), and a router holds thousands of links, most of them idle. So the
+receiver makes its inflater when the first bytes arrive, and the sender makes a
+deflater only for a write worth deflating, drops it when the link falls quiet
+(:meth:`DeflateCompressor.release_if_idle`), and sends small writes without one, all
+within the one zlib stream the peer reads.
 """
 
 from __future__ import annotations
@@ -17,28 +25,111 @@ import zlib
 
 from .errors import CompressionError
 
+WINDOW_BITS = 15
+"""zlib's largest window (32 KB), which every inflater accepts."""
+
+STORED_UP_TO = 1024
+"""A write of at most this many bytes, made while no deflater is held, goes out
+uncompressed as a stored block: making a deflater costs about 256 KB and 30 µs, and
+deflating a few hundred bytes with no history saves a few dozen."""
+
+_SYNC_MARK = b"\x00\x00\x00\xff\xff"
+"""An empty stored block: what zlib's sync flush ends a write with."""
+
+
+def zlib_header(level: int) -> bytes:
+    """The two bytes zlib starts a stream with for ``level`` and :data:`WINDOW_BITS`
+    (RFC 1950: method and window, then the level hint and a check), as zlib's
+    ``deflate.c`` writes them."""
+    if not -1 <= level <= 9:
+        raise ValueError(f"level must be -1..9, got {level}")
+    level = 6 if level == -1 else level
+    hint = 0 if level < 2 else 1 if level < 6 else 2 if level == 6 else 3
+    header = (zlib.DEFLATED + ((WINDOW_BITS - 8) << 4)) << 8 | hint << 6
+    header += 31 - header % 31
+    return header.to_bytes(2, "big")
+
 
 class DeflateCompressor:
-    """Compresses one direction of a link; every call's output is decodable on its own."""
+    """Compresses one direction of a link; every call's output is decodable on its own.
 
-    __slots__ = ("_compressor", "bytes_in", "bytes_out")
+    The stream is zlib's (RFC 1950), but this writes its two-byte header itself and
+    deflates raw (RFC 1951) behind it, which zlib's own wrapper would do byte for byte:
+    the wrapper adds nothing else until the stream is finished, and a link's stream
+    never is. Every write ends with a sync flush, which closes no block for good but
+    leaves the stream at a byte boundary between blocks, where any block may follow:
+    one from a fresh raw deflater after :meth:`release_if_idle` dropped the last one, or
+    a stored block written here without zlib (a write of at most :data:`STORED_UP_TO`
+    bytes while no deflater is held, ended with an empty stored block as zlib's sync
+    flush would be). The peer's inflater carries on as if nothing happened; the only
+    loss is that a fresh deflater cannot refer back to what was sent before it.
+    """
+
+    __slots__ = ("_compressor", "_header", "_level", "_used", "bytes_in", "bytes_out")
 
     def __init__(self, level: int = 6) -> None:
-        self._compressor = zlib.compressobj(level)
+        self._header = zlib_header(level)
+        """Written before the first output, then empty."""
+        self._level = level
+        self._compressor: zlib._Compress | None = None
+        """Made at the first write, and again after a release."""
+        self._used = False
         self.bytes_in = 0
         self.bytes_out = 0
 
     def compress(self, data: bytes | bytearray | memoryview) -> bytes:
         """Compress ``data`` and flush, so the peer can read all of it now."""
-        out = self._compressor.compress(data) + self._compressor.flush(zlib.Z_SYNC_FLUSH)
+        compressor = self._compressor
+        if compressor is None:
+            size = len(data)
+            if size <= STORED_UP_TO:
+                out = b"".join(
+                    (self._header, _stored(size), data, _SYNC_MARK)
+                    if size
+                    else (self._header, _SYNC_MARK)
+                )
+                self._header = b""
+                self.bytes_in += size
+                self.bytes_out += len(out)
+                return out
+            compressor = self._compressor = zlib.compressobj(
+                self._level, zlib.DEFLATED, -WINDOW_BITS
+            )
+        out = compressor.compress(data) + compressor.flush(zlib.Z_SYNC_FLUSH)
+        if self._header:
+            out = self._header + out
+            self._header = b""
+        self._used = True
         self.bytes_in += len(data)
         self.bytes_out += len(out)
         return out
+
+    def release_if_idle(self) -> bool:
+        """Drop the deflater if nothing was compressed since the last call; whether one
+        was dropped. Called now and then (a router: about once a second), it frees the
+        deflater of a link that has been quiet for one to two periods."""
+        if self._used:
+            self._used = False
+            return False
+        dropped = self._compressor is not None
+        self._compressor = None
+        return dropped
+
+    @property
+    def holds_state(self) -> bool:
+        """Whether a deflater is allocated now (it is made at the next write if not)."""
+        return self._compressor is not None
 
     @property
     def ratio(self) -> float:
         """Compressed size over original size so far (1.0 before any data)."""
         return self.bytes_out / self.bytes_in if self.bytes_in else 1.0
+
+
+def _stored(size: int) -> bytes:
+    """The head of a stored block of ``size`` bytes, not the last (RFC 1951, 3.2.4),
+    at a byte boundary: the block type in a byte of its own, then LEN and NLEN."""
+    return b"\x00" + size.to_bytes(2, "little") + (size ^ 0xFFFF).to_bytes(2, "little")
 
 
 class DeflateDecompressor:
@@ -49,7 +140,8 @@ class DeflateDecompressor:
     def __init__(self, max_output: int = 256 * 1024) -> None:
         if max_output <= 0:
             raise ValueError("max_output must be positive")
-        self._decompressor = zlib.decompressobj()
+        self._decompressor: zlib._Decompress | None = None
+        """Made when the first compressed bytes arrive: a peer may never send any."""
         self._pending = b""
         self._output_full = False
         self.max_output = max_output
@@ -58,6 +150,10 @@ class DeflateDecompressor:
 
     def receive_data(self, data: bytes | bytearray | memoryview) -> None:
         """Queue compressed bytes from the peer."""
+        if self._decompressor is None:
+            if not data:
+                return
+            self._decompressor = zlib.decompressobj()
         if self._decompressor.eof:
             if data:
                 raise CompressionError("data after the end of the deflate stream")
@@ -73,21 +169,27 @@ class DeflateDecompressor:
         Raises:
             CompressionError: the stream is corrupt; the link must be closed.
         """
-        if not self._pending and not self._output_full:
+        decompressor = self._decompressor
+        if decompressor is None or (not self._pending and not self._output_full):
             return b""
         try:
-            out = self._decompressor.decompress(self._pending, self.max_output)
+            out = decompressor.decompress(self._pending, self.max_output)
         except zlib.error as exc:
             self._pending = b""
             raise CompressionError(f"corrupt deflate stream: {exc}") from exc
-        self._pending = self._decompressor.unconsumed_tail
+        self._pending = decompressor.unconsumed_tail
         # A full output buffer may leave inflated bytes inside zlib even when all input
         # was consumed; remember to ask again.
         self._output_full = len(out) == self.max_output
-        if self._decompressor.eof and self._decompressor.unused_data:
+        if decompressor.eof and decompressor.unused_data:
             raise CompressionError("data after the end of the deflate stream")
         self.bytes_out += len(out)
         return out
+
+    @property
+    def holds_state(self) -> bool:
+        """Whether an inflater is allocated (it is made when data first arrives)."""
+        return self._decompressor is not None
 
     @property
     def has_pending(self) -> bool:

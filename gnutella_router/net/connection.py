@@ -1,25 +1,32 @@
-"""One Gnutella link after its handshake: a reader, a writer and a bounded outgoing queue.
+"""One Gnutella link after its handshake: a reader, a writer when needed, and a bounded
+outgoing queue.
 
 Theory of operation
 -------------------
-The reader task reads up to 64 KiB at a time, inflates if the peer deflates, cuts the
-bytes into frames and hands each read's frames to the server in one batch. The server's
+The reader reads up to 64 KiB at a time, inflates if the peer deflates, cuts the bytes
+into frames and hands each read's frames to the server in one batch. The server's
 ``deliver`` may wait (backpressure: the router's queue is full), and while it waits the
 reader does not read, so the peer's TCP window closes instead of our memory growing.
 
 A connection is the router's :class:`~gnutella_router.stages.link.Link` to one peer. The
 router never waits for a peer: :meth:`Connection.send` and :meth:`Connection.send_batch`
 offer messages to the outgoing queue and return at once; the queue's verdict (queued,
-dropped, or "this peer is too slow, close it") is acted on here, not by the router. The
-writer task takes everything queued, joins it into one write, deflates it with one sync
-flush if negotiated, and sends it. The one other write is :meth:`Connection.flush`'s,
-made when the router ends a batch while the writer is parked with nothing to do: it
-offers the queued bytes to the non-blocking socket straight away and leaves whatever
-the kernel does not take to the writer, which is the only code that ever waits on the
-socket (docs/benchmarks.md measures what this saves). With a
+dropped, or "this peer is too slow, close it") is acted on here, not by the router.
+When the router ends a batch, :meth:`Connection.flush` joins everything queued into one
+write, deflates it with one sync flush if negotiated, and offers it to the non-blocking
+socket straight away (docs/benchmarks.md measures what this saves over leaving every
+write to a task). Only what the kernel does not take is left to a writer task, started
+then beside the reader and ended once the queue is empty: the writer is the only code
+that ever waits on the socket, and an idle connection has no writer at all, only its
+reader, one task in one cancel scope with no nursery of its own (tasks, frames and
+nurseries were most of what an idle connection cost; ``scripts/bench_idle_memory.py``
+measures it). With a
 :class:`~gnutella_router.net.deflate_pool.DeflatePool` (``network.deflate_threads``),
 the deflates of one batch's direct writes run side by side on several cores before the
-writes are made.
+writes are made. A deflating link makes its deflater (a few hundred KB in zlib) only for
+a write over 1 KB, sends smaller ones uncompressed within the same stream, and drops the
+deflater once it has written nothing for a second or two (see
+:class:`~protocol.compression.DeflateCompressor`).
 
 End of stream: a peer that hangs up has often just sent its last messages (gtk-gnutella
 sends its Bye and closes at once). The reader stops, but the connection stays open for
@@ -38,6 +45,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import functools
 import itertools
 import os
@@ -68,9 +76,9 @@ class FrameTap(Protocol):
 
 
 DIRECT_WRITES = os.environ.get("GNUTELLA_ROUTER_DIRECT_WRITES", "1") != "0"
-"""Whether :meth:`Connection.flush` may write to an idle writer's socket itself. Only
-for measuring what that saves (docs/benchmarks.md): ``GNUTELLA_ROUTER_DIRECT_WRITES=0``
-leaves every write to the writer tasks."""
+"""Whether :meth:`Connection.flush` may write to the socket itself. Only for measuring
+what that saves (docs/benchmarks.md): ``GNUTELLA_ROUTER_DIRECT_WRITES=0`` leaves every
+write to a writer task, started by the flush."""
 
 READ_SIZE = 64 * 1024
 WRITE_SIZE = 64 * 1024
@@ -125,7 +133,59 @@ def format_address(host: str, port: int) -> str:
 
 
 class Connection:
-    """A handshaken TCP peer: the router's :class:`~gnutella_router.stages.link.Link` to it."""
+    """A handshaken TCP peer: the router's :class:`~gnutella_router.stages.link.Link` to it.
+
+    Slotted, and what most connections never need (a writer task, an abuse meter, a
+    logger bound to the connection) is made when it is needed: a router holds thousands
+    of these, most of them idle most of the time.
+    """
+
+    __slots__ = (
+        "_abuse",
+        "_abuse_meter",
+        "_compressor",
+        "_decoder",
+        "_decompressor",
+        "_deferred",
+        "_deflate_pool",
+        "_delivered",
+        "_done",
+        "_drained",
+        "_failure",
+        "_fd",
+        "_final",
+        "_home",
+        "_log",
+        "_read_fd",
+        "_scope",
+        "_trailing",
+        "_unsent",
+        "_writer_ended",
+        "_writer_running",
+        "_writer_scope",
+        "bye_code_received",
+        "bye_code_sent",
+        "bytes_in",
+        "bytes_out",
+        "capabilities",
+        "close_reason",
+        "closing",
+        "connected_at",
+        "hops_flow",
+        "id",
+        "kick",
+        "malformed_in",
+        "messages_in",
+        "messages_out",
+        "outgoing",
+        "peer",
+        "peer_features",
+        "peer_text",
+        "peer_vendor_messages",
+        "recorder",
+        "role",
+        "stream",
+    )
 
     def __init__(
         self,
@@ -141,14 +201,16 @@ class Connection:
         max_payload: int,
         log: structlog.typing.FilteringBoundLogger,
         recorder: FrameTap | None = None,
-        abuse: AbuseMeter | None = None,
+        abuse: Callable[[], AbuseMeter] | None = None,
         deflate_pool: DeflatePool | None = None,
     ) -> None:
+        """``abuse`` makes the meter that counts the peer's offences and decides when it
+        is kicked (``None``: never kicked); it is called at the peer's first offence."""
         self.id = next(_connection_ids)
         self.recorder = recorder
         """Gets every read's frames when a trace is being recorded; ``None`` otherwise."""
-        self.abuse = abuse
-        """Counts the peer's offences and decides when it is kicked; ``None``: never."""
+        self._abuse = abuse
+        self._abuse_meter: AbuseMeter | None = None
         self.kick: Kick | None = None
         """Why the peer was kicked, if it was."""
         self.stream = stream
@@ -157,7 +219,7 @@ class Connection:
         self.role = role
         self.capabilities = capabilities
         self.outgoing = outgoing
-        self.log = log.bind(conn=self.id, peer=self.peer_text, role=role)
+        self._log = log
         self._compressor = DeflateCompressor() if compress_outgoing else None
         self._decompressor = DeflateDecompressor() if decompress_incoming else None
         self._deflate_pool = deflate_pool
@@ -165,13 +227,26 @@ class Connection:
         """A direct write waits for its deflate at the end of the router's batch."""
         self._decoder = FrameDecoder(max_payload=max_payload, source=self.id)
         self._trailing = trailing_data
-        self._writer_lot = trio.lowlevel.ParkingLot()
-        self._writer_waiting = False
-        self._cancel_scope = trio.CancelScope()
+        self._scope = trio.CancelScope()
+        """The reader's, entered by :meth:`run`; :meth:`close` cancels it, or gives it
+        the Bye's deadline (before it is entered too)."""
+        self._home: trio.Nursery | None = None
+        """The nursery :meth:`run`'s task runs in, while it runs: where a writer task
+        is started, beside it."""
+        self._writer_running = False
+        """A writer task holds (or is about to hold) work the socket has not taken."""
+        self._writer_scope: trio.CancelScope | None = None
+        """The running writer task's, with the reader's deadline."""
+        self._writer_ended: trio.Event | None = None
+        """Set when a writer task ends, once :meth:`run` waits for that."""
+        self._failure: Exception | None = None
+        """What a writer task failed with, for :meth:`run` to raise."""
         self._final: bytes | None = None
         self._unsent: bytes | memoryview = b""
         socket = stream.socket if isinstance(stream, trio.SocketStream) else None
-        self._fd = socket.fileno() if DIRECT_WRITES and socket is not None else -1
+        self._read_fd = socket.fileno() if socket is not None else -1
+        """The socket the reader reads itself (see run); -1 for other streams."""
+        self._fd = self._read_fd if DIRECT_WRITES else -1
         """The socket for direct writes (see flush); -1 for other streams."""
         self.connected_at = trio.current_time()
         self.closing = False
@@ -191,6 +266,13 @@ class Connection:
         self._done = 0
         self._drained: trio.Event | None = None
         """Set when the router has finished with every frame, while the reader waits."""
+
+    @property
+    def log(self) -> structlog.typing.FilteringBoundLogger:
+        """The server's logger bound to this connection, made for each use: it is used
+        a few times in a connection's life, and keeping one bound logger per connection
+        would cost every idle connection its context dict."""
+        return self._log.bind(conn=self.id, peer=self.peer_text, role=self.role)
 
     # ------------------------------------------------------------------ the router's link
 
@@ -223,9 +305,12 @@ class Connection:
     def offended(self, offence: Offence, now: float) -> None:
         if offence is Offence.MALFORMED:
             self.malformed_in += 1
-        if self.abuse is None or self.closing:
+        if self._abuse is None or self.closing:
             return
-        kick = self.abuse.offend(offence, now, self.messages_in)
+        meter = self._abuse_meter
+        if meter is None:  # the first offence: a fresh meter counts it as it would have
+            meter = self._abuse_meter = self._abuse()
+        kick = meter.offend(offence, now, self.messages_in)
         if kick is not None:
             self.kick = kick
             self.close(kick.reason, bye_code=kick.bye_code)
@@ -309,25 +394,29 @@ class Connection:
 
     @property
     def writer_busy(self) -> bool:
-        """Whether the writer holds work the socket has not taken (see :class:`Link`):
-        it is not parked idle, or a deflate is under way."""
-        return self._deferred or not self._writer_waiting
+        """Whether a writer holds work the socket has not taken (see :class:`Link`): a
+        writer task is running, or a deflate is under way."""
+        return self._deferred or self._writer_running
 
     def flush(self) -> None:
-        """Send what is queued now if the writer is idle; otherwise leave it to the writer.
+        """Send what is queued now if no writer is busy; otherwise leave it to the writer.
 
         The router queues a whole batch and calls this once per connection afterwards.
-        When the writer is parked, nothing else is using the socket, so the queued bytes
-        go straight to the non-blocking socket: one task switch and one scheduler round
-        saved per batch, which is a good part of a router's latency. Whatever the kernel
-        does not take right away is left for the writer, which is the only code that
-        ever waits on the socket.
+        When no writer holds work, nothing else is using the socket, so the queued bytes
+        go straight to the non-blocking socket: no task switch and no scheduler round
+        per batch, which is a good part of a router's latency. Whatever the kernel does
+        not take right away is left for a writer task, which is the only code that ever
+        waits on the socket.
         """
-        if self._deferred or not self._writer_waiting or not self.outgoing.pending_messages:
+        if (
+            self._deferred
+            or self._writer_running
+            or self.closing
+            or not self.outgoing.pending_messages
+        ):
             return
-        if self._fd < 0 or self.closing:
-            self._writer_waiting = False
-            self._writer_lot.unpark()
+        if self._fd < 0:
+            self._start_writer()
             return
         chunks = self.outgoing.take(WRITE_SIZE)
         data = b"".join(chunks)
@@ -337,7 +426,7 @@ class Connection:
         elif self._deflate_pool is not None and self._deflate_pool.defer(
             compressor, data, functools.partial(self._write_deflated, len(chunks))
         ):
-            self._deferred = True  # the writer stays parked: the socket is still ours
+            self._deferred = True  # no writer is started: the socket is still ours
         else:
             self._write_now(compressor.compress(data), len(chunks))
 
@@ -362,8 +451,16 @@ class Connection:
         if sent == len(data) and not self.outgoing.pending_messages:
             return
         self._unsent = memoryview(data)[sent:]
-        self._writer_waiting = False
-        self._writer_lot.unpark()
+        self._start_writer()
+
+    def _start_writer(self) -> None:
+        """Have a writer task send what the socket has not taken, then the final Bye if
+        one is due: started beside the reader, or by :meth:`run` once it runs."""
+        if self._writer_running:
+            return
+        self._writer_running = True
+        if self._home is not None:
+            self._start_writer_now()
 
     def _refused(self, verdict: Verdict) -> None:
         """Act on an offer that did not queue: close if the queue says so."""
@@ -371,8 +468,12 @@ class Connection:
             self._act_on(verdict)
 
     def check(self, now: float) -> None:
-        """Let the outgoing queue apply its time limits (called about once a second)."""
+        """Let the outgoing queue apply its time limits, and drop the deflate state of a
+        link that wrote nothing since the last check (called about once a second)."""
         self._refused(self.outgoing.check(now))
+        compressor = self._compressor
+        if compressor is not None and not self._deferred and not self._writer_running:
+            compressor.release_if_idle()
 
     def _act_on(self, verdict: Verdict) -> None:
         reason = self.outgoing.close_reason or "slow peer"
@@ -397,49 +498,95 @@ class Connection:
             self._final = encode_message(bye)
             self.bye_code_sent = bye_code
             # A peer that does not read would keep the writer in send_all for ever.
-            self._cancel_scope.deadline = trio.current_time() + BYE_GRACE_SECONDS
-            if self._writer_waiting:
-                self._writer_waiting = False
-                self._writer_lot.unpark()
+            deadline = trio.current_time() + BYE_GRACE_SECONDS
+            self._scope.deadline = deadline
+            if self._writer_scope is not None:
+                self._writer_scope.deadline = deadline
+            self._start_writer()
         else:
-            self._cancel_scope.cancel()
+            self._end_tasks()
+
+    def _end_tasks(self) -> None:
+        """Cancel the reader and the writer, if one runs."""
+        self._scope.cancel()
+        if self._writer_scope is not None:
+            self._writer_scope.cancel()
 
     # ------------------------------------------------------------------ tasks
 
     async def run(self, deliver: Deliver) -> None:
-        """Serve the link until it closes, for whatever reason; never raises stream errors."""
+        """Serve the link until it closes, for whatever reason; never raises stream errors.
+
+        The calling task is the link's reader. A writer task, when one is needed, runs
+        beside it in the same nursery, not in a nursery of the link's own: an idle
+        connection is then one task with one cancel scope, and no nursery (about 900
+        bytes each). :meth:`run` returns only once the writer has ended, and raises what
+        a writer task failed with, as a nursery would.
+
+        A socket is read here directly, as trio's ``SocketStream.receive_some`` would
+        read it (the same checkpoints, the same errors), but without its three frames
+        and its error-translating context manager, which an idle connection would
+        otherwise keep for as long as it waits: about 1.5 KB.
+        """
+        self._home = trio.lowlevel.current_task().parent_nursery
+        fd = self._read_fd
         try:
-            with self._cancel_scope:
-                async with trio.open_nursery() as nursery:
-                    nursery.start_soon(self._write_loop, nursery.cancel_scope)
-                    await self._read_loop(deliver)
+            with self._scope:
+                if self._writer_running:  # asked for before this ran
+                    self._start_writer_now()
+                try:
+                    trailing, self._trailing = self._trailing, b""
+                    if not trailing or await self._received(trailing, deliver):
+                        while not self.closing:
+                            if fd < 0:
+                                data = bytes(await self.stream.receive_some(READ_SIZE))
+                            else:
+                                await trio.lowlevel.checkpoint_if_cancelled()
+                                waited = False
+                                while True:
+                                    try:
+                                        data = os.read(fd, READ_SIZE)
+                                    except BlockingIOError:
+                                        pass  # not awaited in here: the wait would keep it
+                                    except OSError as exc:
+                                        raise _stream_error(exc) from exc
+                                    else:
+                                        break
+                                    waited = True
+                                    await trio.lowlevel.wait_readable(fd)
+                                if not waited:
+                                    await trio.lowlevel.cancel_shielded_checkpoint()
+                            if not data:
+                                await self._drain()
+                                self.close("peer closed the connection")
+                            elif not await self._received(data, deliver):
+                                break
+                except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+                    self.close(f"connection lost: {exc.__class__.__name__}")
+                # Stop reading, but let a pending Bye be written: the writer ends this.
+                await trio.sleep_forever()
         finally:
+            self._home = None
             self.closing = True
             if self.close_reason is None:
                 self.close_reason = "cancelled"
             self.outgoing.clear()
             with trio.CancelScope(shield=True), trio.move_on_after(0.5):
+                if self._writer_running:  # cancelled from outside, or the Bye's time is up
+                    self._writer_ended = trio.Event()
+                    self._end_tasks()
+                    await self._writer_ended.wait()
                 await self._aclose_stream()
+        if self._failure is not None:
+            raise self._failure
+
+    def _start_writer_now(self) -> None:
+        assert self._home is not None
+        self._home.start_soon(self._write_loop)
 
     async def _aclose_stream(self) -> None:
         with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError, OSError):
             await self.stream.aclose()
-
-    async def _read_loop(self, deliver: Deliver) -> None:
-        try:
-            trailing, self._trailing = self._trailing, b""
-            if not trailing or await self._received(trailing, deliver):
-                while not self.closing:
-                    data = bytes(await self.stream.receive_some(READ_SIZE))
-                    if not data:
-                        await self._drain()
-                        self.close("peer closed the connection")
-                    elif not await self._received(data, deliver):
-                        break
-        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
-            self.close(f"connection lost: {exc.__class__.__name__}")
-        # Stop reading, but let a pending Bye be flushed: the writer ends the nursery.
-        await trio.sleep_forever()
 
     async def _drain(self) -> None:
         """Wait (bounded) until the router has handled every frame read so far."""
@@ -486,10 +633,35 @@ class Connection:
             await deliver(self, frames)
         return not self.closing
 
-    async def _write_loop(self, nursery_scope: trio.CancelScope) -> None:
+    async def _write_loop(self) -> None:
+        """Write until nothing is left, then end (or, closing, write the Bye and end
+        the link)."""
         stream = self.stream
         outgoing = self.outgoing
         compressor = self._compressor
+        scope = self._writer_scope = trio.CancelScope(deadline=self._scope.deadline)
+        if self._scope.cancel_called:
+            scope.cancel()
+        try:
+            with scope:
+                await self._write(stream, outgoing, compressor)
+        except Exception as exc:  # a bug: it costs this link, and run() raises it
+            self._failure = exc
+            self._end_tasks()
+        finally:
+            self._writer_scope = None
+            self._writer_running = False
+            if self._writer_ended is not None:
+                self._writer_ended.set()
+        if self.closing:
+            self._end_tasks()  # the Bye is out, or cannot be: the reader ends too
+
+    async def _write(
+        self,
+        stream: trio.abc.Stream,
+        outgoing: OutgoingQueue,
+        compressor: DeflateCompressor | None,
+    ) -> None:
         try:
             while not self.closing:
                 if self._unsent:
@@ -500,9 +672,7 @@ class Connection:
                     continue
                 chunks = outgoing.take(WRITE_SIZE)
                 if not chunks:
-                    self._writer_waiting = True
-                    await self._writer_lot.park()
-                    continue
+                    return  # flush writes directly again
                 data = b"".join(chunks)
                 if compressor is not None:
                     data = compressor.compress(data)
@@ -518,7 +688,6 @@ class Connection:
                 self.bytes_out += len(final)
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
             self.close(f"connection lost: {exc.__class__.__name__}")
-        nursery_scope.cancel()
 
     # ------------------------------------------------------------------ observation
 
@@ -576,6 +745,13 @@ class Connection:
 
     def __repr__(self) -> str:
         return f"<Connection {self.id} {self.role} {self.peer_text}>"
+
+
+def _stream_error(exc: OSError) -> trio.BrokenResourceError | trio.ClosedResourceError:
+    """What trio's ``SocketStream`` turns a socket's error into."""
+    if exc.errno == errno.EBADF:
+        return trio.ClosedResourceError("this socket was already closed")
+    return trio.BrokenResourceError(f"socket connection broken: {exc}")
 
 
 def _names(

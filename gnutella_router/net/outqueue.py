@@ -4,7 +4,7 @@ Theory of operation
 -------------------
 The router must never wait for a peer: it hands every message for a connection to that
 connection's queue with :meth:`OutgoingQueue.offer`, which answers at once, and the
-connection's single writer task drains the queue with :meth:`OutgoingQueue.take`. A
+connection drains the queue with :meth:`OutgoingQueue.take`, one write at a time. A
 peer that reads more slowly than we route (a modem, a congested path, a stalled
 process) makes its queue grow, and without a bound that growth is exactly the memory
 leak the SEDA paper describes in its section 5.2.2. Both policies bound the queue; they
@@ -190,10 +190,10 @@ class OutgoingQueue(abc.ABC):
         self._sent_total = 0
         self._peak_messages = 0
         self._peak_bytes = 0
-        self._dropped = [0] * len(_REASONS)
-        self._dropped_by_type: collections.Counter[int] = collections.Counter()
-        # A counter, not a list of 256: a connection that never drops (most) keeps an
-        # empty dict, not 2 KB of zeros.
+        self._dropped: list[int] | None = None
+        self._dropped_by_type: collections.Counter[int] | None = None
+        # Both made at the first drop (see _drops): a connection that never drops (most)
+        # keeps neither. A counter by type, not a list of 256, for the same reason.
         self._closed = False
         self._bye_admitted = False
         self.close_reason = None
@@ -274,7 +274,7 @@ class OutgoingQueue(abc.ABC):
         """A frozen snapshot; ``now`` dates the current flow-control episode."""
         self._note_peak()
         pending = self.pending_messages
-        dropped = self._dropped
+        dropped = self._dropped or [0] * len(_REASONS)
         return OutgoingQueueStatistics(
             policy=self.policy,
             pending_messages=pending,
@@ -289,7 +289,7 @@ class OutgoingQueue(abc.ABC):
             dropped=MappingProxyType(
                 {reason.value: dropped[i] for i, reason in enumerate(_REASONS)}
             ),
-            dropped_by_type=MappingProxyType(dict(self._dropped_by_type)),
+            dropped_by_type=MappingProxyType(dict(self._dropped_by_type or {})),
             flow_controlled=self.flow_controlled,
             flow_control_entries=self._flow_control_entries(),
             seconds_in_flow_control=self._seconds_in_flow_control(now),
@@ -321,9 +321,18 @@ class OutgoingQueue(abc.ABC):
             self._peak_bytes = self._pending_bytes
 
     def _refuse(self, message_type: int, reason: int) -> Verdict:
-        self._dropped[reason] += 1
-        self._dropped_by_type[message_type] += 1
+        dropped, by_type = self._drops()
+        dropped[reason] += 1
+        by_type[message_type] += 1
         return _DROPPED
+
+    def _drops(self) -> tuple[list[int], collections.Counter[int]]:
+        """The drop counters, by reason and by message type, made at the first drop."""
+        dropped, by_type = self._dropped, self._dropped_by_type
+        if dropped is None or by_type is None:
+            dropped = self._dropped = [0] * len(_REASONS)
+            by_type = self._dropped_by_type = collections.Counter()
+        return dropped, by_type
 
     def _mark_closed(self, reason: str, code: int | None) -> None:
         self._closed = True

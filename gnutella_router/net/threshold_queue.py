@@ -7,7 +7,6 @@ with flow control.
 from __future__ import annotations
 
 import sys
-from collections import deque
 from typing import ClassVar
 
 from gnutella_router.net.outqueue import (
@@ -52,7 +51,11 @@ class ThresholdQueue(OutgoingQueue):
         if max_bytes <= 0:
             raise ValueError(f"max_bytes must be > 0, got {max_bytes}")
         super().__init__()
-        self._queue: deque[bytes] = deque()
+        self._queue: list[bytes] = []
+        # A list, not a deque: an empty deque keeps a 512-byte block, and most queues are
+        # empty most of the time. take() hands the whole list out and starts a new one;
+        # only a write larger than max_bytes leaves a remainder to shift forward, and a
+        # queue under the threshold holds a few hundred messages at most.
         self._max_messages = max_messages
         self._max_bytes = max_bytes
         # The limits the hot path compares against: sys.maxsize when unbounded, and 0
@@ -102,22 +105,24 @@ class ThresholdQueue(OutgoingQueue):
             return []
         self._note_peak()
         if self._pending_bytes <= max_bytes:
-            # The common case: everything fits in one write; copy it out at C speed.
-            batch = list(queue)
-            queue.clear()
+            # The common case: everything fits in one write; hand the list out whole.
+            self._queue = []
             self._pending_bytes = 0
-            self._sent_total += len(batch)
-            return batch
-        batch = [queue.popleft()]
-        total = len(batch[0])
-        while queue:
-            size = len(queue[0])
+            self._sent_total += len(queue)
+            return queue
+        total = len(queue[0])
+        count = 1
+        for count in range(1, len(queue)):
+            size = len(queue[count])
             if total + size > max_bytes:
                 break
-            batch.append(queue.popleft())
             total += size
+        else:
+            count = len(queue)
+        batch = queue[:count]
+        del queue[:count]
         self._pending_bytes -= total
-        self._sent_total += len(batch)
+        self._sent_total += count
         return batch
 
     def check(self, now: float) -> Verdict:
@@ -129,7 +134,8 @@ class ThresholdQueue(OutgoingQueue):
         count = len(self._queue)
         self._queue.clear()
         self._pending_bytes = 0
-        self._dropped[_CLEARED] += count
+        if count:
+            self._drops()[0][_CLEARED] += count
         return count
 
     @property

@@ -22,10 +22,11 @@ from __future__ import annotations
 import collections
 import contextlib
 import dataclasses
+import functools
 import ipaddress
 import time
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable, Hashable, Sequence
+from typing import Any, TypeVar, cast
 
 import structlog
 import trio
@@ -68,6 +69,13 @@ from protocol.handshake import (
 
 PEER_LABELS_KEPT = 10_000
 """Closed connections whose peer is still named in dumps (route tables outlive them)."""
+
+SHARED_VALUES = 1_024
+"""Most header values kept to be shared between connections' capabilities (see
+:meth:`GnutellaServer._shared_capabilities`); once full, new values are simply not
+shared, so peers announcing ever new ones cost only themselves."""
+
+_Value = TypeVar("_Value", bound=Hashable)
 
 
 class ConnectionTable:
@@ -212,6 +220,8 @@ class GnutellaServer:
     ) -> None:
         self.config = config
         self.router = router
+        self._deliver = router.deliver
+        """One bound method for every connection, not one each."""
         self.own_guid = own_guid
         self.try_hosts = try_hosts
         self.on_hosts_learned = on_hosts_learned
@@ -232,7 +242,15 @@ class GnutellaServer:
         self.kicked: collections.Counter[str] = collections.Counter(
             {offence.value: 0 for offence in Offence}
         )
-        self._abuse_thresholds = configured_thresholds(config.abuse)
+        self._new_abuse_meter: Callable[[], AbuseMeter] | None = (
+            functools.partial(
+                AbuseMeter, configured_thresholds(config.abuse), config.abuse.half_life
+            )
+            if config.abuse.enabled
+            else None
+        )
+        """Makes a connection's abuse meter, at the peer's first offence (None: no kicks)."""
+        self._shared_values: dict[object, object] = {}
         self._nursery: trio.Nursery | None = None
         self._listeners: list[trio.SocketListener] = []
         self._handshaking = 0
@@ -371,7 +389,7 @@ class GnutellaServer:
                 await trio.sleep(0.1)
                 continue
             self.accepted += 1
-            self._nursery.start_soon(self._handle_incoming, stream)
+            self._nursery.start_soon(self._serve_connection, stream)
 
     async def close_listeners(self) -> None:
         for listener in self._listeners:
@@ -417,13 +435,90 @@ class GnutellaServer:
         )
         connection.close(reason, bye_code=405)
 
-    async def _handle_incoming(self, stream: trio.SocketStream) -> None:
+    def _shared_capabilities(self, capabilities: Capabilities) -> Capabilities:
+        """``capabilities`` with the header values most peers share (user agent,
+        protocol versions, feature list, our address as they see it) replaced by one
+        copy each: about 600 bytes of a gtk-gnutella peer's 1 KB of capabilities, kept
+        for as long as its connection lives."""
+        share = self._share
+        return dataclasses.replace(
+            capabilities,
+            user_agent=share(capabilities.user_agent),
+            query_routing=share(capabilities.query_routing),
+            ultrapeer_query_routing=share(capabilities.ultrapeer_query_routing),
+            remote_ip=share(capabilities.remote_ip),
+            features=share(capabilities.features),
+        )
+
+    def _share(self, value: _Value) -> _Value:
+        if value is None:
+            return value
+        kept = self._shared_values.get(value)
+        if kept is not None:
+            return cast(_Value, kept)
+        if len(self._shared_values) < SHARED_VALUES:
+            self._shared_values[value] = value
+        return value
+
+    async def _serve_connection(
+        self, stream: trio.SocketStream | None, *, dialled: Connection | None = None
+    ) -> None:
+        """A connection's task, for as long as it lives: an incoming one's gates and
+        handshake (``stream``), or one we dialled (``dialled``, registered already), then
+        serving it until it ends.
+
+        One function, not one for each step awaiting the next: a frame the task waits
+        in costs each idle connection its size (about 250 bytes) for its whole life.
+        """
+        if dialled is not None:
+            connection = dialled
+        else:
+            assert stream is not None
+            admitted = await self._admit(stream)
+            if admitted is None:
+                return
+            connection = admitted
+        self.completed[connection.role] += 1
+        connection.log.debug("connected", user_agent=connection.capabilities.user_agent)
+        now = trio.current_time()
+        network = self.config.network
+        if network.idle_timeout or network.partial_message_timeout:
+            self._watches[connection.id] = ReadWatch(
+                now, idle=network.idle_timeout, partial=network.partial_message_timeout
+            )
+        self.router.introduce(connection, now)
+        try:
+            await connection.run(self._deliver)
+        except Exception:
+            # A bug in this connection's tasks must cost this connection, not the node.
+            self.failed_connections += 1
+            connection.log.exception("connection task failed")
+        finally:
+            self.connections.remove(connection)
+            self._watches.pop(connection.id, None)
+            self.closed += 1
+            now = trio.current_time()
+            self._closed.update(_traffic(connection))
+            self._closed_dropped.update(connection.outgoing.statistics(now).dropped)
+            connection.log_summary(now)
+            if connection.kick is not None:
+                self._banish(connection, now)
+
+    async def _admit(self, stream: trio.SocketStream) -> Connection | None:
+        """The gates and the handshake of an incoming connection; the connection, now
+        registered, if it got through.
+
+        A separate frame from the one that serves the connection for its whole life, so
+        that the handshake's state (the acceptor with both header blocks, about 10 KB
+        for a gtk-gnutella peer, and its deadline's cancel scope) is freed when it
+        returns instead of living as long as the connection.
+        """
         try:
             peer = _sockname(stream.socket.getpeername())
         except OSError:  # reset between accept() and here: nobody left to answer
             self.refused["accept-error"] += 1
             await _close(stream)
-            return
+            return None
         now = trio.current_time()
         trusted = in_networks(peer[0], self.trusted_networks)
         if not trusted and not self.rate_limiter.allow(peer[0], now):
@@ -436,7 +531,7 @@ class GnutellaServer:
                 reason="too many connection attempts from its address",
             )
             await _send_and_close(stream, format_refusal(429, "Too many connection attempts"))
-            return
+            return None
         acceptor = Acceptor()
         self._handshaking += 1
         try:
@@ -451,7 +546,7 @@ class GnutellaServer:
                     reason="no complete handshake in time",
                 )
                 await _close(stream)
-                return
+                return None
         except HandshakeError as exc:
             self.refused["handshake-error"] += 1
             self.refusal_warnings.warn(
@@ -466,19 +561,21 @@ class GnutellaServer:
             except LocalProtocolError:
                 refusal = format_refusal(exc.status_code, "Bad handshake")
             await _send_and_close(stream, refusal)
-            return
+            return None
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
             self.refused["handshake-io"] += 1
             await _close(stream)
-            return
+            return None
         finally:
             self._handshaking -= 1
-            # No await between here and the connection's registration in _serve.
+            # No await between here and the connection's registration below.
             self._admitting.pop(acceptor, None)
         if complete is None:
             await _close(stream)
-            return
-        await self._serve(stream, peer, "incoming", complete)
+            return None
+        connection = self._connection(stream, peer, "incoming", complete)
+        self.connections.add(connection)
+        return connection
 
     async def _accept_handshake(
         self, stream: trio.SocketStream, acceptor: Acceptor, peer: tuple[str, int]
@@ -589,7 +686,9 @@ class GnutellaServer:
             self._handshaking -= 1
         connection = self._connection(stream, peer, "outgoing", complete)
         self.connections.add(connection)
-        self._nursery.start_soon(self._run_connection, connection)
+        self._nursery.start_soon(
+            functools.partial(self._serve_connection, None, dialled=connection)
+        )
         return connection
 
     async def _initiate_handshake(self, stream: trio.SocketStream, host: str) -> HandshakeComplete:
@@ -626,7 +725,7 @@ class GnutellaServer:
             stream=stream,
             peer=peer,
             role=role,
-            capabilities=complete.peer,
+            capabilities=self._shared_capabilities(complete.peer),
             outgoing=self._new_queue(),
             compress_outgoing=complete.compress_outgoing,
             decompress_incoming=complete.decompress_incoming,
@@ -634,51 +733,9 @@ class GnutellaServer:
             max_payload=self.config.network.max_payload,
             log=self.log,
             recorder=self.recorder,
-            abuse=(
-                AbuseMeter(self._abuse_thresholds, self.config.abuse.half_life)
-                if self.config.abuse.enabled
-                else None
-            ),
+            abuse=self._new_abuse_meter,
             deflate_pool=self.deflate_pool,
         )
-
-    async def _serve(
-        self,
-        stream: trio.SocketStream,
-        peer: tuple[str, int],
-        role: str,
-        complete: HandshakeComplete,
-    ) -> None:
-        connection = self._connection(stream, peer, role, complete)
-        self.connections.add(connection)
-        await self._run_connection(connection)
-
-    async def _run_connection(self, connection: Connection) -> None:
-        self.completed[connection.role] += 1
-        connection.log.debug("connected", user_agent=connection.capabilities.user_agent)
-        now = trio.current_time()
-        network = self.config.network
-        if network.idle_timeout or network.partial_message_timeout:
-            self._watches[connection.id] = ReadWatch(
-                now, idle=network.idle_timeout, partial=network.partial_message_timeout
-            )
-        self.router.introduce(connection, now)
-        try:
-            await connection.run(self.router.deliver)
-        except Exception:
-            # A bug in this connection's tasks must cost this connection, not the node.
-            self.failed_connections += 1
-            connection.log.exception("connection task failed")
-        finally:
-            self.connections.remove(connection)
-            self._watches.pop(connection.id, None)
-            self.closed += 1
-            now = trio.current_time()
-            self._closed.update(_traffic(connection))
-            self._closed_dropped.update(connection.outgoing.statistics(now).dropped)
-            connection.log_summary(now)
-            if connection.kick is not None:
-                self._banish(connection, now)
 
     def _ban_keys(self, ip: str, capabilities: Capabilities) -> list[tuple[str, str]]:
         trusted = in_networks(ip, self.trusted_networks)

@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import random
 import zlib
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from protocol.compression import DeflateCompressor, DeflateDecompressor
+from protocol.compression import (
+    STORED_UP_TO,
+    DeflateCompressor,
+    DeflateDecompressor,
+    zlib_header,
+)
 from protocol.errors import CompressionError
 
 
@@ -84,3 +90,58 @@ def test_data_after_a_finished_stream_is_refused() -> None:
     decompressor.receive_data(zlib.compress(b"done") + b"extra")
     with pytest.raises(CompressionError, match="after the end"):
         drain(decompressor)
+
+
+@pytest.mark.parametrize("level", range(-1, 10))
+def test_the_header_is_the_one_zlib_writes(level: int) -> None:
+    assert zlib_header(level) == zlib.compressobj(level).flush()[:2]
+
+
+@given(st.lists(st.binary(min_size=STORED_UP_TO + 1, max_size=4000), min_size=1, max_size=6))
+@settings(max_examples=50)
+def test_a_deflated_stream_is_zlibs_own_byte_for_byte(writes: list[bytes]) -> None:
+    """Header written here, raw deflate behind it: what zlib's wrapper would send."""
+    compressor = DeflateCompressor()
+    reference = zlib.compressobj(6)
+    for data in writes:
+        assert compressor.compress(data) == reference.compress(data) + reference.flush(
+            zlib.Z_SYNC_FLUSH
+        )
+
+
+WRITE_SIZES = st.sampled_from([0, 1, 100, STORED_UP_TO, STORED_UP_TO + 1, 5000, 70_000])
+
+
+@given(st.lists(st.tuples(WRITE_SIZES, st.integers(0, 2), st.randoms()), min_size=1, max_size=12))
+@settings(max_examples=150)
+def test_one_zlib_stream_through_stored_writes_and_released_deflaters(
+    steps: list[tuple[int, int, random.Random]],
+) -> None:
+    """Whatever mix of small writes, large ones and idle periods (0, 1 or 2 checks),
+    a plain zlib inflater reads every write as soon as it arrives, each ending as a
+    sync flush does; a deflater is held only from a large write to the second check
+    without writes."""
+    compressor = DeflateCompressor()
+    peer = zlib.decompressobj()
+    for size, idle_checks, rnd in steps:
+        data = bytes(rnd.choice(b"gnutella query hit ") for _ in range(size))
+        held_before = compressor.holds_state
+        wire = compressor.compress(data)
+        assert wire.endswith(b"\x00\x00\xff\xff")
+        assert peer.decompress(wire) == data
+        assert compressor.holds_state == (held_before or size > STORED_UP_TO)
+        for _ in range(idle_checks):
+            compressor.release_if_idle()
+        if idle_checks == 2:
+            assert not compressor.holds_state
+    assert not peer.eof
+
+
+def test_an_inflater_is_made_only_when_data_arrives() -> None:
+    decompressor = DeflateDecompressor()
+    decompressor.receive_data(b"")
+    assert decompressor.read() == b""
+    assert not decompressor.holds_state
+    decompressor.receive_data(zlib.compress(b"first"))
+    assert decompressor.holds_state
+    assert drain(decompressor) == b"first"

@@ -244,3 +244,134 @@ async def test_the_writer_is_busy_only_while_the_socket_has_not_taken_a_write() 
     finally:
         ours.close()
         theirs.close()
+
+
+def writer_tasks() -> list[trio.lowlevel.Task]:
+    """The writer tasks of the links run by the calling test's innermost nursery, and
+    every task those links started in nurseries of their own."""
+    test_nursery = trio.lowlevel.current_task().child_nurseries[-1]
+    return [
+        *(task for task in test_nursery.child_tasks if task.name.endswith("._write_loop")),
+        *(
+            task
+            for run in test_nursery.child_tasks
+            for nursery in run.child_nurseries
+            for task in nursery.child_tasks
+        ),
+    ]
+
+
+async def test_a_link_has_a_writer_task_only_while_the_socket_lags() -> None:
+    """An idle link is its reader alone; a write the socket takes whole starts no task;
+    one it takes in part starts a writer, which ends once everything is written."""
+    ours, theirs = socket.socketpair()
+    ours.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+    theirs.setblocking(False)
+    link = connection(trio.SocketStream(trio.socket.from_stdlib_socket(ours)), "incoming")
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(link.run, _ignore)
+            await trio.testing.wait_all_tasks_blocked()
+            assert writer_tasks() == []
+            queue_all(link, queries(3, b"x"))
+            link.flush()
+            await trio.testing.wait_all_tasks_blocked()
+            assert writer_tasks() == []
+            big = queries(400, b"y" * 500)
+            queue_all(link, big)
+            link.flush()
+            await trio.testing.wait_all_tasks_blocked()
+            assert len(writer_tasks()) == 1
+            got = b""
+            with trio.fail_after(10):
+                while len(got) < len(b"".join(big)) + 3 * len(queries(1, b"x")[0]):
+                    got += _received(theirs)
+                    await trio.sleep(0.001)
+            await trio.testing.wait_all_tasks_blocked()
+            assert writer_tasks() == []
+            nursery.cancel_scope.cancel()
+    finally:
+        ours.close()
+        theirs.close()
+
+
+async def test_an_idle_deflating_link_holds_no_zlib_state(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Deflate negotiated both ways: no inflater before the peer sends, no deflater for
+    small writes, one for a large write, dropped after two housekeeping checks without
+    writes; the peer's one inflater reads all of it."""
+    ours, theirs = socket.socketpair()
+    theirs.setblocking(False)
+    link = Connection(
+        stream=trio.SocketStream(trio.socket.from_stdlib_socket(ours)),
+        peer=("192.0.2.5", 6346),
+        role="incoming",
+        capabilities=Capabilities(),
+        outgoing=ThresholdQueue(),
+        compress_outgoing=True,
+        decompress_incoming=True,
+        trailing_data=b"",
+        max_payload=65536,
+        log=structlog.get_logger("test"),
+    )
+    compressor, decompressor = link._compressor, link._decompressor
+    assert compressor is not None
+    assert decompressor is not None
+    inflate = zlib.decompressobj()
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(link.run, _ignore)
+            await trio.testing.wait_all_tasks_blocked()
+            for batch, holds in (
+                (queries(2, b"hello"), False),
+                (queries(100, b"a larger write"), True),
+                (queries(2, b"quiet again"), False),
+            ):
+                queue_all(link, batch)
+                link.flush()
+                assert inflate.decompress(_received(theirs)) == b"".join(batch)
+                assert compressor.holds_state == holds
+                for _ in range(2):
+                    await trio.sleep(1.0)
+                    link.check(trio.current_time())
+                assert not compressor.holds_state
+            assert not decompressor.holds_state
+            nursery.cancel_scope.cancel()
+    finally:
+        ours.close()
+        theirs.close()
+
+
+class BrokenQueue(ThresholdQueue):
+    """A queue whose take fails, as a bug in the writer's path would."""
+
+    __slots__ = ()
+
+    def take(self, max_bytes: int = 65536) -> list[bytes]:
+        raise RuntimeError("a bug")
+
+
+async def test_a_failing_writer_fails_its_link_as_a_nursery_would() -> None:
+    """The writer runs beside the reader, not under it: its failure still ends the
+    reader, and the link's run raises it for the server to report."""
+    ours, _theirs = trio.testing.memory_stream_pair()
+    link = connection(ours, "incoming")
+    link.outgoing = BrokenQueue()
+    raised: list[Exception] = []
+
+    async def run() -> None:
+        try:
+            await link.run(_ignore)
+        except RuntimeError as exc:
+            raised.append(exc)
+
+    with trio.fail_after(5):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(run)
+            await trio.testing.wait_all_tasks_blocked()
+            queue_all(link, queries(1, b"x"))
+            link.flush()
+    assert [str(exc) for exc in raised] == ["a bug"]
+    assert link.closing
+    assert link.close_reason == "cancelled"

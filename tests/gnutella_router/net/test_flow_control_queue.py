@@ -354,7 +354,7 @@ SECONDS = st.one_of(st.integers(0, 30).map(float), st.floats(0.0, 30.0))
 
 def queued_in_send_order(queue: FlowControlQueue) -> list[bytes]:
     """White-box view of the queue, most important level first, FIFO within a level."""
-    return [data for level in reversed(queue._levels) for data in level]
+    return [data for level in reversed(queue._levels) if level is not None for data in level]
 
 
 class FlowControlMachine(RuleBasedStateMachine):

@@ -320,7 +320,7 @@ async def test_a_connection_reset_before_it_is_looked_at_costs_nothing(tmp_path:
 
     reset = SimpleNamespace(socket=ResetSocket(), aclose=aclose)
     async with running_daemons(tmp_path) as (daemon,):
-        await daemon.server._handle_incoming(cast(Any, reset))
+        await daemon.server._serve_connection(cast(Any, reset))
         assert daemon.server.refused["accept-error"] == 1
         assert closed == [True]
         await still_routes(daemon)
