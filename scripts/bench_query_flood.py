@@ -50,6 +50,7 @@ from router_bench.peers import BLAST_MESSAGES, BenchError, Blast, Wire, message_
 from router_bench.processes import (
     Problems,
     baseline_argv,
+    reference_argv,
     router_argv,
 )
 from router_bench.runs import ThroughputRun
@@ -66,11 +67,6 @@ NAIVE = {
 """The naive router's two ways of writing, by its ``--writes`` option, as named here."""
 YARDSTICK = NAIVE["per-read"]
 """The naive router the aim is judged against."""
-
-
-def reference_argv(port: int, writes: str) -> list[str]:
-    script = Path(__file__).resolve().parent / "reference_router.py"
-    return [sys.executable, str(script), "--listen", f"127.0.0.1:{port}", "--writes", writes]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

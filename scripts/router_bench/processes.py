@@ -186,6 +186,13 @@ def baseline_argv(port: int) -> list[str]:
     return [sys.executable, str(script), "--listen", f"127.0.0.1:{port}"]
 
 
+def reference_argv(port: int, writes: str = "per-read") -> list[str]:
+    """The naive router (``scripts/reference_router.py``), writing ``per-read`` or
+    ``per-message``."""
+    script = ROOT / "scripts" / "reference_router.py"
+    return [sys.executable, str(script), "--listen", f"127.0.0.1:{port}", "--writes", writes]
+
+
 @dataclass(frozen=True, slots=True)
 class Cpu:
     """Shares of one core used over a window: the server, this client, everything else."""
