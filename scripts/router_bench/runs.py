@@ -155,13 +155,18 @@ async def throughput_run(
         sent = [0]
 
         async def send() -> None:
+            """Write the blast until cancelled; a connection the server ended is left
+            to the source's reader to describe (with the server's Bye, if it sent one)."""
             stream = source.stream
-            while True:
-                view = blast.next_pass()
-                for offset in range(0, len(view), SEND_CHUNK):
-                    chunk = view[offset : offset + SEND_CHUNK]
-                    await stream.send_all(chunk)
-                    sent[0] += len(chunk)
+            try:
+                while True:
+                    view = blast.next_pass()
+                    for offset in range(0, len(view), SEND_CHUNK):
+                        chunk = view[offset : offset + SEND_CHUNK]
+                        await stream.send_all(chunk)
+                        sent[0] += len(chunk)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                source.closed = source.closed or "source: the server stopped reading it"
 
         def snapshot() -> tuple[float, list[int], int, tuple[int, int, int]]:
             return (

@@ -45,6 +45,19 @@ def test_a_short_query_flood_runs_all_four_servers_to_its_table(run_script: RunS
 
 
 @pytest.mark.e2e
+def test_with_minimal_peers_the_query_flood_runs_as_before(run_script: RunScript) -> None:
+    """Peers that announce no Pong-Caching: the same queries, the same table."""
+    run = run_script("bench_query_flood.py", *SHORT, "--peers", "minimal")
+    assert run.returncode in (0, 1), run.stderr
+    assert "Traceback" not in run.stderr
+    assert "1 source, 2 sinks, minimal peers" in run.stdout
+    for server in ("gnutella-router", "naive router, a write per read", "plain forwarder"):
+        assert f"{server}, run 1:" in run.stdout
+        assert f"{server}: stopped by SIGTERM, exit status 0" in run.stdout
+    assert "the naive router, a write per read (aim 1.5x: " in run.stdout, run.stdout
+
+
+@pytest.mark.e2e
 def test_a_short_deflate_benchmark_runs_both_routers_to_its_ratio(run_script: RunScript) -> None:
     """Both routers take the deflated sinks (the handshake asks for deflate and the sinks
     count inflated bytes) and stop cleanly."""
