@@ -39,6 +39,7 @@ from router_bench.processes import (
     Cpu,
     CpuMeter,
     Problems,
+    cpu_seconds,
     describe_cpu,
     rss_bytes,
     started,
@@ -106,6 +107,24 @@ class MemoryRun:
         return (self.after - self.before) / self.connections
 
 
+async def server_quiet(pid: int | None, share: float = 0.25, longest: float = 5.0) -> None:
+    """Wait until the server uses less than ``share`` of a core over a tenth of a second
+    (at most ``longest`` seconds): a flood that just ended leaves megabytes in the
+    server's socket buffers, which it goes on routing, and a run that connects new sinks
+    meanwhile hands them that backlog before they read (a router may then close one as
+    slow, a failure of the benchmark and not of the run measured)."""
+    if pid is None:
+        return
+    deadline = trio.current_time() + longest
+    before = cpu_seconds(pid)
+    while before is not None and trio.current_time() < deadline:
+        await trio.sleep(0.1)
+        after = cpu_seconds(pid)
+        if after is None or after - before < share * 0.1:
+            return
+        before = after
+
+
 async def throughput_run(
     address: tuple[str, int],
     pid: int | None,
@@ -125,6 +144,7 @@ async def throughput_run(
     tables; when ``leaves_served`` (a server that passes queries to leaves by their
     tables), the probe must reach the matching ones too, so their tables are in before
     the clock starts."""
+    await server_quiet(pid)
     with trio.fail_after(args.warmup + args.duration + 30):
         peers: list[Peer] = []  # every connection opened, to close whatever happens
 
@@ -394,12 +414,34 @@ def median_of(runs: Sequence[T], value: Callable[[T], float | None]) -> float | 
     return statistics.median(values) if values else None
 
 
+FAILURES = (BenchError, trio.TooSlowError, OSError)
+"""What ends one measurement, not the benchmark."""
+
+
+def _failure(exc: BaseException) -> BaseException | None:
+    """The measurement failure ``exc`` is or holds (a nursery raises its tasks'
+    exceptions in a group), or None when it holds anything else."""
+    if isinstance(exc, FAILURES):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        matched, rest = exc.split(FAILURES)
+        if rest is None and matched is not None:
+            first: BaseException = matched
+            while isinstance(first, BaseExceptionGroup):
+                first = first.exceptions[0]
+            return first
+    return None
+
+
 def attempt(problems: Problems, what: str, run: Callable[[], T], retries: int = 1) -> T | None:
     """Run one measurement, once more if it fails; a failure is reported and recorded."""
     for tries_left in range(retries, -1, -1):
         try:
             return run()
-        except (BenchError, trio.TooSlowError, OSError) as exc:
+        except BaseException as caught:
+            exc = _failure(caught)
+            if exc is None:
+                raise
             reason = str(exc) or exc.__class__.__name__
             if tries_left:
                 problems.retried.append(f"{what}: {reason}")
