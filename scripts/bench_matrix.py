@@ -3,7 +3,7 @@ peers users have (gtk-gnutella's handshake or a bare one), the traffic, deflate,
 
 Run from the repository root, in the project's virtual environment:
 
-    python scripts/bench_matrix.py            # print the table (about six minutes)
+    python scripts/bench_matrix.py            # print the table (about five minutes)
     python scripts/bench_matrix.py --write    # also update docs/benchmarks.md
     python scripts/bench_matrix.py --quick    # two cells, one short run each (tests)
 
@@ -401,10 +401,15 @@ def write_section(
         *("| " + " | ".join(row) + " |" for row in rows),
         "",
         *(f"- {note}" for note in notes),
+        *(
+            ["- n/a: no run of that server was measured in that cell; the failures above say why."]
+            if any("n/a" in cell for row in rows for cell in row)
+            else []
+        ),
         f"- {LEFT_OUT}",
         "",
         f"Rerun: `{shlex.join(['.venv/bin/python', 'scripts/bench_matrix.py', *argv])}` "
-        "(about six minutes with the defaults).",
+        "(about five minutes with the defaults).",
     ]
     print(f"wrote {replace_section('bench_matrix', lines)}")
 
@@ -444,11 +449,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             if time.monotonic() - began > args.time_limit:
                 skipped.append(cell)
                 continue
+            retried, failed = len(problems.retried), len(problems.failures)
             try:
                 figures.append(run_cell(cell, wire, args, problems, leaves))
             except BenchError as exc:
-                problems.fail(f"{cell.label}: {exc}")
+                problems.fail(str(exc))
                 print(f"  FAILED: {exc}", flush=True)
+            # The runs name their server; the notes name the cell too.
+            for texts, since in ((problems.retried, retried), (problems.failures, failed)):
+                texts[since:] = [f"{cell.label}: {text}" for text in texts[since:]]
     except KeyboardInterrupt:
         print("interrupted: every server started has been stopped", flush=True)
         return 130

@@ -31,6 +31,7 @@ difference between the servers.
 
 from __future__ import annotations
 
+import datetime
 import os
 import sys
 from collections.abc import Sequence
@@ -39,7 +40,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from benchdocs import machine, replace_section
+from benchdocs import commit, machine, replace_section
 from router_bench.interleaved import (
     ServerCommand,
     interleaved_runs,
@@ -139,7 +140,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         lines = [
             "## Query flood (`scripts/bench_query_flood.py`)",
             "",
-            f"Measured on {machine()}; load average before the runs {load:.2f}. One source "
+            f"Measured {datetime.date.today().isoformat()} at commit {commit()} on "
+            f"{machine()}; load average before the runs {load:.2f}. One source "
             f"and {SINKS} sinks per server over loopback TCP, every peer announcing "
             + (
                 "gtk-gnutella 1.2.3's handshake (`--peers gtk-like`: Pong-Caching, GGEP, "
