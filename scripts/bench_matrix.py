@@ -82,7 +82,7 @@ from router_bench.processes import (
     router_argv,
 )
 from router_bench.replies import Answers, LeafPlan, marked_slots
-from router_bench.report import cpu_per_message
+from router_bench.report import CLOSED_BY_THE_SERVER, cpu_per_message
 from router_bench.runs import ThroughputRun, median_of
 
 OURS = "gnutella-router"
@@ -110,15 +110,6 @@ LEFT_OUT = (
     "injected replies that match no route, neither of which a saturating flood keeps, "
     "and its messages of many sizes would need sinks that frame every message, which "
     "would make the client the limit rather than the server."
-)
-
-CLOSED_BY_THE_SERVER = (
-    "In a separate flood of the same build, with its log at info level, gnutella-router "
-    'closed sinks as in the runs "closed by the server" here, with the reason "outgoing '
-    'queue passed 500 messages", a fraction of a second into their connections: its '
-    'slow-peer policy at its default (`slow_peer.policy = "threshold"`, '
-    "`threshold_messages = 500`), which the benchmark leaves as it is. The naive router "
-    "and the forwarder have no such policy."
 )
 
 

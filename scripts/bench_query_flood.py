@@ -54,6 +54,7 @@ from router_bench.processes import (
     reference_argv,
     router_argv,
 )
+from router_bench.report import CLOSED_BY_THE_SERVER
 from router_bench.runs import ThroughputRun
 
 SINKS = 2
@@ -126,8 +127,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     # for what joining the writes is worth, not as a yardstick.
     naive = rates[YARDSTICK]
     met = ours is not None and naive is not None and ours >= RATIO_FLOOR * naive
-    ratio_text = f"{ours / naive:.2f}x" if ours and naive else "no ratio"
-    verdict = f"{ratio_text} the {YARDSTICK} (aim {RATIO_FLOOR}x: {'met' if met else 'not met'})"
+    if ours and naive:
+        verdict = (
+            f"{ours / naive:.2f}x the {YARDSTICK} (aim {RATIO_FLOOR}x: "
+            f"{'met' if met else 'not met'})"
+        )
+    else:
+        missing = "gnutella-router" if not ours else YARDSTICK
+        verdict = (
+            f"no ratio to the {YARDSTICK}: no run of the {missing} was measured "
+            f"(aim {RATIO_FLOOR}x: not judged)"
+        )
     forwarder = rates["plain forwarder"]
     if ours and forwarder:
         near = ours >= FORWARDER_FLOOR * forwarder
@@ -188,6 +198,8 @@ def _failure_notes(
         for name, done in runs.items()
         if len(done) != repeats
     ]
+    if any("closed by the server" in note for note in notes):
+        notes.append(f"- {CLOSED_BY_THE_SERVER}")
     return [*notes, ""] if notes else []
 
 
