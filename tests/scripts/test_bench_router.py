@@ -53,6 +53,7 @@ def test_with_gtk_like_peers_it_counts_what_the_router_routes_and_times_queries(
     assert "throughput: msgs/s forwarded per sink" in out
     p99 = re.search(r"latency p99 at 50,000 msgs/s \(queries timed\) +([\d,]+) µs", out)
     assert p99 is not None, out
+    assert "no floor at this rate (floor 1,000 µs at 10,000 msgs/s)" in out  # judged at 10,000
     delivered = re.search(r"latency runs: queries delivered to the timed sink +(\d+)%", out)
     assert delivered is not None, out
     assert int(delivered.group(1)) >= 90, out
