@@ -5,30 +5,25 @@ leaf nothing; both deflate to a peer that asks."""
 
 from __future__ import annotations
 
-import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import trio
-
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "scripts"))
-
-from router_bench.peers import Peer, Wire, connect, probe_until_reached, use_peers  # noqa: E402
-from router_bench.processes import (  # noqa: E402
+from router_bench.peers import Peer, Wire, connect, probe_until_reached, use_peers
+from router_bench.processes import (
     baseline_argv,
     free_port,
     reference_argv,
     started,
 )
-from router_bench.replies import LeafPlan  # noqa: E402
+from router_bench.replies import LeafPlan
 
-from protocol.codec import encode_message  # noqa: E402
-from protocol.constants import MessageType  # noqa: E402
-from protocol.framing import FrameDecoder  # noqa: E402
-from protocol.messages import Message, Ping, Query  # noqa: E402
+from protocol.codec import encode_message
+from protocol.constants import MessageType
+from protocol.framing import FrameDecoder
+from protocol.messages import Message, Ping, Query
 
 Seen = dict[str, list[tuple[int, bytes]]]
 """Per peer name, the (type, GUID) of every message it received."""
