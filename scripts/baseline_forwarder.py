@@ -17,6 +17,11 @@ What it does, per connection:
   with TTL - 1 and hops + 1 (never one whose TTL would reach 0) to every other
   connection, as one ``transport.write`` per destination per read. It answers nothing
   (no pongs) and routes nothing else: replies, pushes and Byes are dropped.
+* Leaves (peers that announce ``X-Ultrapeer: False``) are sent nothing: the forwarder
+  has no QRP tables to choose their queries by, so it stays the least a process does.
+* A peer that asks for deflate (``Accept-Encoding: deflate``) is answered with
+  ``Content-Encoding: deflate`` and each write to it is deflated (zlib's default level,
+  a sync flush per write), as gtk-gnutella asks and servents do.
 * The standard asyncio flow control, so that memory stays bounded when a reader is
   slower than the writers: while any destination's transport buffer is over its high
   mark, every connection stops reading.
@@ -34,7 +39,10 @@ import ipaddress
 import signal
 import struct
 import sys
+import zlib
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
 
 HEADER = struct.Struct("<16sBBBI")
 HEADER_SIZE = HEADER.size
@@ -47,6 +55,48 @@ ROUTED = frozenset({PING, QUERY})
 ANSWER = b"GNUTELLA/0.6 200 OK\r\nUser-Agent: baseline-forwarder/1.0\r\nX-Ultrapeer: True\r\n\r\n"
 
 assert HEADER_SIZE == 23
+
+
+@dataclass(frozen=True, slots=True)
+class Announced:
+    """What a peer's handshake said that a yardstick acts on."""
+
+    leaf: bool
+    pong_caching: bool
+    deflate: bool
+    """It accepts deflate: what we send it is deflated."""
+
+    @classmethod
+    def read(cls, head: bytes) -> Announced:
+        """From the peer's request head (its first line, then ``Name: value`` lines)."""
+        headers: dict[bytes, bytes] = {}
+        for line in head.split(b"\r\n")[1:]:
+            name, _, value = line.partition(b":")
+            headers[name.strip().lower()] = value.strip().lower()
+        encodings = {e.strip() for e in headers.get(b"accept-encoding", b"").split(b",")}
+        return cls(
+            leaf=headers.get(b"x-ultrapeer") == b"false",
+            pong_caching=b"pong-caching" in headers,
+            deflate=b"deflate" in encodings,
+        )
+
+    def answer(self) -> bytes:
+        """Our handshake answer: with ``Content-Encoding: deflate`` when it accepts it."""
+        if not self.deflate:
+            return ANSWER
+        return ANSWER[:-2] + b"Content-Encoding: deflate\r\n\r\n"
+
+    def deflater(self) -> Any:
+        """A ``zlib.compressobj`` for what we send, or None."""
+        return zlib.compressobj() if self.deflate else None
+
+
+def write(transport: asyncio.Transport, deflater: Any, data: bytes) -> None:
+    """One write, deflated (and sync-flushed, so the peer can inflate it all now) when
+    ``deflater`` is set."""
+    if deflater is not None:
+        data = deflater.compress(data) + deflater.flush(zlib.Z_SYNC_FLUSH)
+    transport.write(data)
 
 
 class Forwarder:
@@ -74,6 +124,8 @@ class Peer(asyncio.Protocol):
         self.step = 1  # 1: reading the request, 3: reading the confirmation, 0: messages
         self.writing_blocked = False
         self.reading_paused = False
+        self.leaf = False
+        self.deflater: Any = None
 
     # ---------------------------------------------------------------- asyncio callbacks
 
@@ -128,7 +180,10 @@ class Peer(asyncio.Protocol):
                 self.transport.write(b"GNUTELLA/0.6 400 Bad Request\r\n\r\n")
                 self.transport.close()
                 return
-            self.transport.write(ANSWER)
+            announced = Announced.read(head)
+            self.leaf = announced.leaf
+            self.deflater = announced.deflater()
+            self.transport.write(announced.answer())
             self.step = 3
             if rest:
                 self.handshake(rest)
@@ -181,8 +236,8 @@ class Peer(asyncio.Protocol):
         if out:
             chunk = b"".join(out)
             for peer in self.forwarder.peers:
-                if peer is not self and peer.transport is not None:
-                    peer.transport.write(chunk)
+                if peer is not self and not peer.leaf and peer.transport is not None:
+                    write(peer.transport, peer.deflater, chunk)
 
     # ---------------------------------------------------------------- flow control
 

@@ -31,6 +31,7 @@ difference between the servers.
 
 from __future__ import annotations
 
+import datetime
 import os
 import sys
 from collections.abc import Sequence
@@ -39,7 +40,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from benchdocs import machine, replace_section
+from benchdocs import commit, machine, replace_section
 from router_bench.interleaved import (
     ServerCommand,
     interleaved_runs,
@@ -50,8 +51,10 @@ from router_bench.peers import BLAST_MESSAGES, BenchError, Blast, Wire, message_
 from router_bench.processes import (
     Problems,
     baseline_argv,
+    reference_argv,
     router_argv,
 )
+from router_bench.report import CLOSED_BY_THE_SERVER
 from router_bench.runs import ThroughputRun
 
 SINKS = 2
@@ -66,11 +69,6 @@ NAIVE = {
 """The naive router's two ways of writing, by its ``--writes`` option, as named here."""
 YARDSTICK = NAIVE["per-read"]
 """The naive router the aim is judged against."""
-
-
-def reference_argv(port: int, writes: str) -> list[str]:
-    script = Path(__file__).resolve().parent / "reference_router.py"
-    return [sys.executable, str(script), "--listen", f"127.0.0.1:{port}", "--writes", writes]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -129,8 +127,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     # for what joining the writes is worth, not as a yardstick.
     naive = rates[YARDSTICK]
     met = ours is not None and naive is not None and ours >= RATIO_FLOOR * naive
-    ratio_text = f"{ours / naive:.2f}x" if ours and naive else "no ratio"
-    verdict = f"{ratio_text} the {YARDSTICK} (aim {RATIO_FLOOR}x: {'met' if met else 'not met'})"
+    if ours and naive:
+        verdict = (
+            f"{ours / naive:.2f}x the {YARDSTICK} (aim {RATIO_FLOOR}x: "
+            f"{'met' if met else 'not met'})"
+        )
+    else:
+        missing = "gnutella-router" if not ours else YARDSTICK
+        verdict = (
+            f"no ratio to the {YARDSTICK}: no run of the {missing} was measured "
+            f"(aim {RATIO_FLOOR}x: not judged)"
+        )
     forwarder = rates["plain forwarder"]
     if ours and forwarder:
         near = ours >= FORWARDER_FLOOR * forwarder
@@ -143,7 +150,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         lines = [
             "## Query flood (`scripts/bench_query_flood.py`)",
             "",
-            f"Measured on {machine()}; load average before the runs {load:.2f}. One source "
+            f"Measured {datetime.date.today().isoformat()} at commit {commit()} on "
+            f"{machine()}; load average before the runs {load:.2f}. One source "
             f"and {SINKS} sinks per server over loopback TCP, every peer announcing "
             + (
                 "gtk-gnutella 1.2.3's handshake (`--peers gtk-like`: Pong-Caching, GGEP, "
@@ -190,6 +198,8 @@ def _failure_notes(
         for name, done in runs.items()
         if len(done) != repeats
     ]
+    if any("closed by the server" in note for note in notes):
+        notes.append(f"- {CLOSED_BY_THE_SERVER}")
     return [*notes, ""] if notes else []
 
 

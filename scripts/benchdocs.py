@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import os
 import platform
+import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -55,3 +56,17 @@ def replace_section(name: str, lines: Sequence[str], path: Path = BENCHMARKS_DOC
         text = text.rstrip("\n") + "\n\n" + body + "\n"
     path.write_text(text)
     return path
+
+
+def commit() -> str:
+    """This checkout's commit, marked when tracked files have changes not committed."""
+    root = BENCHMARKS_DOC.parent.parent
+
+    def git(*args: str) -> str:
+        return subprocess.run(
+            ["git", "-C", str(root), *args], check=True, capture_output=True, text=True
+        ).stdout.strip()
+
+    head = git("rev-parse", "--short", "HEAD")
+    dirty = git("status", "--porcelain", "--untracked-files=no")
+    return f"{head} (with changes not committed)" if dirty else head

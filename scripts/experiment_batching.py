@@ -129,13 +129,10 @@ def parse_steps(text: str) -> list[Step]:
 
 
 def flood_wire(ttl: int) -> Wire:
-    """The benchmark's same-size ping and query, with ``ttl`` in byte 17 of the header."""
+    """The benchmark's same-size pings and queries, with ``ttl`` in byte 17 of the header."""
     wire = Wire.build()
-    return Wire(
-        wire.size,
-        wire.ping[:17] + bytes((ttl,)) + wire.ping[18:],
-        wire.query[:17] + bytes((ttl,)) + wire.query[18:],
-    )
+    templates = (wire.ping, wire.query, wire.marked_ping, wire.marked_query)
+    return Wire(wire.size, *(t[:17] + bytes((ttl,)) + t[18:] for t in templates))
 
 
 async def flood(address: tuple[str, int], seconds: float, ttl: int, seed: int) -> dict[str, Any]:

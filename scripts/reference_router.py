@@ -15,9 +15,17 @@ Per connection:
   15; pings and queries are looked up by GUID in a route table (a dict per type, GUID ->
   the connection it came from): a GUID seen before is a duplicate and dropped, a new one
   is recorded, answered with a pong (pings), and forwarded with TTL - 1 and hops + 1
-  (clamped to 7) to every other connection unless its TTL runs out. Pongs and query hits
+  (clamped to 7) to every other ultrapeer unless its TTL runs out. Pongs and query hits
   are sent back to the connection their ping or query came from, if it is still open.
   Everything else is dropped.
+* What real servents announce is acted on as a router must (read from the handshake,
+  :class:`baseline_forwarder.Announced`): a peer that announced ``Pong-Caching`` (every
+  real servent does) and a leaf have their pings answered with our pong and not
+  broadcast (no pong cache: ours alone); a leaf (``X-Ultrapeer: False``) sends its QRP
+  table (parsed by :class:`protocol.qrp.QrpReceiver`) and is passed the queries that
+  table matches (the query's words hashed once per read, then looked up in each leaf's
+  table), with TTL - 1 but at least 1 (its last hop), and nothing else; a peer that
+  asked for deflate gets deflated writes, as from the plain forwarder.
 * Writes, two ways (``--writes``): ``per-message``, the obvious way, writes each message
   to each destination as it is routed (asyncio's transport sends at once while its
   buffer is empty, so that is a ``send`` per message per destination); ``per-read``
@@ -39,16 +47,22 @@ import asyncio
 import signal
 import struct
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
-from baseline_forwarder import ANSWER, MAX_HEAD, MAX_PAYLOAD, loopback_address
+from baseline_forwarder import MAX_HEAD, MAX_PAYLOAD, Announced, loopback_address, write
+
+from protocol.codec import parse_payload
+from protocol.errors import ProtocolError
+from protocol.messages import QrpPatch, QrpReset
+from protocol.qrp import QrpReceiver, qrp_hashcode, query_words
 
 HEADER = struct.Struct("<16sBBBI")
 HEADER_SIZE = HEADER.size
 TABLE_LIMIT = 100_000
 MAX_TTL = 7
 HARD_TTL = 15
-PING, PONG, QUERY, QUERY_HIT = 0x00, 0x01, 0x80, 0x81
+PING, PONG, QUERY, QUERY_HIT, QRP = 0x00, 0x01, 0x80, 0x81, 0x30
 # Our pong: port 6346, IP 127.0.0.1, no files.
 PONG_PAYLOAD = struct.pack("<H4sII", 6346, bytes((127, 0, 0, 1)), 0, 0)
 
@@ -80,6 +94,15 @@ class Peer(asyncio.Protocol):
         self.writing_blocked = False
         self.reading_paused = False
         self.open = True
+        self.leaf = False
+        self.pong_caching = False
+        self.deflater: Any = None
+        self.qrp: QrpReceiver | None = None
+        """A leaf's QRP tables; ``qrp.table`` is its last complete one."""
+
+    def write(self, data: bytes) -> None:
+        if self.transport is not None:
+            write(self.transport, self.deflater, data)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
@@ -128,7 +151,13 @@ class Peer(asyncio.Protocol):
             if not head.startswith(b"GNUTELLA CONNECT/0.6"):
                 self.transport.close()
                 return
-            self.transport.write(ANSWER)
+            announced = Announced.read(head)
+            self.leaf = announced.leaf
+            self.pong_caching = announced.pong_caching or announced.leaf
+            self.deflater = announced.deflater()
+            if self.leaf:
+                self.qrp = QrpReceiver()
+            self.transport.write(announced.answer())
             self.step = 3
             if rest:
                 self.handshake(rest)
@@ -152,18 +181,26 @@ class Peer(asyncio.Protocol):
             buffer.clear()
         routes = self.router.routes
         peers = self.router.peers
+        ultrapeers = [p for p in peers if p is not self and not p.leaf]
+        leaves = [
+            (p, p.qrp.table)
+            for p in peers
+            if p is not self and p.qrp is not None and p.qrp.table is not None
+        ]
         broadcast: list[bytes] = []
         replies: dict[Peer, list[bytes]] = {}
+        hashcodes: dict[bytes, list[int]] = {}
+        """Per query payload in this read, its words' QRP hash codes."""
+        reply: Callable[[Peer, bytes], None]
+        forward: Callable[[bytes], None]
         if self.router.write_per_message:
 
             def reply(peer: Peer, message: bytes) -> None:
-                if peer.transport is not None:
-                    peer.transport.write(message)
+                peer.write(message)
 
             def forward(message: bytes) -> None:
-                for peer in peers:
-                    if peer is not self and peer.transport is not None:
-                        peer.transport.write(message)
+                for peer in ultrapeers:
+                    peer.write(message)
 
         else:
 
@@ -186,6 +223,9 @@ class Peer(asyncio.Protocol):
             if end > available:
                 break
             position = end
+            if kind == QRP and self.qrp is not None:
+                self.take_table(data[start:end])
+                continue
             if ttl == 0 or ttl + hops > HARD_TTL:
                 continue
             payload = data[start:end]
@@ -199,9 +239,22 @@ class Peer(asyncio.Protocol):
                 if kind == PING:
                     pong = HEADER.pack(guid, PONG, hops + 1, 0, len(PONG_PAYLOAD))
                     reply(self, pong + PONG_PAYLOAD)
+                    if self.pong_caching:
+                        continue  # answered, not broadcast
                 ttl = min(ttl, MAX_TTL - hops)
                 if ttl > 1:
                     forward(HEADER.pack(guid, kind, ttl - 1, hops + 1, length) + payload)
+                if kind == QUERY and leaves:
+                    codes = hashcodes.get(payload)
+                    if codes is None:
+                        codes = hashcodes[payload] = query_hashcodes(payload)
+                    copy = b""
+                    for leaf, leaf_table in leaves:
+                        if leaf_table.matches_hashcodes(codes):
+                            copy = copy or (
+                                HEADER.pack(guid, kind, max(ttl - 1, 1), hops + 1, length) + payload
+                            )
+                            reply(leaf, copy)
             elif kind in (PONG, QUERY_HIT):
                 back = routes[PING if kind == PONG else QUERY].get(guid)
                 if back is not None and back.open and ttl > 1:
@@ -209,13 +262,21 @@ class Peer(asyncio.Protocol):
         if position < available:
             buffer += data[position:]
         for peer, messages in replies.items():
-            if peer.transport is not None:
-                peer.transport.write(b"".join(messages))
+            peer.write(b"".join(messages))
         if broadcast:
             chunk = b"".join(broadcast)
-            for peer in peers:
-                if peer is not self and peer.transport is not None:
-                    peer.transport.write(chunk)
+            for peer in ultrapeers:
+                peer.write(chunk)
+
+    def take_table(self, payload: bytes) -> None:
+        """A leaf's RESET or PATCH; a broken table is simply dropped."""
+        assert self.qrp is not None
+        try:
+            message = parse_payload(QRP, payload)
+            if isinstance(message, QrpReset | QrpPatch):
+                self.qrp.receive(message)
+        except ProtocolError:
+            pass
 
     def pause_reading(self) -> None:
         if not self.reading_paused and self.transport is not None:
@@ -226,6 +287,13 @@ class Peer(asyncio.Protocol):
         if self.reading_paused and self.transport is not None:
             self.reading_paused = False
             self.transport.resume_reading()
+
+
+def query_hashcodes(payload: bytes) -> list[int]:
+    """The QRP hash codes of a query's search words (none: it matches no table)."""
+    end = payload.find(b"\x00", 2)
+    text = payload[2 : end if end >= 0 else len(payload)]
+    return [qrp_hashcode(word) for word in query_words(text.decode("utf-8", "replace"))]
 
 
 async def serve(host: str, port: int, write_per_message: bool) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import tempfile
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from functools import partial
 from pathlib import Path
 
@@ -19,6 +19,7 @@ import trio
 
 from router_bench.peers import PEER_KINDS, Blast, Wire, use_peers
 from router_bench.processes import Problems, Server, describe_cpu, free_port, started, stop_server
+from router_bench.replies import Answers, LeafPlan
 from router_bench.report import cpu_per_message
 from router_bench.runs import ThroughputRun, attempt, median_of, throughput_run
 
@@ -63,11 +64,17 @@ def interleaved_runs(
     problems: Problems,
     unit: tuple[str, str] = ("msgs", "message"),
     deflate_sinks: bool = False,
+    answers: Answers | None = None,
+    leaves: LeafPlan | None = None,
+    serving_leaves: Collection[str] = (),
+    started_servers: Callable[[Mapping[str, int]], None] | None = None,
 ) -> dict[str, list[ThroughputRun]]:
     """``args.repeats`` throughput runs of every server, interleaved, by server name
-    (``unit``: what a message is called in the printout, plural and singular)."""
+    (``unit``: what a message is called in the printout, plural and singular). With
+    ``answers`` the sinks answer the marked messages; with ``leaves`` leaves connect to
+    each server, and those named in ``serving_leaves`` must pass the probe to the
+    matching ones. ``started_servers`` is told each server's process id once all run."""
     runs: dict[str, list[ThroughputRun]] = {name: [] for name in commands}
-    flood = partial(throughput_run, deflate_sinks=deflate_sinks)
     with (
         tempfile.TemporaryDirectory(prefix="bench-interleaved-") as tmp,
         contextlib.ExitStack() as stack,
@@ -81,9 +88,18 @@ def interleaved_runs(
             servers.append(
                 (name, stack.enter_context(started(name, command(port, home), port, workdir)))
             )
+        if started_servers is not None:
+            started_servers({name: server.pid for name, server in servers})
         for rep in range(1, args.repeats + 1):
             for name, server in servers:
                 what = f"{name}, run {rep}"
+                flood = partial(
+                    throughput_run,
+                    deflate_sinks=deflate_sinks,
+                    answers=answers,
+                    leaves=leaves,
+                    leaves_served=name in serving_leaves,
+                )
                 run = attempt(
                     problems,
                     what,
@@ -93,10 +109,20 @@ def interleaved_runs(
                     continue
                 runs[name].append(run)
                 cost = cpu_per_message(run)
+                extra = ""
+                if answers is not None:
+                    extra += (
+                        f", replies {run.replies_sent:,.0f}/s sent, "
+                        f"{run.replies_back:,.0f}/s routed back"
+                    )
+                if run.per_matching_leaf is not None:
+                    extra += f", {run.per_matching_leaf:,.0f}/s per matching leaf"
                 print(
-                    f"  {what}: {run.per_sink:,.0f} {unit[0]}/s per sink, "
+                    f"  {what}: {run.per_sink:,.0f} {unit[0]}/s per sink, source "
+                    f"{run.accepted:,.0f}/s{extra}, "
                     f"{'n/a' if cost is None else f'{cost:.2f}'} µs of server CPU per "
-                    f"{unit[1]}; {describe_cpu(run.cpu)}"
+                    f"{unit[1]}; {describe_cpu(run.cpu)}",
+                    flush=True,
                 )
         for _, server in servers:
             stop_server(server, problems)

@@ -38,6 +38,10 @@ RECEIVE_SIZE = 1 << 20
 BLAST_MESSAGES = 65_536
 """Messages in the pre-encoded throughput buffer; GUIDs are renewed on every pass."""
 SEND_TTL = 2
+SEARCH = b"jazz"
+"""What the benchmark's queries search for (the text is cut to keep them 30 bytes)."""
+MARKED_SEARCH = b"blue"
+"""What the marked queries, those the sinks of a run with replies answer, search for."""
 MAX_BURST = 1_000
 PROBE_INTERVAL = 0.25
 USER_AGENT = "bench-router/1.0"
@@ -49,29 +53,52 @@ class BenchError(Exception):
     """A run could not be measured; the message says why."""
 
 
+PROBE_MARK = os.urandom(6)
+"""Bytes 9-14 of every probe's GUID in this process: what a peer looks for to know that
+a probe reached it."""
+PROBE_SEEN = PROBE_MARK + b"\x00" + bytes((MessageType.QUERY,))
+"""A probe as a peer receives it: the end of its GUID and its type byte."""
+_probes = itertools.count(1)
+
+
 @dataclass(frozen=True, slots=True)
 class Wire:
-    """A ping and a query of the same size, encoded with an all-zero GUID."""
+    """A ping and a query of the same size, encoded with an all-zero GUID; and a marked
+    ping and query of that size too, which the sinks of a run with replies answer
+    (``router_bench.replies``): the marks are in the payload (the query searches
+    ``MARKED_SEARCH``, the ping's GGEP "SCP" is 2), so GUIDs stay as random as a
+    network's and a sink finds what to answer with one ``bytes.find``."""
 
     size: int
     ping: bytes
     query: bytes
+    marked_ping: bytes
+    marked_query: bytes
 
     @classmethod
     def build(cls) -> Wire:
-        ggep = GGEPBlock((GGEPExtension("SCP", b"\x01"),))
-        ping = encode_message(Message(bytes(16), SEND_TTL, 0, Ping(ggep)))
+        def ping_of(scp: bytes) -> bytes:
+            ggep = GGEPBlock((GGEPExtension("SCP", scp),))
+            return encode_message(Message(bytes(16), SEND_TTL, 0, Ping(ggep)))
+
+        def query_of(words: bytes) -> bytes:
+            return encode_message(Message(bytes(16), SEND_TTL, 0, Query(words)))
+
+        ping = ping_of(b"\x01")
         search_length = len(ping) - HEADER_SIZE - 3  # flags word, text, NUL
-        query = encode_message(
-            Message(bytes(16), SEND_TTL, 0, Query((b"jazz" * 8)[:search_length]))
-        )
-        if len(ping) != len(query):
+        query = query_of((SEARCH * 8)[:search_length])
+        marked = query_of((MARKED_SEARCH * 8)[:search_length])
+        if not len(ping) == len(query) == len(marked):
             raise BenchError(f"ping is {len(ping)} bytes but query {len(query)}")
-        return cls(len(ping), ping, query)
+        return cls(len(ping), ping, query, ping_of(b"\x02"), marked)
 
     def probe(self) -> bytes:
-        """A ping with send time 0: sinks see it but never time it."""
-        return bytes(8) + b"\xff" + os.urandom(6) + b"\x00" + self.ping[16:]
+        """A query whose GUID ends in :data:`PROBE_MARK`, bytes 0-7 a count: no latency
+        run times it (its "send time" is long past), every server broadcasts it (pings
+        from a pong-caching peer are answered, not broadcast), and each is new to the
+        server's duplicate tables."""
+        guid = next(_probes).to_bytes(8, "big") + b"\xff" + PROBE_MARK + b"\x00"
+        return guid + self.query[16:]
 
 
 def message_kinds(count: int, query_share: float, seed: int) -> list[bool]:
@@ -83,7 +110,8 @@ def message_kinds(count: int, query_share: float, seed: int) -> list[bool]:
 
 
 class Blast:
-    """The throughput source's buffer: ``count`` messages, each with a unique GUID.
+    """The throughput source's buffer: ``count`` messages, each with a unique GUID; with
+    ``marked``, those slots send the wire's marked ping or query instead.
 
     GUID layout: bytes 0-3 random for this process, 4-7 the slot, 8 = 0xFF, 9-12 the
     pass number, 13-14 random, 15 = 0. A pass rewrites bytes 9-12 of every slot with
@@ -94,13 +122,24 @@ class Blast:
     several times faster than random ones).
     """
 
-    def __init__(self, wire: Wire, kinds: Sequence[bool], *, random_guids: bool = False) -> None:
+    def __init__(
+        self,
+        wire: Wire,
+        kinds: Sequence[bool],
+        *,
+        random_guids: bool = False,
+        marked: Sequence[bool] = (),
+    ) -> None:
         self.random_guids = random_guids
         run = os.urandom(4)
         tail = os.urandom(2)
         parts = []
-        for slot, is_query in enumerate(kinds):
-            template = wire.query if is_query else wire.ping
+        marks = [*marked, *[False] * (len(kinds) - len(marked))]
+        for slot, (is_query, mark) in enumerate(zip(kinds, marks, strict=True)):
+            if mark:
+                template = wire.marked_query if is_query else wire.marked_ping
+            else:
+                template = wire.query if is_query else wire.ping
             guid = run + slot.to_bytes(4, "big") + b"\xff" + bytes(4) + tail + b"\x00"
             parts.append(guid + template[16:])
         self.buffer = bytearray(b"".join(parts))
@@ -123,16 +162,23 @@ class Stamper:
 
     def __init__(self, wire: Wire, kinds: Sequence[bool]) -> None:
         self.bodies = [(wire.query if k else wire.ping)[16:] for k in kinds]
+        self.kinds = list(kinds)
         self.sequence = itertools.count(int.from_bytes(os.urandom(4), "big"))
+        self.queries = 0
+        """Queries sent so far."""
 
     def burst(self, count: int, now_ns: int) -> bytes:
         stamp = now_ns.to_bytes(8, "big") + b"\xff"
         bodies = self.bodies
+        kinds = self.kinds
         parts = []
+        queries = 0
         for _ in range(count):
             n = next(self.sequence)
             parts.append(stamp + (n & 0xFFFF_FFFF_FFFF).to_bytes(6, "big") + b"\x00")
             parts.append(bodies[n % len(bodies)])
+            queries += kinds[n % len(kinds)]
+        self.queries += queries
         return b"".join(parts)
 
 
@@ -147,6 +193,19 @@ class Peer:
     closed: str | None = None
     inflater: Any = None
     """A ``zlib.decompressobj`` when the server deflates to this peer."""
+    probed: bool = False
+    """A probe (:meth:`Wire.probe`) has reached this peer."""
+    probe_tail: bytes = b""
+
+    def look_for_probe(self, data: bytes | bytearray | memoryview) -> None:
+        """Whether ``data``, the next bytes received, end a probe (one split across two
+        reads is found too)."""
+        window = self.probe_tail + bytes(data)
+        if PROBE_SEEN in window:
+            self.probed = True
+            self.probe_tail = b""
+        else:
+            self.probe_tail = window[1 - len(PROBE_SEEN) :]
 
     async def aclose(self) -> None:
         with (
@@ -200,6 +259,13 @@ def peer_kind() -> str:
     return _peer_kind
 
 
+def pings_answered() -> bool:
+    """Whether the current peers announce Pong-Caching: a router answers their pings
+    (with its pong, and cached ones at most once a second) and does not broadcast them,
+    so only their queries reach the sinks."""
+    return any(name == "Pong-Caching" for name, _ in PEER_KINDS[_peer_kind])
+
+
 def peer_headers() -> list[tuple[str, str]]:
     return [*PEER_KINDS[_peer_kind], ("GUID", random_guid().hex())]
 
@@ -211,14 +277,22 @@ async def _next_event(stream: trio.SocketStream, initiator: Initiator) -> Handsh
         raise BenchError(f"handshake failed: {exc}") from exc
 
 
-async def connect(address: tuple[str, int], name: str, *, deflate: bool = False) -> Peer:
-    """TCP connect and the 0.6 handshake as an ultrapeer; with ``deflate``, asking the
-    server to deflate what it sends (we send plain)."""
+async def connect(
+    address: tuple[str, int],
+    name: str,
+    *,
+    deflate: bool = False,
+    headers: Sequence[tuple[str, str]] | None = None,
+) -> Peer:
+    """TCP connect and the 0.6 handshake as an ultrapeer of the current kind, or with
+    ``headers`` instead (a leaf's); with ``deflate``, asking the server to deflate what
+    it sends (we send plain)."""
     stream = await trio.open_tcp_stream(*address)
     try:
         initiator = Initiator()
         asked = [("Accept-Encoding", "deflate")] if deflate else []
-        await stream.send_all(initiator.start([*peer_headers(), *asked]))
+        announced = peer_headers() if headers is None else list(headers)
+        await stream.send_all(initiator.start([*announced, *asked]))
         event = await _next_event(stream, initiator)
         if isinstance(event, HandshakeRejected):
             raise BenchError(f"handshake refused: {event.status_code} {event.reason}")
@@ -269,21 +343,30 @@ async def count_bytes(peer: Peer) -> None:
                 ending = "" if inflater else final_bye(buffer[:last])
                 peer.closed = f"{peer.name} closed by the server{ending}"
                 return
-            peer.received += n if inflater is None else len(inflater.decompress(view[:n]))
+            if inflater is None:
+                peer.received += n
+                if not peer.probed:
+                    peer.look_for_probe(view[:n])
+            else:
+                data = inflater.decompress(view[:n])
+                peer.received += len(data)
+                if not peer.probed:
+                    peer.look_for_probe(data)
             last = n
     except (trio.ClosedResourceError, OSError) as exc:
         peer.closed = f"{peer.name} lost: {exc.__class__.__name__}"
 
 
-async def read_until(peer: Peer, size: int, reached: Callable[[], None]) -> None:
-    """Read until ``size`` bytes have arrived in all, then call ``reached`` and stop."""
+async def read_until_probed(peer: Peer, reached: Callable[[], None]) -> None:
+    """Read until a probe has arrived, then call ``reached`` and stop."""
     try:
-        while peer.received < size:
+        while not peer.probed:
             data = await peer.stream.receive_some(4096)
             if not data:
                 peer.closed = f"{peer.name} closed by the server"
                 return
             peer.received += len(data)
+            peer.look_for_probe(data)
     except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
         peer.closed = f"{peer.name} lost: {exc.__class__.__name__}"
         return
@@ -291,16 +374,21 @@ async def read_until(peer: Peer, size: int, reached: Callable[[], None]) -> None
 
 
 async def probe_until_reached(sender: Peer, receivers: Sequence[Peer], wire: Wire) -> None:
-    """Broadcast probe pings from ``sender`` until every receiver has received one.
+    """Broadcast probe queries from ``sender`` until every receiver has received one.
 
     This is how the client knows that the server has registered every connection (its
     own handshake finishes before the server has read the last step), for the router
-    and the baseline alike; the probes' send time is 0, so no latency run times them.
+    and the baselines alike: the receivers look for the probe itself, since a server
+    sends new peers messages of its own; no latency run times a probe. Every receiver
+    must be reading (``count_bytes`` or another reader that calls
+    :meth:`Peer.look_for_probe`).
     """
-    targets = [(peer, peer.received + wire.size) for peer in receivers]
+    for peer in receivers:
+        peer.probed = False
+        peer.probe_tail = b""
     next_probe = trio.current_time()
     while True:
-        missing = [p for p, size in targets if p.received < size]
+        missing = [p for p in receivers if not p.probed]
         closed = [p.closed for p in missing if p.closed]
         if closed:
             raise BenchError(f"a connection ended before the probe arrived: {closed[0]}")
@@ -324,7 +412,8 @@ async def reach(sender: Peer, receivers: Sequence[Peer], wire: Wire) -> None:
 
     async with trio.open_nursery() as nursery:
         for peer in receivers:
-            nursery.start_soon(read_until, peer, peer.received + wire.size, reached)
+            peer.probed = False
+            nursery.start_soon(read_until_probed, peer, reached)
         with trio.fail_after(60):
             await probe_until_reached(sender, receivers, wire)
         await done.wait()

@@ -73,6 +73,25 @@ def free_port() -> int:
     return free_router_port()
 
 
+_LIVE: set[Server] = set()
+"""Servers started and not yet closed, for :func:`kill_live_servers`."""
+
+
+def kill_live_servers() -> list[int]:
+    """SIGKILL every server still running and reap it; their process ids. For a signal
+    handler that must end the benchmark at once, wherever it is (an exception raised in
+    a handler could land inside trio's own bookkeeping rather than unwind the ``with``
+    blocks that stop the servers)."""
+    killed = []
+    for server in list(_LIVE):
+        if server.process.poll() is None:
+            server.process.kill()
+            server.process.wait()
+            killed.append(server.pid)
+        _LIVE.discard(server)
+    return killed
+
+
 class Server:
     """A server under test running as a child process; killed on exit whatever happens."""
 
@@ -97,6 +116,7 @@ class Server:
             env={**os.environ, **env} if env else None,
         )
         self.pid = self.process.pid
+        _LIVE.add(self)
 
     def wait_until_accepting(self, timeout: float = 20.0) -> None:
         deadline = time.monotonic() + timeout
@@ -133,6 +153,7 @@ class Server:
             self.process.kill()
             self.process.wait()
         self._log.close()
+        _LIVE.discard(self)
 
 
 @contextlib.contextmanager
@@ -186,6 +207,13 @@ def router_argv(
 def baseline_argv(port: int) -> list[str]:
     script = ROOT / "scripts" / "baseline_forwarder.py"
     return [sys.executable, str(script), "--listen", f"127.0.0.1:{port}"]
+
+
+def reference_argv(port: int, writes: str = "per-read") -> list[str]:
+    """The naive router (``scripts/reference_router.py``), writing ``per-read`` or
+    ``per-message``."""
+    script = ROOT / "scripts" / "reference_router.py"
+    return [sys.executable, str(script), "--listen", f"127.0.0.1:{port}", "--writes", writes]
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,15 +9,17 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import trio
 from hdrh.histogram import HdrHistogram
 
+from protocol.constants import MessageType
 from protocol.framing import FrameDecoder
 from router_bench.peers import (
     LATENCY_HIGHEST_US,
     MAX_BURST,
+    PROBE_MARK,
     RECEIVE_SIZE,
     SEND_CHUNK,
     SINKS,
@@ -29,6 +31,7 @@ from router_bench.peers import (
     connect,
     count_bytes,
     final_bye,
+    pings_answered,
     probe_until_reached,
     reach,
 )
@@ -36,13 +39,23 @@ from router_bench.processes import (
     Cpu,
     CpuMeter,
     Problems,
+    cpu_seconds,
     describe_cpu,
     rss_bytes,
     started,
     stop_server,
 )
+from router_bench.replies import (
+    Answers,
+    LeafPlan,
+    ReplyCounts,
+    answer_and_count,
+    count_returned,
+)
 
 SETTLE_SECONDS = 0.5
+PING = int(MessageType.PING)
+QUERY = int(MessageType.QUERY)
 T = TypeVar("T")
 
 
@@ -54,6 +67,16 @@ class ThroughputRun:
     accepted: float
     """Messages per second the server took from the source."""
     cpu: Cpu
+    replies_sent: float = 0.0
+    """Replies per second the sinks sent (runs with answering sinks)."""
+    replies_unsent: float = 0.0
+    """Replies per second the sinks had to leave unsent (their sender was behind)."""
+    replies_back: float = 0.0
+    """Replies per second routed back to the source."""
+    per_matching_leaf: float | None = None
+    """Messages per second each leaf whose table matches the queries received (mean)."""
+    per_other_leaf: float | None = None
+    """Messages per second each of the other leaves received (mean)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,8 +89,11 @@ class LatencyRun:
     offered: float
     """Messages per second the source actually sent in the window."""
     delivered: float
-    """Samples over (messages sent in the window x sinks)."""
+    """Samples over the timed messages sent in the window (the timed sink's share)."""
     cpu: Cpu
+    queries_only: bool = False
+    """Only queries were timed: the peers announce Pong-Caching, so a router answers
+    their pings instead of broadcasting them."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +107,24 @@ class MemoryRun:
         return (self.after - self.before) / self.connections
 
 
+async def server_quiet(pid: int | None, share: float = 0.25, longest: float = 5.0) -> None:
+    """Wait until the server uses less than ``share`` of a core over a tenth of a second
+    (at most ``longest`` seconds): a flood that just ended leaves megabytes in the
+    server's socket buffers, which it goes on routing, and a run that connects new sinks
+    meanwhile hands them that backlog before they read (a router may then close one as
+    slow, a failure of the benchmark and not of the run measured)."""
+    if pid is None:
+        return
+    deadline = trio.current_time() + longest
+    before = cpu_seconds(pid)
+    while before is not None and trio.current_time() < deadline:
+        await trio.sleep(0.1)
+        after = cpu_seconds(pid)
+        if after is None or after - before < share * 0.1:
+            return
+        before = after
+
+
 async def throughput_run(
     address: tuple[str, int],
     pid: int | None,
@@ -90,42 +134,91 @@ async def throughput_run(
     sink_count: int = SINKS,
     *,
     deflate_sinks: bool = False,
+    answers: Answers | None = None,
+    leaves: LeafPlan | None = None,
+    leaves_served: bool = True,
 ) -> ThroughputRun:
+    """One flood: the source writes ``blast`` as fast as the server reads it; the sinks
+    count bytes, and with ``answers`` answer the marked copies (the source then counts
+    the replies routed back). With ``leaves``, leaves connect first and send their QRP
+    tables; when ``leaves_served`` (a server that passes queries to leaves by their
+    tables), the probe must reach the matching ones too, so their tables are in before
+    the clock starts."""
+    await server_quiet(pid)
     with trio.fail_after(args.warmup + args.duration + 30):
-        sinks = [
-            await connect(address, f"sink {i}", deflate=deflate_sinks)
-            for i in range(1, sink_count + 1)
-        ]
-        source = await connect(address, "source")
-        peers = [*sinks, source]
+        peers: list[Peer] = []  # every connection opened, to close whatever happens
+
+        async def opened(name: str, **options: Any) -> Peer:
+            peer = await connect(address, name, **options)
+            peers.append(peer)
+            return peer
+
+        try:
+            leaf_peers = []
+            for index, table in enumerate(leaves.tables if leaves else ()):
+                assert leaves is not None
+                leaf = await opened(f"leaf {index}", headers=leaves.headers())
+                leaf_peers.append(leaf)
+                await leaf.stream.send_all(table)
+            sinks = [
+                await opened(f"sink {i}", deflate=deflate_sinks) for i in range(1, sink_count + 1)
+            ]
+            source = await opened("source")
+        except BaseException:
+            for peer in peers:
+                await peer.aclose()
+            raise
+        matching = [leaf_peers[i] for i in leaves.matching] if leaves else []
+        others = [p for i, p in enumerate(leaf_peers) if leaves and i not in leaves.matching]
+        probed = [*sinks, *(matching if leaves_served else [])]
+        replied = ReplyCounts()
         sent = [0]
 
         async def send() -> None:
+            """Write the blast until cancelled; a connection the server ended is left
+            to the source's reader to describe (with the server's Bye, if it sent one)."""
             stream = source.stream
-            while True:
-                view = blast.next_pass()
-                for offset in range(0, len(view), SEND_CHUNK):
-                    chunk = view[offset : offset + SEND_CHUNK]
-                    await stream.send_all(chunk)
-                    sent[0] += len(chunk)
+            try:
+                while True:
+                    view = blast.next_pass()
+                    for offset in range(0, len(view), SEND_CHUNK):
+                        chunk = view[offset : offset + SEND_CHUNK]
+                        await stream.send_all(chunk)
+                        sent[0] += len(chunk)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                source.closed = source.closed or "source: the server stopped reading it"
 
-        def snapshot() -> tuple[float, list[int], int]:
-            return time.perf_counter(), [s.received for s in sinks], sent[0]
+        def snapshot() -> tuple[float, list[int], int, tuple[int, int, int]]:
+            return (
+                time.perf_counter(),
+                [p.received for p in [*sinks, *matching, *others]],
+                sent[0],
+                (replied.sent, replied.unsent, replied.returned),
+            )
 
         meter = CpuMeter(pid)
 
         try:
             async with trio.open_nursery() as nursery:
-                for peer in peers:
+                for peer in leaf_peers:
                     nursery.start_soon(count_bytes, peer)
+                for peer in sinks:
+                    if answers is not None:
+                        nursery.start_soon(answer_and_count, peer, answers, replied)
+                    else:
+                        nursery.start_soon(count_bytes, peer)
+                if answers is not None:
+                    nursery.start_soon(count_returned, source, answers, replied)
+                else:
+                    nursery.start_soon(count_bytes, source)
                 with trio.fail_after(10):
-                    await probe_until_reached(source, sinks, wire)
+                    await probe_until_reached(source, probed, wire)
                 nursery.start_soon(send)
                 await trio.sleep(args.warmup)
                 meter.start()
-                t0, got0, sent0 = snapshot()
+                t0, got0, sent0, replies0 = snapshot()
                 await trio.sleep(args.duration)
-                t1, got1, sent1 = snapshot()
+                t1, got1, sent1, replies1 = snapshot()
                 cpu = meter.stop()
                 nursery.cancel_scope.cancel()
         finally:
@@ -136,11 +229,20 @@ async def throughput_run(
         raise BenchError(f"a connection ended during the run: {ended[0]}")
     elapsed = t1 - t0
     rates = [(b - a) / wire.size / elapsed for a, b in zip(got0, got1, strict=True)]
+    sink_rates = rates[: len(sinks)]
+    matching_rates = rates[len(sinks) : len(sinks) + len(matching)]
+    other_rates = rates[len(sinks) + len(matching) :]
+    sent_r, unsent_r, back_r = ((b - a) / elapsed for a, b in zip(replies0, replies1, strict=True))
     return ThroughputRun(
-        per_sink=statistics.fmean(rates),
-        slowest_sink=min(rates),
+        per_sink=statistics.fmean(sink_rates),
+        slowest_sink=min(sink_rates),
         accepted=(sent1 - sent0) / wire.size / elapsed,
         cpu=cpu,
+        replies_sent=sent_r,
+        replies_unsent=unsent_r,
+        replies_back=back_r,
+        per_matching_leaf=statistics.fmean(matching_rates) if matching_rates else None,
+        per_other_leaf=statistics.fmean(other_rates) if other_rates else None,
     )
 
 
@@ -151,15 +253,20 @@ async def latency_run(
     stamper: Stamper,
     args: argparse.Namespace,
 ) -> LatencyRun:
+    """Messages stamped with their send time at ``args.rate``; one sink times the
+    copies that arrive (the queries alone with peers whose pings a router answers: the
+    same messages for every server, so the figures compare)."""
     histogram = HdrHistogram(1, LATENCY_HIGHEST_US, 3)
     record = histogram.record_value
     window_ns = int(args.latency_duration * 1e9)
+    queries_only = pings_answered()
+    timed_types = (QUERY,) if queries_only else (QUERY, PING)
     with trio.fail_after(args.warmup + args.latency_duration + 30):
         sinks = [await connect(address, f"sink {i}") for i in range(1, SINKS + 1)]
         source = await connect(address, "source")
         peers = [*sinks, source]
         window = [0, 0]  # send times of the timed window, in perf_counter_ns
-        sent_in_window = [0]
+        sent_in_window = [0, 0]  # messages, queries
         meter = CpuMeter(pid)
         cpu: list[Cpu] = []
 
@@ -178,8 +285,15 @@ async def latency_run(
                     last = data
                     start, end = window
                     for frame in decoder.receive_data(data):
+                        if frame.guid[9:15] == PROBE_MARK:
+                            peer.probed = True
+                            continue
                         sent = int.from_bytes(frame.guid[:8], "big")
-                        if start <= sent < end and frame.hops == 1:
+                        if (
+                            start <= sent < end
+                            and frame.hops == 1
+                            and frame.payload_type in timed_types
+                        ):
                             record(max(1, (arrived - sent) // 1000))
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
                 peer.closed = f"{peer.name} lost: {exc.__class__.__name__}"
@@ -203,10 +317,12 @@ async def latency_run(
                     meter.start()
                 count = min(int((now - began) * rate / 1e9) - sent, MAX_BURST)
                 if count > 0:
+                    queries = stamper.queries
                     await stream.send_all(stamper.burst(count, now))
                     sent += count
                     if timing:
                         sent_in_window[0] += count
+                        sent_in_window[1] += stamper.queries - queries
                 tick += 0.001
                 if tick < trio.current_time():  # fell behind: catch up, do not spin
                     tick = trio.current_time() + 0.001
@@ -243,8 +359,9 @@ async def latency_run(
         max=int(histogram.get_max_value()),
         samples=samples,
         offered=sent_in_window[0] / args.latency_duration,
-        delivered=samples / max(1, sent_in_window[0]),
+        delivered=samples / max(1, sent_in_window[1 if queries_only else 0]),
         cpu=cpu[0],
+        queries_only=queries_only,
     )
 
 
@@ -297,12 +414,34 @@ def median_of(runs: Sequence[T], value: Callable[[T], float | None]) -> float | 
     return statistics.median(values) if values else None
 
 
+FAILURES = (BenchError, trio.TooSlowError, OSError)
+"""What ends one measurement, not the benchmark."""
+
+
+def _failure(exc: BaseException) -> BaseException | None:
+    """The measurement failure ``exc`` is or holds (a nursery raises its tasks'
+    exceptions in a group), or None when it holds anything else."""
+    if isinstance(exc, FAILURES):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        matched, rest = exc.split(FAILURES)
+        if rest is None and matched is not None:
+            first: BaseException = matched
+            while isinstance(first, BaseExceptionGroup):
+                first = first.exceptions[0]
+            return first
+    return None
+
+
 def attempt(problems: Problems, what: str, run: Callable[[], T], retries: int = 1) -> T | None:
     """Run one measurement, once more if it fails; a failure is reported and recorded."""
     for tries_left in range(retries, -1, -1):
         try:
             return run()
-        except (BenchError, trio.TooSlowError, OSError) as exc:
+        except BaseException as caught:
+            exc = _failure(caught)
+            if exc is None:
+                raise
             reason = str(exc) or exc.__class__.__name__
             if tries_left:
                 problems.retried.append(f"{what}: {reason}")
@@ -335,9 +474,9 @@ def run_speed(
             if run is not None:
                 figures.throughput.append(run)
                 print(
-                    f"  {what}: {run.per_sink:,.0f} msgs/s in per sink (slowest "
-                    f"{run.slowest_sink:,.0f}), source {run.accepted:,.0f} msgs/s; "
-                    f"{describe_cpu(run.cpu)}"
+                    f"  {what}: source {run.accepted:,.0f} msgs/s taken, "
+                    f"{run.per_sink:,.0f} msgs/s forwarded per sink (slowest "
+                    f"{run.slowest_sink:,.0f}); {describe_cpu(run.cpu)}"
                 )
     for rep in range(1, args.repeats + 1):
         for figures, address, pid in targets:
@@ -350,7 +489,8 @@ def run_speed(
                 print(
                     f"  {what}: p50 {lat.p50} µs, p90 {lat.p90} µs, p99 {lat.p99} µs, "
                     f"max {lat.max:,} µs; {lat.samples:,} samples, offered "
-                    f"{lat.offered:,.0f} msgs/s, delivered {lat.delivered:.1%}; "
+                    f"{lat.offered:,.0f} msgs/s, delivered {lat.delivered:.1%} of the "
+                    f"{'queries' if lat.queries_only else 'messages'}; "
                     f"{describe_cpu(lat.cpu)}"
                 )
 

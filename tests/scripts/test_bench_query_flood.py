@@ -41,7 +41,22 @@ def test_a_short_query_flood_runs_all_four_servers_to_its_table(run_script: RunS
         assert f"{server}, run 1:" in run.stdout
         assert f"{server}, run 1: 0 queries/s" not in run.stdout
         assert f"{server}: stopped by SIGTERM, exit status 0" in run.stdout
-    assert "the naive router, a write per read (aim 1.5x: " in run.stdout, run.stdout
+    assert "the naive router, a write per read" in run.stdout, run.stdout
+    assert "aim 1.5x: " in run.stdout, run.stdout
+
+
+@pytest.mark.e2e
+def test_with_minimal_peers_the_query_flood_runs_as_before(run_script: RunScript) -> None:
+    """Peers that announce no Pong-Caching: the same queries, the same table."""
+    run = run_script("bench_query_flood.py", *SHORT, "--peers", "minimal")
+    assert run.returncode in (0, 1), run.stderr
+    assert "Traceback" not in run.stderr
+    assert "1 source, 2 sinks, minimal peers" in run.stdout
+    for server in ("gnutella-router", "naive router, a write per read", "plain forwarder"):
+        assert f"{server}, run 1:" in run.stdout
+        assert f"{server}: stopped by SIGTERM, exit status 0" in run.stdout
+    assert "the naive router, a write per read" in run.stdout, run.stdout
+    assert "aim 1.5x: " in run.stdout, run.stdout
 
 
 @pytest.mark.e2e
@@ -60,6 +75,7 @@ def test_a_short_deflate_benchmark_runs_both_routers_to_its_ratio(run_script: Ru
 def test_the_written_section_says_which_runs_failed_and_how_many_each_median_counts() -> None:
     from bench_query_flood import _failure_notes
     from router_bench.processes import Cpu, Problems
+    from router_bench.report import CLOSED_BY_THE_SERVER
     from router_bench.runs import ThroughputRun
 
     run = ThroughputRun(per_sink=1.0, slowest_sink=1.0, accepted=1.0, cpu=Cpu(None, 0.0, None))
@@ -72,6 +88,7 @@ def test_the_written_section_says_which_runs_failed_and_how_many_each_median_cou
         "- Repeated after a failure: a, run 1: sink 1 closed by the server.",
         "- Failed: a, run 2: sink 1 closed by the server.",
         "- a: the median of 1 run, not 2.",
+        f"- {CLOSED_BY_THE_SERVER}",
         "",
     ]
 
