@@ -498,8 +498,8 @@ def section(runs: Sequence[dict[str, Any]], command: str, before: str | None) ->
         "",
         "The router wants four outgoing connections and each recorded dial fails at "
         "once, so it dials four hosts a second. After this change it takes its dials one "
-        "teller at a time: with one honest teller and one attacker, each gets half, "
-        "whatever either sent. In 20 s neither router came to the victim's ports; the "
+        "teller at a time: with one honest teller and one attacker, each got half "
+        "of them here. In 20 s neither router came to the victim's ports; the "
         "router before held all 88, each to be dialled in turn, the router after 2.",
         "",
         "Rerun (about half a minute per side):",
