@@ -31,31 +31,22 @@ failed most often and, among equals, was heard of longest ago. Seeds are kept wh
 anything else can go, since they are the way back in when everything learned has gone
 stale. Hosts not heard of for ``max_age`` are expired for the same reason.
 
-Choosing whom to dial (:meth:`HostCache.candidates`) does not follow the cache's
-order, which a teller could steer by sending fresh pongs: seeds, the operator's and the
-local hosts come first and then hosts that once accepted us, as before; the rest are
-taken one teller at a time, the tellers in random order, and one group at a time, so
-that the first few dials land in as many networks as the cache knows. Never two ports
-of one address at once: an address being dialled or connected to is not offered again.
+Whom to dial is chosen across tellers and networks, not in the cache's order, which a
+teller could steer (:mod:`.dialling`). Each failure doubles the time before a host is
+offered again, up to ``backoff_max``; a successful connection clears it.
 
-Dialing a dead host over and over wastes connection slots and annoys the host if it is
-merely busy, so each failure doubles the time before the host is offered again, up to
-``backoff_max``; a successful connection clears it.
-
-The cache is saved so that a restart does not depend on the seeds alone. The file is
-written beside the old one, flushed to disk and renamed over it: a crash or a full disk
-mid-save leaves either the old file or the new one, never half of each. Ages rather than
-timestamps are stored, because ``now`` here comes from a monotonic clock whose origin
-changes with every run. The teller is stored too, so that the shares hold across a
-restart.
+The cache is saved (atomically, :mod:`.saving`) so that a restart does not depend on
+the seeds alone, with ages rather than timestamps (``now`` comes from a monotonic clock
+whose origin changes with every run) and with each host's teller, so that the shares
+hold across a restart.
 
 Nothing here reads a clock or does network I/O; time is passed in as ``now``.
 
 File format (UTF-8 text, one host per line, fields separated by single spaces)::
 
     # gnutella-router host cache v2: host port source teller age_seconds failures
-    203.0.113.7 6346 pong peer/198.51.0.0/16 12.5 0
-    2001:db8::1 6348 x-try peer/2001:db8::/32 301.0 2
+    81.2.69.7 6346 pong peer/93.184.0.0/16 12.5 0
+    2a00:1450::1 6348 x-try peer/2a02:6b8::/32 301.0 2
 
 Blank lines and lines starting with ``#`` are ignored. ``source`` records how the host
 was learned; a loaded host is given the source ``cache-file`` whatever the file says,
@@ -66,27 +57,30 @@ count as one teller.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import glob
 import heapq
-import ipaddress
 import itertools
 import math
-import os
 import random
-import tempfile
 import types
-import urllib.parse
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from gnutella_router.discovery.dialling import choose
 from gnutella_router.discovery.ranges import (
     NON_PUBLIC_REASONS,
     address_group,
     classify_address,
-    single_host_network,
+)
+from gnutella_router.discovery.saving import write_atomically
+from gnutella_router.discovery.tellers import (
+    EXPLICIT,
+    OPERATOR,
+    SEED,
+    LocalNetworks,
+    Network,
+    gwebcache_teller,
 )
 
 __all__ = [
@@ -102,12 +96,6 @@ __all__ = [
     "classify_address",
 ]
 
-#: Source of hosts given by the operator; they are never expired and evicted last.
-SEED = "seed"
-#: Source of hosts the operator added while running (``ctl add-peer``).
-OPERATOR = "operator"
-#: Sources (and tellers) that are the operator's own word: no range or share applies.
-EXPLICIT = frozenset({SEED, OPERATOR})
 #: Source given to hosts read back by `HostCache.load`, and teller of first-format lines.
 CACHE_FILE = "cache-file"
 FILE_HEADER = "# gnutella-router host cache v2: host port source teller age_seconds failures"
@@ -134,10 +122,8 @@ _NON_PUBLIC = frozenset(NON_PUBLIC_REASONS)
 # 2 ** 64 times any sane initial backoff is far past any sane maximum.
 _MAX_BACKOFF_EXPONENT = 64
 _MAX_TELLER_LENGTH = 300
-_TELLERS_REMEMBERED = 4096
 
 Key = tuple[str, int]
-Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 # (-failures, last_seen, stamp, key): the least useful host first.
 _Ranked = tuple[int, float, int, Key]
 
@@ -279,7 +265,7 @@ class HostCache:
             raise ValueError(f"ports_per_address must be at least 1, not {ports_per_address!r}")
         self._capacity = capacity
         self._allow_private = allow_private
-        self._local = tuple(ipaddress.ip_network(n, strict=False) for n in local_networks)
+        self._local = LocalNetworks(local_networks)
         self._per_teller = _share(capacity, source_share)
         self._per_group = _share(capacity, group_share)
         self._ports_per_address = ports_per_address
@@ -300,7 +286,6 @@ class HostCache:
         self._teller_heaps: dict[str, list[_Ranked]] = {}
         self._group_counts: dict[str, int] = {}
         self._address_counts: dict[str, int] = {}
-        self._teller_local: dict[str, bool] = {}
         self._added = 0
         self._refreshed = 0
         self._evicted = 0
@@ -322,55 +307,13 @@ class HostCache:
     # -- tellers
 
     def peer_teller(self, ip: str) -> str:
-        """The teller name of a peer at ``ip``: ``peer/`` and its group (/16, IPv6 /32),
-        so that one network's many addresses count as one teller; a peer in the local
-        networks by its own address, since there every peer shares one group."""
-        canonical, _ = classify_address(ip)
-        if not canonical:
-            return "peer/unknown"
-        if self._is_local(canonical):
-            return f"peer/{single_host_network(canonical)}"
-        return f"peer/{address_group(canonical)}"
+        """The teller name of a peer at ``ip`` (:mod:`.tellers`)."""
+        return self._local.peer_teller(ip)
 
     @staticmethod
     def gwebcache_teller(url: str) -> str:
-        """The teller name of the GWebCache at ``url``: ``gwebcache/`` and its host."""
-        try:
-            host = urllib.parse.urlsplit(url).hostname or "unknown"
-        except ValueError:
-            host = "unknown"
-        return f"gwebcache/{host.lower()}"
-
-    def _is_local(self, canonical: str) -> bool:
-        if not self._local:
-            return False
-        address = ipaddress.ip_address(canonical)
-        return any(address in network for network in self._local)
-
-    def _is_local_teller(self, teller: str) -> bool:
-        """Whether ``teller`` speaks for the local networks: the operator, a peer or a
-        GWebCache inside them."""
-        known = self._teller_local.get(teller)
-        if known is not None:
-            return known
-        local = teller in EXPLICIT
-        kind, _, rest = teller.partition("/")
-        if kind == "peer":
-            try:
-                network = ipaddress.ip_network(rest, strict=False)
-            except ValueError:
-                network = None
-            local = network is not None and any(
-                network.version == n.version and network.subnet_of(n)  # type: ignore[arg-type]
-                for n in self._local
-            )
-        elif kind == "gwebcache":
-            canonical, _ = classify_address("127.0.0.1" if rest == "localhost" else rest)
-            local = bool(canonical) and self._is_local(canonical)
-        if len(self._teller_local) >= _TELLERS_REMEMBERED:
-            self._teller_local.clear()
-        self._teller_local[teller] = local
-        return local
+        """The teller name of the GWebCache at ``url`` (:mod:`.tellers`)."""
+        return gwebcache_teller(url)
 
     # -- learning hosts
 
@@ -434,7 +377,7 @@ class HostCache:
             if (
                 source in EXPLICIT
                 or teller in EXPLICIT
-                or (self._is_local(canonical) and self._is_local_teller(teller))
+                or (canonical in self._local and self._local.speaks_for_them(teller))
             ):
                 limited = False
                 address_reason = None
@@ -510,73 +453,23 @@ class HostCache:
     # -- choosing hosts to dial
 
     def candidates(self, now: float, exclude: Collection[Key], limit: int) -> list[Key]:
-        """Up to ``limit`` hosts worth dialing now, spread over tellers and groups.
+        """Up to ``limit`` hosts worth dialing now, spread over tellers and groups
+        (:func:`.dialling.choose`).
 
         ``exclude`` is this node's own address and every peer connected or being
         connected to; dialing those is wasted at best, and a limited host on an address
         among them is left out too (one port of an address at a time). Hosts in backoff
-        are left out. Seeds, the operator's, local hosts and hosts that once accepted us
-        come first, the most promising first; the rest are taken one per teller in turn
-        (the tellers in random order), first from groups not chosen yet, then from any.
+        are left out.
         """
         if limit <= 0:
             return []
         excluded = {key for host, port in exclude if (key := _canonical_key(host, port))}
-        busy = {host for host, _ in excluded}
-        first: list[HostRecord] = []
-        by_teller: dict[str, list[HostRecord]] = {}
-        for key, record in self._records.items():
-            if record.next_attempt > now or key in excluded:
-                continue
-            if not record.limited or record.last_connected is not None:
-                first.append(record)
-            elif record.host not in busy:
-                by_teller.setdefault(record.teller, []).append(record)
-        chosen: list[Key] = []
-        hosts_chosen: set[str] = set(busy)
-        groups_chosen: set[str] = set()
-
-        def choose(record: HostRecord, *, diverse: bool) -> bool:
-            if record.limited:
-                group = address_group(record.host)
-                if record.host in hosts_chosen or (diverse and group in groups_chosen):
-                    return False
-                hosts_chosen.add(record.host)
-                groups_chosen.add(group)
-            chosen.append((record.host, record.port))
-            return True
-
-        for record in heapq.nsmallest(2 * limit + 8, first, key=_promise):
-            if len(chosen) >= limit:
-                return chosen
-            choose(record, diverse=False)
-        # Each teller can give at most `limit`, skipping at most one host per address
-        # already chosen: its best 2 * limit + 8 are enough.
-        queues = [
-            heapq.nsmallest(2 * limit + 8, records, key=_promise)
-            for _, records in sorted(by_teller.items())
-        ]
-        self._rng.shuffle(queues)
-        taken: set[Key] = set()
-        for diverse in (True, False):
-            cursors = [0] * len(queues)
-            progress = True
-            while progress and len(chosen) < limit:
-                progress = False
-                for index, queue in enumerate(queues):
-                    position = cursors[index]
-                    while position < len(queue):
-                        record = queue[position]
-                        position += 1
-                        key = (record.host, record.port)
-                        if key not in taken and choose(record, diverse=diverse):
-                            taken.add(key)
-                            progress = True
-                            break
-                    cursors[index] = position
-                    if len(chosen) >= limit:
-                        return chosen
-        return chosen
+        eligible = (
+            record
+            for key, record in self._records.items()
+            if record.next_attempt <= now and key not in excluded
+        )
+        return choose(eligible, {host for host, _ in excluded}, limit, self._rng, _promise)
 
     def mark_attempt(self, host: str, port: int, now: float) -> bool:
         """Note a dial; False if the host is not cached.
@@ -812,53 +705,3 @@ def _decrement(counts: dict[str, int], key: str) -> None:
         counts[key] = left
     else:
         counts.pop(key, None)
-
-
-def _fsync_directory(directory: Path) -> None:
-    """Make the rename itself durable; best effort, as not every platform allows it."""
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-def remove_leftovers(path: Path) -> int:
-    """Delete the temporary files a killed writer of ``path`` left behind; how many.
-
-    :func:`write_atomically` cleans up after itself unless the process dies mid-write
-    (``kill -9``, a power cut); only the owner of the state directory may call this,
-    when no write of its own is under way.
-    """
-    removed = 0
-    for leftover in path.parent.glob(f".{glob.escape(path.name)}.*.tmp"):
-        with contextlib.suppress(FileNotFoundError):
-            leftover.unlink()
-            removed += 1
-    return removed
-
-
-def write_atomically(path: Path, text: str) -> None:
-    """Replace ``path`` with ``text`` so that a crash leaves the old or the new file.
-
-    Written to a temporary file in the same directory, flushed to disk, renamed over
-    the old one, and the directory synced so the rename itself survives a power cut.
-    """
-    directory = path.parent
-    fd, temp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as stream:
-            stream.write(text)
-            stream.flush()
-            os.fsync(stream.fileno())
-        os.replace(temp_name, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(temp_name)
-        raise
-    _fsync_directory(directory)

@@ -39,14 +39,9 @@ import trio
 
 from gnutella_router.config import Config
 from gnutella_router.discovery.gwebcache import GWebCacheError, fetch_hosts
-from gnutella_router.discovery.host_cache import (
-    SEED,
-    HostCache,
-    HostCacheStatistics,
-    remove_leftovers,
-    write_atomically,
-)
+from gnutella_router.discovery.host_cache import SEED, HostCache, HostCacheStatistics
 from gnutella_router.discovery.ranges import classify_address
+from gnutella_router.discovery.saving import remove_leftovers, write_atomically
 from gnutella_router.logs import RateLimitedWarnings
 from gnutella_router.net.connection import format_address
 from gnutella_router.runtime.stage import Stage, StageStatistics

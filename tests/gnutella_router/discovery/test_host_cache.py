@@ -586,7 +586,7 @@ def test_rejects_nonsense_parameters(kwargs: dict[str, float]) -> None:
 
 
 def test_leftovers_of_killed_saves_are_removed_and_nothing_else(tmp_path: Path) -> None:
-    from gnutella_router.discovery.host_cache import remove_leftovers
+    from gnutella_router.discovery.saving import remove_leftovers
 
     path = tmp_path / "hosts.txt"
     path.write_text("# kept\n")

@@ -319,3 +319,19 @@ async def test_one_peers_pongs_hold_at_most_its_share_and_never_a_private_dial(
         assert all(classify_address(host)[1] is None for host, _ in dialled)
         assert len({port for host, port in dialled if host == "81.2.69.7"}) <= 2
         assert set(daemon.catcher.statistics().dials_by_range) == {"public"}
+        # ... and an operator sees it all in /metrics.
+        from prometheus_client.parser import text_string_to_metric_families
+
+        from tests.support.http import http_get
+
+        assert daemon.admin_address is not None
+        text = (await http_get(daemon.admin_address, "/metrics")).body.decode()
+        samples = {
+            (sample.name, tuple(sample.labels.items())): sample.value
+            for family in text_string_to_metric_families(text)
+            for sample in family.samples
+        }
+        assert samples[("gnutella_host_cache_refused_total", (("reason", "private"),))] == 200
+        assert samples[("gnutella_host_cache_largest_teller", ())] == 10
+        assert samples[("gnutella_host_cache_replaced_total", ())] == stats.replaced > 0
+        assert samples[("gnutella_dials_by_range_total", (("range", "public"),))] >= 8
