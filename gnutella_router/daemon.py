@@ -38,6 +38,7 @@ from gnutella_router.config import Config
 from gnutella_router.control.abuse import in_networks
 from gnutella_router.control.batching import BatchingController
 from gnutella_router.control.governor import ThreadGovernor
+from gnutella_router.discovery.host_cache import OPERATOR
 from gnutella_router.logs import set_level
 from gnutella_router.net.connection import Connection, format_address
 from gnutella_router.observe.admin import serve_admin, write_dump_logged
@@ -93,6 +94,7 @@ class Daemon:
         self.catcher = GnutellaCatcher(
             config, server=self.server, router=self.router, log=self.log.bind(stage="catcher")
         )
+        self.router.local_networks = config.network.local_networks_parsed
         self.registry.register("server", self.server)
         self.registry.register("router", self.router.stage)
         self.registry.register("catcher", self.catcher.stage)
@@ -150,11 +152,13 @@ class Daemon:
     def _own_address(self) -> tuple[str, int]:
         return self.server.advertised_address()
 
-    def _learn(self, host: str, port: int, source: str) -> None:
-        self.catcher.learn(host, port, source)
+    def _learn(self, host: str, port: int, source: str, connection_id: int) -> None:
+        """A host a peer told the router of (a pong): the catcher keeps a share per teller."""
+        connection = self.server.connections.get(connection_id)
+        self.catcher.learn(host, port, source, connection.peer[0] if connection else None)
 
-    def _learn_many(self, hosts: list[tuple[str, int]], source: str) -> None:
-        self.catcher.learn_many(hosts, source)
+    def _learn_many(self, hosts: list[tuple[str, int]], source: str, teller: str) -> None:
+        self.catcher.learn_many(hosts, source, teller)
 
     def _try_hosts(self) -> list[tuple[str, int]]:
         return self.catcher.try_hosts()
@@ -177,7 +181,7 @@ class Daemon:
             DialError: the peer could not be reached or refused the handshake.
         """
         connection = await self.server.dial(host, port, timeout=self.config.catcher.dial_timeout)
-        self.catcher.learn(host, port, "operator")
+        self.catcher.learn(host, port, OPERATOR)
         self.log.info("peer added by the operator", peer=connection.peer_text, conn=connection.id)
         return connection.id
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import signal
 import sys
 from functools import partial
@@ -12,6 +13,12 @@ import trio
 from gnutella_router.cli.arguments import count, non_negative, positive
 from gnutella_router.cli.interrupt import INTERRUPTED
 from gnutella_router.config import ConfigError, parse_host_port
+from gnutella_router.discovery.gwebcache_server import (
+    CONNECTIONS_PER_ADDRESS,
+    IDLE_SECONDS,
+    MAX_CONNECTIONS,
+    REQUEST_SECONDS,
+)
 
 
 def listen_address(text: str) -> tuple[str, int]:
@@ -30,6 +37,18 @@ def literal_host(text: str) -> tuple[str, int]:
     return host
 
 
+def network_list(text: str) -> list[str]:
+    """``--trusted``: a network ("10.0.0.0/8", "::1"), or "none"."""
+    if text.lower() == "none":
+        return []
+    try:
+        return [str(ipaddress.ip_network(text, strict=False))]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f'{text!r}: expected a network such as 10.0.0.0/8 or ::1, or "none"'
+        ) from None
+
+
 def add_gwebcache_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = commands.add_parser(
         "gwebcache",
@@ -37,7 +56,9 @@ def add_gwebcache_parser(commands: argparse._SubParsersAction[argparse.ArgumentP
         description=(
             "Serve a GWebCache: servents ask it for hosts (get=1, hostfile=1) and caches "
             "(urlfile=1) and register themselves (update=1&ip=IP:PORT); an update may only "
-            "name the requester's own address unless --trust-updates. Point routers at it "
+            "name the requester's own address unless --trust-updates. One address may "
+            "register only a few hosts, only so often, and hold only a few connections, "
+            "unless it is in a --trusted network (loopback by default). Point routers at it "
             'with catcher.gwebcache = "http://HOST:PORT/". Runs until Ctrl-C (exit 130) '
             "or SIGTERM (exit 0)."
         ),
@@ -71,6 +92,49 @@ def add_gwebcache_parser(commands: argparse._SubParsersAction[argparse.ArgumentP
         help="accept updates naming any address, not only the requester's own",
     )  # fmt: skip
     parser.add_argument(
+        "--hosts-per-address", type=count(1, 100_000), default=2, metavar="N",
+        help="hosts one client address (IPv6: /64) may have registered at once; a new one "
+        "replaces its oldest (default 2)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--hosts-per-group", type=count(1, 100_000), default=10, metavar="N",
+        help="hosts one /16 (IPv6: /32) may hold; a new one replaces its stalest (default 10)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--update-interval", type=non_negative, default=300.0, metavar="S",
+        help="least seconds between two updates from one client address (default 300; 0: "
+        "no limit)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--trusted", type=network_list, action="append", metavar="NETWORK",
+        help="clients in this network are exempt from the per-address limits; repeatable; "
+        '"none" for no network (default 127.0.0.0/8 and ::1)',
+    )  # fmt: skip
+    parser.add_argument(
+        "--allow-private-urls", action="store_true",
+        help="keep cache URLs naming loopback, private or link-local addresses or local names "
+        "(a test network)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--max-connections", type=count(1, 100_000), default=MAX_CONNECTIONS, metavar="N",
+        help=f"connections served at once; more get 503 (default {MAX_CONNECTIONS})",
+    )  # fmt: skip
+    parser.add_argument(
+        "--connections-per-address", type=count(1, 100_000), default=CONNECTIONS_PER_ADDRESS,
+        metavar="N",
+        help="connections served at once from one client address (IPv6: /64); more get 503 "
+        f"(default {CONNECTIONS_PER_ADDRESS})",
+    )  # fmt: skip
+    parser.add_argument(
+        "--idle-seconds", type=positive, default=IDLE_SECONDS, metavar="S",
+        help=f"seconds a client may send nothing while sending its request (default "
+        f"{IDLE_SECONDS:g})",
+    )  # fmt: skip
+    parser.add_argument(
+        "--request-seconds", type=positive, default=REQUEST_SECONDS, metavar="S",
+        help=f"seconds a client has for its whole request (default {REQUEST_SECONDS:g})",
+    )  # fmt: skip
+    parser.add_argument(
         "--seed-host", type=literal_host, action="append", default=[], metavar="IP:PORT",
         help="a host to list from the start, never expired; it fills answers that have "
         "too few reported hosts; repeatable (at most 100)",
@@ -85,6 +149,7 @@ def add_gwebcache_parser(commands: argparse._SubParsersAction[argparse.ArgumentP
 def cmd_gwebcache(args: argparse.Namespace) -> int:
     from gnutella_router.discovery.gwebcache_server import GWebCacheServer
     from gnutella_router.discovery.gwebcache_service import (
+        DEFAULT_TRUSTED,
         MAX_SEEDS,
         GWebCacheService,
         ServiceSettings,
@@ -102,6 +167,13 @@ def cmd_gwebcache(args: argparse.Namespace) -> int:
         answer_hosts=args.answer_hosts,
         client_interval=args.client_interval,
         trust_updates=args.trust_updates,
+        hosts_per_address=args.hosts_per_address,
+        hosts_per_group=args.hosts_per_group,
+        update_interval=args.update_interval,
+        trusted=DEFAULT_TRUSTED
+        if args.trusted is None
+        else tuple(n for networks in args.trusted for n in networks),
+        allow_private_urls=args.allow_private_urls,
     )
     host, port = args.listen
 
@@ -109,7 +181,13 @@ def cmd_gwebcache(args: argparse.Namespace) -> int:
         service = GWebCacheService(settings, clock=trio.current_time)
         for seed in args.seed_host:
             service.add_seed(seed)
-        server = GWebCacheServer(service)
+        server = GWebCacheServer(
+            service,
+            max_connections=args.max_connections,
+            connections_per_address=args.connections_per_address,
+            idle_seconds=args.idle_seconds,
+            request_seconds=args.request_seconds,
+        )
         async with trio.open_nursery() as nursery:
             where = await nursery.start(partial(server.serve, host, port))
             shown = ", ".join(

@@ -139,7 +139,7 @@ class NetworkConfig(Section, frozen=True):
     max_ttl: Annotated[int, Meta(ge=1, le=15)] = 7
     hard_ttl_limit: Annotated[int, Meta(ge=1, le=255)] = 15
     max_payload: Annotated[int, Meta(ge=1024, le=65536)] = 65536
-    allow_private_addresses: bool = True
+    allow_private_addresses: bool = False
     handshake_timeout: Annotated[float, Meta(gt=0, le=600)] = 10.0
     idle_timeout: Annotated[float, Meta(ge=0, le=86_400)] = 180.0
     partial_message_timeout: Annotated[float, Meta(ge=0, le=86_400)] = 60.0
@@ -147,6 +147,9 @@ class NetworkConfig(Section, frozen=True):
     connections_per_address: Annotated[int, Meta(ge=1, le=10_000)] = 1
     trusted: Annotated[
         tuple[str, ...], _says('a list of networks ("127.0.0.0/8", "::1", "10.0.0.0/16")')
+    ] = ("127.0.0.0/8", "::1/128")
+    local_networks: Annotated[
+        tuple[str, ...], _says('a list of networks ("127.0.0.0/8", "::1", "10.64.0.0/16")')
     ] = ("127.0.0.0/8", "::1/128")
     deflate: bool = True
     deflate_threads: Annotated[int, Meta(ge=0, le=64)] = 1
@@ -156,19 +159,25 @@ class NetworkConfig(Section, frozen=True):
             raise self._fail(
                 "hard_ttl_limit", f"must be at least network.max_ttl ({self.max_ttl}) and <= 255"
             )
-        for network in self.trusted:
-            try:
-                ipaddress.ip_network(network, strict=False)
-            except ValueError:
-                raise self._fail(
-                    "trusted",
-                    f'expected networks such as "127.0.0.0/8" or "::1"; {network!r} is not one',
-                ) from None
+        for name in ("trusted", "local_networks"):
+            for network in getattr(self, name):
+                try:
+                    ipaddress.ip_network(network, strict=False)
+                except ValueError:
+                    raise self._fail(
+                        name,
+                        f'expected networks such as "127.0.0.0/8" or "::1"; {network!r} is not one',
+                    ) from None
 
     @property
     def trusted_networks(self) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
         """:attr:`trusted`, parsed."""
         return tuple(ipaddress.ip_network(n, strict=False) for n in self.trusted)
+
+    @property
+    def local_networks_parsed(self) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
+        """:attr:`local_networks`, parsed."""
+        return tuple(ipaddress.ip_network(n, strict=False) for n in self.local_networks)
 
 
 class SlowPeerConfig(Section, frozen=True):
@@ -246,6 +255,9 @@ class CatcherConfig(Section, frozen=True):
     gwebcache_interval: Annotated[float, Meta(ge=1, le=86_400)] = 60.0
     min_connections: Annotated[int, Meta(ge=0, le=10_000)] = 4
     host_cache_size: Annotated[int, Meta(ge=1, le=1_000_000)] = 10_000
+    source_share: Fraction = 0.05
+    group_share: Fraction = 0.01
+    ports_per_address: Annotated[int, Meta(ge=1, le=65535)] = 2
     host_cache_file: PathText = "hosts.txt"
     save_interval: Seconds = 60.0
     dial_timeout: Annotated[float, Meta(gt=0, le=600)] = 10.0

@@ -1,12 +1,18 @@
 """The GWebCache service on the network: HTTP/1.1 over trio, one request per connection.
 
-:class:`GWebCacheServer` accepts connections (at most ``max_connections`` at once; more
-are answered 503 and closed), reads one request head with h11 (at most
-:data:`MAX_HEAD_BYTES`, within :data:`REQUEST_SECONDS`), hands its target and the
-client's address to the sans-IO :class:`~.gwebcache_service.GWebCacheService`, and
-writes the answer as ``text/plain`` with ``Connection: close``, as caches answer.
-Only GET is served. Every request is counted; a client that is slow, malformed or
-gone costs its own connection and nothing else.
+:class:`GWebCacheServer` accepts connections, reads one request head with h11 (at most
+:data:`MAX_HEAD_BYTES`), hands its target and the client's address to the sans-IO
+:class:`~.gwebcache_service.GWebCacheService`, and writes the answer as ``text/plain``
+with ``Connection: close``, as caches answer. Only GET is served.
+
+A cache is a public service, and a connection that sends nothing still holds a slot. So
+at most ``max_connections`` are served at once and at most ``connections_per_address``
+from one client address (IPv6: one /64; clients in the service's trusted networks are
+exempt): more are answered 503 and closed at once. A client has ``idle_seconds`` to
+send each piece of its request and ``request_seconds`` for all of it. Without these,
+300 idle connections from one address kept every honest client out. Every request and
+refusal is counted, and refusals are logged at most once every 10 s per kind. A client
+that is slow, malformed or gone costs its own connection and nothing else.
 """
 
 from __future__ import annotations
@@ -17,12 +23,16 @@ import h11
 import structlog
 import trio
 
-from gnutella_router.discovery.gwebcache_service import NAME, GWebCacheService
+from gnutella_router.control.abuse import in_networks
+from gnutella_router.discovery.gwebcache_service import NAME, GWebCacheService, client_key
+from gnutella_router.logs import RateLimitedWarnings
 from gnutella_router.net.http_head import read_request_head
 
 MAX_HEAD_BYTES = 8 * 1024
 REQUEST_SECONDS = 10.0
+IDLE_SECONDS = 5.0
 MAX_CONNECTIONS = 256
+CONNECTIONS_PER_ADDRESS = 4
 READ_SIZE = 4096
 LINGER_SECONDS = 1.0
 LINGER_BYTES = 64 * 1024
@@ -36,14 +46,30 @@ class GWebCacheServer:
         service: GWebCacheService,
         *,
         max_connections: int = MAX_CONNECTIONS,
+        connections_per_address: int = CONNECTIONS_PER_ADDRESS,
+        idle_seconds: float = IDLE_SECONDS,
+        request_seconds: float = REQUEST_SECONDS,
         log: structlog.typing.FilteringBoundLogger | None = None,
     ) -> None:
+        if not (max_connections >= 1 and connections_per_address >= 1):
+            raise ValueError("max_connections and connections_per_address must be 1 or more")
+        if not (idle_seconds > 0 and request_seconds > 0):
+            raise ValueError("idle_seconds and request_seconds must be positive")
         self.service = service
         self.max_connections = max_connections
+        self.connections_per_address = connections_per_address
+        self.idle_seconds = idle_seconds
+        self.request_seconds = request_seconds
         self.log = log or structlog.get_logger("gwebcache")
+        self.warnings = RateLimitedWarnings(self.log)
         self.active = 0
+        self.per_address: collections.Counter[str] = collections.Counter()
+        """Connections being served, by client (:func:`client_key`); untrusted only."""
         self.answered: collections.Counter[int] = collections.Counter()
         self.dropped: collections.Counter[str] = collections.Counter()
+        """Connections ended without an answer, or refused: ``busy`` (every slot
+        taken), ``address-busy`` (the client's address has all its slots), ``idle``,
+        ``timeout`` and ``io``."""
 
     async def serve(
         self,
@@ -60,29 +86,57 @@ class GWebCacheServer:
 
     async def handle(self, stream: trio.SocketStream) -> None:
         try:
+            client = _address(stream.socket.getpeername())[0]
+            trusted = in_networks(client, self.service.trusted_networks)
+            key = None if trusted else client_key(client)
+            refusal = None
             if self.active >= self.max_connections:
-                self.dropped["busy"] += 1
-                with trio.move_on_after(1.0):
-                    await stream.send_all(_raw(503, b"busy; try again later\n"))
+                refusal = "busy"
+            elif key is not None and self.per_address[key] >= self.connections_per_address:
+                refusal = "address-busy"
+            if refusal is not None:
+                await self._refuse(stream, refusal, client)
                 return
             self.active += 1
+            if key is not None:
+                self.per_address[key] += 1
             try:
-                with trio.move_on_after(REQUEST_SECONDS) as scope:
-                    await self._exchange(stream)
+                with trio.move_on_after(self.request_seconds) as scope:
+                    await self._exchange(stream, client)
                 if scope.cancelled_caught:
                     self.dropped["timeout"] += 1
             finally:
                 self.active -= 1
+                if key is not None:
+                    self.per_address[key] -= 1
+                    if not self.per_address[key]:
+                        del self.per_address[key]
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
             self.dropped["io"] += 1
         finally:
             await trio.aclose_forcefully(stream)
 
-    async def _exchange(self, stream: trio.SocketStream) -> None:
-        client = _address(stream.socket.getpeername())[0]
+    async def _refuse(self, stream: trio.SocketStream, refusal: str, client: str) -> None:
+        self.dropped[refusal] += 1
+        self.warnings.warn(
+            refusal,
+            "gwebcache busy"
+            if refusal == "busy"
+            else "gwebcache: too many connections from one address",
+            client=client,
+            active=self.active,
+        )
+        text = b"busy; try again later\n" if refusal == "busy" else b"too many connections\n"
+        with trio.move_on_after(1.0):
+            await stream.send_all(_raw(503, text))
+
+    async def _exchange(self, stream: trio.SocketStream, client: str) -> None:
         conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD_BYTES)
         try:
-            request = await read_request_head(stream, conn, MAX_HEAD_BYTES)
+            request = await read_request_head(stream, conn, MAX_HEAD_BYTES, idle=self.idle_seconds)
+        except trio.TooSlowError:
+            self.dropped["idle"] += 1
+            return
         except h11.RemoteProtocolError as exc:
             await self._send(stream, conn, exc.error_status_hint, f"bad request: {exc}\n".encode())
             return

@@ -1,72 +1,104 @@
-"""The hosts the bootstrap stage may dial: bounded, ranked, with backoff, saved atomically.
+"""The hosts the bootstrap stage may dial: bounded, shared out, ranked, saved atomically.
 
 Theory of operation. A Gnutella node learns far more addresses than it will ever dial:
 every pong, every X-Try-Ultrapeers header and every GWebCache reply brings more, and
-anyone on the network can send them. The cache is therefore bounded. When it is full a
-newcomer replaces the least useful host, the one that failed most often and, among
-equals, was heard of longest ago. Seeds, the hosts the operator configured, are kept
-while anything else can go, since they are the way back in when everything learned
-has gone stale. Hosts not heard of for ``max_age`` are expired for the same reason.
+anyone on the network can send them. A cache that takes them first come, first served
+lets one peer fill it (10,000 pongs fill 10,000 slots) and then choose every peer the
+router dials: an eclipse. So, in the manner of Bitcoin Core's address manager, the
+cache remembers who told it of each host (its *teller*) and shares itself out:
 
-Addresses are checked on the way in, and every refusal is counted by reason: a node on
-the public network has no use for loopback or RFC 1918 addresses (``allow_private=False``),
-while a test network on one machine consists of nothing else (the default).
+* **per teller**: one teller holds at most ``source_share`` of the capacity. A teller
+  is a peer's network (its /16, or /32 for IPv6: addrman's source group, so that one
+  operator's many addresses count once), a GWebCache, or the configuration. A teller at
+  its share may still teach new hosts, but each replaces its own least useful one, so
+  it churns its share and nobody else's;
+* **per group**: at most ``group_share`` of the capacity lies in one /16 (IPv6: /32),
+  and at most ``ports_per_address`` hosts share one address, so that the router is not
+  made to knock on one victim's ports one after the other. Past either, a newcomer is
+  refused;
+* **by range** (:mod:`.ranges`): addresses that are never peers are refused, and
+  non-public ones (loopback, RFC 1918, link-local, CGNAT, documentation...) unless
+  ``allow_private`` is set.
 
-Dialing a dead host over and over wastes connection slots and annoys the host if it is
-merely busy, so each failure doubles the time before the host is offered again, up to
-``backoff_max``; a successful connection clears it.
+Not everything is a stranger's say. Hosts the operator names (sources ``seed`` and
+``operator``) are taken whatever their range and count against no share. So are hosts
+inside ``local_networks`` that a teller inside them named: a test network on loopback
+or in namespaces, where every router has the same address or the same /16 and all of
+them are the operator's. A stranger naming a local address gets no such exemption.
 
-The cache is saved so that a restart does not depend on the seeds alone. The file is
-written beside the old one, flushed to disk and renamed over it: a crash or a full disk
-mid-save leaves either the old file or the new one, never half of each. Ages rather than
-timestamps are stored, because ``now`` here comes from a monotonic clock whose origin
-changes with every run.
+When the cache is full a newcomer replaces the least useful host overall: the one that
+failed most often and, among equals, was heard of longest ago. Seeds are kept while
+anything else can go, since they are the way back in when everything learned has gone
+stale. Hosts not heard of for ``max_age`` are expired for the same reason.
+
+Whom to dial is chosen across tellers and networks, not in the cache's order, which a
+teller could steer (:mod:`.dialling`). Each failure doubles the time before a host is
+offered again, up to ``backoff_max``; a successful connection clears it.
+
+The cache is saved (atomically, :mod:`.saving`) so that a restart does not depend on
+the seeds alone, with ages rather than timestamps (``now`` comes from a monotonic clock
+whose origin changes with every run) and with each host's teller, so that the shares
+hold across a restart.
 
 Nothing here reads a clock or does network I/O; time is passed in as ``now``.
 
 File format (UTF-8 text, one host per line, fields separated by single spaces)::
 
-    # gnutella-router host cache v1: host port source age_seconds failures
-    203.0.113.7 6346 pong 12.5 0
-    2001:db8::1 6348 x-try 301.0 2
+    # gnutella-router host cache v2: host port source teller age_seconds failures
+    81.2.69.7 6346 pong peer/93.184.0.0/16 12.5 0
+    2a00:1450::1 6348 x-try peer/2a02:6b8::/32 301.0 2
 
-Blank lines and lines starting with ``#`` are ignored. ``source`` records where the
-host was learned; a loaded host is given the source ``cache-file`` whatever the file
-says, because only the configuration decides which hosts are seeds.
+Blank lines and lines starting with ``#`` are ignored. ``source`` records how the host
+was learned; a loaded host is given the source ``cache-file`` whatever the file says,
+because only the configuration decides which hosts are seeds. A line of the first
+format (five fields, no teller) is read with the teller ``cache-file``: all such hosts
+count as one teller.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import functools
-import glob
 import heapq
-import ipaddress
 import itertools
 import math
-import os
-import tempfile
+import random
 import types
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from gnutella_router.discovery.dialling import choose
+from gnutella_router.discovery.ranges import (
+    NON_PUBLIC_REASONS,
+    address_group,
+    classify_address,
+)
+from gnutella_router.discovery.saving import write_atomically
+from gnutella_router.discovery.tellers import (
+    EXPLICIT,
+    OPERATOR,
+    SEED,
+    LocalNetworks,
+    Network,
+    gwebcache_teller,
+)
+
 __all__ = [
     "CACHE_FILE",
+    "DEFAULT_LOCAL_NETWORKS",
     "FILE_HEADER",
+    "OPERATOR",
     "REJECT_REASONS",
     "SEED",
     "HostCache",
     "HostCacheStatistics",
     "HostRecord",
+    "classify_address",
 ]
 
-#: Source of hosts given by the operator; they are never expired and evicted last.
-SEED = "seed"
-#: Source given to hosts read back by `HostCache.load`.
+#: Source given to hosts read back by `HostCache.load`, and teller of first-format lines.
 CACHE_FILE = "cache-file"
-FILE_HEADER = "# gnutella-router host cache v1: host port source age_seconds failures"
+FILE_HEADER = "# gnutella-router host cache v2: host port source teller age_seconds failures"
 
 #: Every reason an address can be refused for, as counted in
 #: `HostCacheStatistics.rejected`.
@@ -77,19 +109,23 @@ REJECT_REASONS = (
     "unspecified",  # 0.0.0.0/8 or ::
     "multicast",
     "reserved",  # 240.0.0.0/4 (with the broadcast address), unallocated IPv6 space
-    "private",  # loopback, RFC 1918, link-local, unique-local; only when not allowed
+    *NON_PUBLIC_REASONS,  # only when private addresses are not allowed
+    "ports-per-address",  # the address already has ports_per_address ports cached
+    "group-full",  # its /16 (IPv6: /32) already holds group_share of the cache
     "bad-line",  # a line of a saved cache that does not parse
 )
 
-_RFC1918 = (
-    ipaddress.IPv4Network("10.0.0.0/8"),
-    ipaddress.IPv4Network("172.16.0.0/12"),
-    ipaddress.IPv4Network("192.168.0.0/16"),
-)
-_THIS_NETWORK = ipaddress.IPv4Network("0.0.0.0/8")
-_UNIQUE_LOCAL = ipaddress.IPv6Network("fc00::/7")
+#: Where hosts are all the operator's unless configured otherwise: this machine.
+DEFAULT_LOCAL_NETWORKS = ("127.0.0.0/8", "::1/128")
+
+_NON_PUBLIC = frozenset(NON_PUBLIC_REASONS)
 # 2 ** 64 times any sane initial backoff is far past any sane maximum.
 _MAX_BACKOFF_EXPONENT = 64
+_MAX_TELLER_LENGTH = 300
+
+Key = tuple[str, int]
+# (-failures, last_seen, stamp, key): the least useful host first.
+_Ranked = tuple[int, float, int, Key]
 
 
 @dataclass(slots=True)
@@ -98,7 +134,7 @@ class HostRecord:
 
     host: str
     port: int
-    #: Where the host was first learned: ``seed``, ``pong``, ``x-try``, ``gwebcache``,
+    #: How the host was first learned: ``seed``, ``pong``, ``x-try``, ``gwebcache``,
     #: ``cache-file`` or any other word the caller uses.
     source: str
     first_seen: float
@@ -109,6 +145,12 @@ class HostRecord:
     #: The host is not offered as a candidate before this time.
     next_attempt: float = 0.0
     last_connected: float | None = None
+    #: Who first told us: ``peer/NETWORK``, ``gwebcache/HOST``, ``seed``, ...; the shares
+    #: are counted per teller.
+    teller: str = ""
+    #: Whether the host counts against its teller's, its group's and its address's
+    #: limits (False for the operator's hosts and local ones, see the module docstring).
+    limited: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,6 +163,8 @@ class HostCacheStatistics:
     refreshed: int
     #: Hosts dropped to make room for a newcomer.
     evicted: int
+    #: Hosts dropped because their teller, at its share, taught a newer one.
+    replaced: int
     #: Hosts dropped by `HostCache.expire`.
     expired: int
     #: Refused addresses and unreadable cache-file lines, by reason (see `REJECT_REASONS`).
@@ -128,48 +172,13 @@ class HostCacheStatistics:
     attempts: int
     dial_failures: int
     connections: int
-
-
-@functools.lru_cache(maxsize=4096)
-def classify_address(host: str) -> tuple[str, str | None]:
-    """``(canonical host, None)`` for a public address, ``(canonical, "private")``, or
-    ``("", reason)`` for an address that is never dialable.
-
-    Cached because pongs repeat the same addresses many times over. IPv6 zone ids
-    ("fe80::1%eth0") are refused: they name an interface of the host that sent them.
-    """
-    if "%" in host:
-        return "", "bad-address"
-    try:
-        address = ipaddress.ip_address(host)
-    except ValueError:
-        return "", "bad-address"
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        address = address.ipv4_mapped
-    if isinstance(address, ipaddress.IPv4Address):
-        if address in _THIS_NETWORK:
-            return "", "unspecified"
-        if address.is_multicast:
-            return "", "multicast"
-        if address.is_reserved:
-            return "", "reserved"
-        if address.is_loopback or address.is_link_local or any(address in n for n in _RFC1918):
-            return str(address), "private"
-        return str(address), None
-    if address.is_unspecified:
-        return "", "unspecified"
-    if address.is_multicast:
-        return "", "multicast"
-    if (
-        address.is_loopback
-        or address.is_link_local
-        or address.is_site_local
-        or address in _UNIQUE_LOCAL
-    ):
-        return str(address), "private"
-    if address.is_reserved:
-        return "", "reserved"
-    return str(address), None
+    #: Tellers that hold limited hosts now, and the most hosts one of them holds.
+    tellers: int
+    largest_teller: int
+    #: The limits in force: hosts per teller, per group, ports per address.
+    per_teller: int
+    per_group: int
+    ports_per_address: int
 
 
 def _port_problem(port: object) -> str | None:
@@ -180,7 +189,7 @@ def _port_problem(port: object) -> str | None:
     return None
 
 
-def _canonical_key(host: object, port: object) -> tuple[str, int] | None:
+def _canonical_key(host: object, port: object) -> Key | None:
     """The key a host is stored under, or None if it could never have been stored."""
     if not isinstance(host, str) or _port_problem(port) is not None:
         return None
@@ -210,17 +219,38 @@ def _ascii_int(text: str) -> int:
     return int(text)
 
 
+def _one_word(text: object, limit: int = _MAX_TELLER_LENGTH) -> bool:
+    return (
+        isinstance(text, str)
+        and 0 < len(text) <= limit
+        and text.isprintable()
+        and len(text.split()) == 1
+        and text == text.strip()
+    )
+
+
+def _share(capacity: int, share: float) -> int:
+    """Hosts ``share`` of ``capacity`` stands for: at least one; a share of 1 is no limit
+    (one more than the cache can hold)."""
+    return capacity + 1 if share >= 1.0 else max(1, math.floor(capacity * share))
+
+
 class HostCache:
-    """Hosts to dial, at most ``capacity`` of them."""
+    """Hosts to dial, at most ``capacity`` of them; see the module docstring."""
 
     def __init__(
         self,
         capacity: int = 10_000,
         *,
-        allow_private: bool = True,
+        allow_private: bool = False,
+        local_networks: Iterable[str | Network] = DEFAULT_LOCAL_NETWORKS,
+        source_share: float = 0.05,
+        group_share: float = 0.01,
+        ports_per_address: int = 2,
         backoff_initial: float = 5.0,
         backoff_max: float = 300.0,
         max_age: float = 1800.0,
+        rng: random.Random | None = None,
     ):
         if capacity < 1:
             raise ValueError(f"capacity must be at least 1, not {capacity!r}")
@@ -228,22 +258,38 @@ class HostCache:
             raise ValueError("backoff must satisfy 0 < backoff_initial <= backoff_max")
         if not max_age > 0.0:
             raise ValueError(f"max_age must be positive, not {max_age!r}")
+        for name, share in (("source_share", source_share), ("group_share", group_share)):
+            if not 0.0 < share <= 1.0:
+                raise ValueError(f"{name} must be in (0, 1], not {share!r}")
+        if ports_per_address < 1:
+            raise ValueError(f"ports_per_address must be at least 1, not {ports_per_address!r}")
         self._capacity = capacity
         self._allow_private = allow_private
+        self._local = LocalNetworks(local_networks)
+        self._per_teller = _share(capacity, source_share)
+        self._per_group = _share(capacity, group_share)
+        self._ports_per_address = ports_per_address
         self._backoff_initial = float(backoff_initial)
         self._backoff_max = float(backoff_max)
         self._max_age = float(max_age)
-        self._records: dict[tuple[str, int], HostRecord] = {}
-        # Eviction order without scanning the cache: a heap of
-        # (-failures, last_seen, stamp, key) for every non-seed host. Entries go stale
-        # when a host changes; only the one whose stamp matches `_stamps[key]` is live,
-        # and the heap is rebuilt when stale entries outnumber live ones.
-        self._heap: list[tuple[int, float, int, tuple[str, int]]] = []
-        self._stamps: dict[tuple[str, int], int] = {}
+        self._rng = rng or random.Random()
+        self._records: dict[Key, HostRecord] = {}
+        # Eviction order without scanning: a heap of (-failures, last_seen, stamp, key)
+        # for every non-seed host, and one for each teller's limited hosts. Entries go
+        # stale when a host changes; only the one whose stamp matches `_stamps[key]` is
+        # live, and a heap is rebuilt when its stale entries outnumber the live ones.
+        self._heap: list[_Ranked] = []
+        self._stamps: dict[Key, int] = {}
         self._stamp_counter = itertools.count()
+        # Limited hosts only: by teller (with that teller's heap), by group, by address.
+        self._teller_keys: dict[str, set[Key]] = {}
+        self._teller_heaps: dict[str, list[_Ranked]] = {}
+        self._group_counts: dict[str, int] = {}
+        self._address_counts: dict[str, int] = {}
         self._added = 0
         self._refreshed = 0
         self._evicted = 0
+        self._replaced = 0
         self._expired = 0
         self._attempts = 0
         self._dial_failures = 0
@@ -258,71 +304,162 @@ class HostCache:
     def allow_private(self) -> bool:
         return self._allow_private
 
+    # -- tellers
+
+    def peer_teller(self, ip: str) -> str:
+        """The teller name of a peer at ``ip`` (:mod:`.tellers`)."""
+        return self._local.peer_teller(ip)
+
+    @staticmethod
+    def gwebcache_teller(url: str) -> str:
+        """The teller name of the GWebCache at ``url`` (:mod:`.tellers`)."""
+        return gwebcache_teller(url)
+
     # -- learning hosts
 
-    def add(self, host: str, port: int, source: str, now: float) -> bool:
+    def add(self, host: str, port: int, source: str, now: float, teller: str | None = None) -> bool:
         """Take in an advertised address; False if it was refused (the reason is counted).
 
-        A host already cached is only refreshed: its failure count and backoff stay,
-        since being advertised again says nothing about whether it accepts connections.
-        A host given as a seed stays a seed.
+        ``teller`` says who told us (:meth:`peer_teller`, :meth:`gwebcache_teller`); by
+        default the source word itself, so that e.g. all seeds are one teller. A host
+        already cached is only refreshed: its failure count and backoff stay, since being
+        advertised again says nothing about whether it accepts connections, and so does
+        its teller. A host given as a seed stays a seed.
         """
-        if not source or len(source.split()) != 1 or source != source.strip():
+        if not _one_word(source, 64):
             raise ValueError(f"source must be a single word, not {source!r}")
-        key = self._admit(host, port)
-        if key is None:
+        teller = source if teller is None else teller
+        if not _one_word(teller):
+            raise ValueError(f"teller must be a single word, not {teller!r}")
+        admitted = self._admit(host, port, source, teller)
+        if admitted is None:
             return False
+        key, limited = admitted
         record = self._records.get(key)
         if record is not None:
-            self._refreshed += 1
-            changed = False
-            if now > record.last_seen:
-                record.last_seen = now
-                changed = True
-            if source == SEED and record.source != SEED:
-                record.source = SEED
-                changed = True
-            if changed:
-                self._touch(key, record)
+            self._refresh(key, record, source, limited, now)
             return True
-        self._insert(HostRecord(key[0], key[1], source, now, now, 0, now, None))
-        return True
+        return self._take(
+            HostRecord(key[0], key[1], source, now, now, 0, now, None, teller, limited)
+        )
 
-    def _admit(self, host: object, port: object) -> tuple[str, int] | None:
+    def _refresh(
+        self, key: Key, record: HostRecord, source: str, limited: bool, now: float
+    ) -> None:
+        self._refreshed += 1
+        changed = False
+        if now > record.last_seen:
+            record.last_seen = now
+            changed = True
+        if source == SEED and record.source != SEED:
+            record.source = SEED
+            changed = True
+        if record.limited and (not limited or record.source == SEED):
+            # Named by the operator, or by a local teller: out of the shares.
+            self._unindex(key, record)
+            record.limited = False
+            changed = True
+        if changed:
+            self._touch(key, record)
+
+    def _admit(
+        self, host: object, port: object, source: str, teller: str
+    ) -> tuple[Key, bool] | None:
+        """``(key, limited)`` for an address the cache may hold, else None (counted)."""
         reason = _port_problem(port)
         canonical = ""
+        limited = True
         if isinstance(host, str):
             canonical, address_reason = classify_address(host)
-            if address_reason == "private" and self._allow_private:
-                address_reason = None
         else:
             address_reason = "bad-address"
+        if canonical and (address_reason is None or address_reason in _NON_PUBLIC):
+            if (
+                source in EXPLICIT
+                or teller in EXPLICIT
+                or (canonical in self._local and self._local.speaks_for_them(teller))
+            ):
+                limited = False
+                address_reason = None
+            elif self._allow_private:
+                address_reason = None
         reason = address_reason or reason
         if reason is not None:
             self._rejected[reason] += 1
             return None
         assert isinstance(port, int)
-        return canonical, port
+        return (canonical, port), limited
 
-    def _insert(self, record: HostRecord) -> None:
-        if len(self._records) >= self._capacity:
-            victim = self._pop_victim()
-            del self._records[victim]
-            self._evicted += 1
+    def _take(self, record: HostRecord) -> bool:
+        """Insert a new host within the limits; False if a limit refused it (counted)."""
         key = (record.host, record.port)
+        if record.limited:
+            if self._address_counts.get(record.host, 0) >= self._ports_per_address:
+                self._rejected["ports-per-address"] += 1
+                return False
+            if self._group_counts.get(address_group(record.host), 0) >= self._per_group:
+                self._rejected["group-full"] += 1
+                return False
+            if len(self._teller_keys.get(record.teller, ())) >= self._per_teller:
+                victim = self._least_useful(
+                    self._teller_heaps.get(record.teller, []),
+                    lambda k: self._records[k].limited,
+                )
+                if victim is None:  # cannot happen while the counts are right
+                    return False
+                self._drop(victim)
+                self._replaced += 1
+        if len(self._records) >= self._capacity:
+            victim = self._least_useful(self._heap, lambda k: True)
+            if victim is None:
+                # Nothing but seeds left: the least useful seed goes after all.
+                records = self._records
+                victim = min(records, key=lambda k: (-records[k].failures, records[k].last_seen))
+            self._drop(victim)
+            self._evicted += 1
         self._records[key] = record
+        if record.limited:
+            self._index(key, record)
         self._added += 1
         self._touch(key, record)
+        return True
+
+    # -- the limits' bookkeeping
+
+    def _index(self, key: Key, record: HostRecord) -> None:
+        self._teller_keys.setdefault(record.teller, set()).add(key)
+        group = address_group(record.host)
+        self._group_counts[group] = self._group_counts.get(group, 0) + 1
+        self._address_counts[record.host] = self._address_counts.get(record.host, 0) + 1
+
+    def _unindex(self, key: Key, record: HostRecord) -> None:
+        keys = self._teller_keys.get(record.teller)
+        if keys is not None:
+            keys.discard(key)
+            if not keys:
+                del self._teller_keys[record.teller]
+                self._teller_heaps.pop(record.teller, None)
+        group = address_group(record.host)
+        _decrement(self._group_counts, group)
+        _decrement(self._address_counts, record.host)
+
+    def _drop(self, key: Key) -> HostRecord:
+        record = self._records.pop(key)
+        self._stamps.pop(key, None)
+        if record.limited:
+            self._unindex(key, record)
+        return record
 
     # -- choosing hosts to dial
 
-    def candidates(
-        self, now: float, exclude: Collection[tuple[str, int]], limit: int
-    ) -> list[tuple[str, int]]:
-        """Up to ``limit`` hosts worth dialing now, the most promising first.
+    def candidates(self, now: float, exclude: Collection[Key], limit: int) -> list[Key]:
+        """Up to ``limit`` hosts worth dialing now, spread over tellers and groups
+        (:func:`.dialling.choose`).
 
         ``exclude`` is this node's own address and every peer connected or being
-        connected to; dialing those is wasted at best. Hosts in backoff are left out.
+        connected to; dialing those is wasted at best, and a limited host on an address
+        among them is left out too (one port of an address at a time). Hosts in backoff
+        are left out.
         """
         if limit <= 0:
             return []
@@ -332,7 +469,7 @@ class HostCache:
             for key, record in self._records.items()
             if record.next_attempt <= now and key not in excluded
         )
-        return [(r.host, r.port) for r in heapq.nsmallest(limit, eligible, key=_promise)]
+        return choose(eligible, {host for host, _ in excluded}, limit, self._rng, _promise)
 
     def mark_attempt(self, host: str, port: int, now: float) -> bool:
         """Note a dial; False if the host is not cached.
@@ -380,9 +517,9 @@ class HostCache:
 
     def remove(self, host: str, port: int) -> bool:
         key = _canonical_key(host, port)
-        if key is None or self._records.pop(key, None) is None:
+        if key is None or key not in self._records:
             return False
-        self._stamps.pop(key, None)
+        self._drop(key)
         return True
 
     def expire(self, now: float) -> int:
@@ -398,39 +535,48 @@ class HostCache:
             if record.last_seen < horizon and record.source != SEED
         ]
         for key in doomed:
-            del self._records[key]
-            self._stamps.pop(key, None)
+            self._drop(key)
         self._expired += len(doomed)
         return len(doomed)
 
     # -- eviction bookkeeping
 
-    def _touch(self, key: tuple[str, int], record: HostRecord) -> None:
-        """Re-rank ``key`` after its failures, last_seen or source changed."""
+    def _touch(self, key: Key, record: HostRecord) -> None:
+        """Re-rank ``key`` after its failures, last_seen, source or limits changed."""
         if record.source == SEED:
             self._stamps.pop(key, None)
             return
         stamp = next(self._stamp_counter)
         self._stamps[key] = stamp
-        heapq.heappush(self._heap, (-record.failures, record.last_seen, stamp, key))
+        entry = (-record.failures, record.last_seen, stamp, key)
+        heapq.heappush(self._heap, entry)
         if len(self._heap) > 2 * len(self._stamps) + 64:
-            self._heap = [
-                (-self._records[k].failures, self._records[k].last_seen, s, k)
-                for k, s in self._stamps.items()
-            ]
-            heapq.heapify(self._heap)
+            self._heap = self._ranked(self._stamps)
+        if record.limited:
+            heap = self._teller_heaps.setdefault(record.teller, [])
+            heapq.heappush(heap, entry)
+            keys = self._teller_keys[record.teller]
+            if len(heap) > 2 * len(keys) + 64:
+                self._teller_heaps[record.teller] = self._ranked(keys)
 
-    def _pop_victim(self) -> tuple[str, int]:
-        heap = self._heap
+    def _ranked(self, keys: Iterable[Key]) -> list[_Ranked]:
+        """A fresh heap of ``keys`` (all ranked hosts)."""
+        heap = [
+            (-self._records[k].failures, self._records[k].last_seen, self._stamps[k], k)
+            for k in keys
+            if k in self._stamps
+        ]
+        heapq.heapify(heap)
+        return heap
+
+    def _least_useful(self, heap: list[_Ranked], eligible: Callable[[Key], bool]) -> Key | None:
+        """Pop ``heap`` down to its live least useful host and return it (not removed)."""
         stamps = self._stamps
         while heap:
             _, _, stamp, key = heapq.heappop(heap)
-            if stamps.get(key) == stamp:
-                del stamps[key]
+            if stamps.get(key) == stamp and eligible(key):
                 return key
-        # Nothing but seeds left: the least useful seed goes after all.
-        records = self._records
-        return min(records, key=lambda k: (-records[k].failures, records[k].last_seen))
+        return None
 
     # -- inspection
 
@@ -439,9 +585,14 @@ class HostCache:
         return None if key is None else self._records.get(key)
 
     def source_of(self, host: str, port: int) -> str | None:
-        """Where the cached host was learned (``seed``, ``pong``, ...), or None."""
+        """How the cached host was learned (``seed``, ``pong``, ...), or None."""
         record = self._find(host, port)
         return None if record is None else record.source
+
+    def teller_of(self, host: str, port: int) -> str | None:
+        """Who told us of the cached host (``peer/203.0.0.0/16``, ...), or None."""
+        record = self._find(host, port)
+        return None if record is None else record.teller
 
     def __len__(self) -> int:
         return len(self._records)
@@ -462,11 +613,17 @@ class HostCache:
             added=self._added,
             refreshed=self._refreshed,
             evicted=self._evicted,
+            replaced=self._replaced,
             expired=self._expired,
             rejected=types.MappingProxyType(dict(self._rejected)),
             attempts=self._attempts,
             dial_failures=self._dial_failures,
             connections=self._connections,
+            tellers=len(self._teller_keys),
+            largest_teller=max(map(len, self._teller_keys.values()), default=0),
+            per_teller=self._per_teller,
+            per_group=self._per_group,
+            ports_per_address=self._ports_per_address,
         )
 
     # -- persistence
@@ -490,7 +647,8 @@ class HostCache:
         records = sorted(self._records.values(), key=_promise)
         lines = [FILE_HEADER]
         lines.extend(
-            f"{r.host} {r.port} {r.source} {max(0.0, now - r.last_seen):.3f} {r.failures}"
+            f"{r.host} {r.port} {r.source} {r.teller} {max(0.0, now - r.last_seen):.3f} "
+            f"{r.failures}"
             for r in records
         )
         return "\n".join(lines) + "\n", len(records)
@@ -500,8 +658,9 @@ class HostCache:
 
         A missing file is an empty cache. Whatever the file holds, this does not raise:
         a line that does not parse counts as ``bad-line``, an address refused by this
-        cache's rules counts under the reason `add` would give, and a host already
-        cached keeps its current record. I/O errors other than a missing file do raise.
+        cache's rules counts under the reason `add` would give (the shares included),
+        and a host already cached keeps its current record. I/O errors other than a
+        missing file do raise.
         """
         try:
             stream = path.open("r", encoding="utf-8", errors="replace")
@@ -515,9 +674,11 @@ class HostCache:
                     continue
                 fields = line.split()
                 try:
-                    if len(fields) != 5:
+                    if len(fields) == 5:  # the first format: no teller
+                        fields.insert(3, CACHE_FILE)
+                    if len(fields) != 6 or not _one_word(fields[3]):
                         raise ValueError(line)
-                    host, port_text, _source, age_text, failures_text = fields
+                    host, port_text, _source, teller, age_text, failures_text = fields
                     port = _ascii_int(port_text)
                     age = float(age_text)
                     if not (math.isfinite(age) and age >= 0.0):
@@ -526,60 +687,21 @@ class HostCache:
                 except ValueError:
                     self._rejected["bad-line"] += 1
                     continue
-                key = self._admit(host, port)
-                if key is None or key in self._records:
+                admitted = self._admit(host, port, CACHE_FILE, teller)
+                if admitted is None or admitted[0] in self._records:
                     continue
+                (address, port), limited = admitted
                 seen = now - age
-                self._insert(HostRecord(key[0], key[1], CACHE_FILE, seen, seen, failures, now))
-                loaded += 1
+                record = HostRecord(
+                    address, port, CACHE_FILE, seen, seen, failures, now, None, teller, limited
+                )
+                loaded += self._take(record)
         return loaded
 
 
-def _fsync_directory(directory: Path) -> None:
-    """Make the rename itself durable; best effort, as not every platform allows it."""
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-def remove_leftovers(path: Path) -> int:
-    """Delete the temporary files a killed writer of ``path`` left behind; how many.
-
-    :func:`write_atomically` cleans up after itself unless the process dies mid-write
-    (``kill -9``, a power cut); only the owner of the state directory may call this,
-    when no write of its own is under way.
-    """
-    removed = 0
-    for leftover in path.parent.glob(f".{glob.escape(path.name)}.*.tmp"):
-        with contextlib.suppress(FileNotFoundError):
-            leftover.unlink()
-            removed += 1
-    return removed
-
-
-def write_atomically(path: Path, text: str) -> None:
-    """Replace ``path`` with ``text`` so that a crash leaves the old or the new file.
-
-    Written to a temporary file in the same directory, flushed to disk, renamed over
-    the old one, and the directory synced so the rename itself survives a power cut.
-    """
-    directory = path.parent
-    fd, temp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as stream:
-            stream.write(text)
-            stream.flush()
-            os.fsync(stream.fileno())
-        os.replace(temp_name, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(temp_name)
-        raise
-    _fsync_directory(directory)
+def _decrement(counts: dict[str, int], key: str) -> None:
+    left = counts.get(key, 0) - 1
+    if left > 0:
+        counts[key] = left
+    else:
+        counts.pop(key, None)

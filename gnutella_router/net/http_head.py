@@ -3,6 +3,8 @@ GWebCache service, which both answer one request per connection."""
 
 from __future__ import annotations
 
+import math
+
 import h11
 import trio
 
@@ -10,7 +12,7 @@ READ_SIZE = 4096
 
 
 async def read_request_head(
-    stream: trio.SocketStream, conn: h11.Connection, limit: int
+    stream: trio.SocketStream, conn: h11.Connection, limit: int, *, idle: float = math.inf
 ) -> h11.Request | None:
     """The request's head, or None when the client closed without sending one.
 
@@ -18,6 +20,8 @@ async def read_request_head(
         h11.RemoteProtocolError: a malformed head, or one still incomplete after
             ``limit`` bytes (h11's own bound lets a head that completes within one
             read through, whatever its size).
+        trio.TooSlowError: ``idle`` seconds passed without a byte from the client (a
+            connection held open to take a slot sends nothing).
     """
     received = 0
     while True:
@@ -25,7 +29,8 @@ async def read_request_head(
         if event is h11.NEED_DATA:
             if received >= limit:
                 raise h11.RemoteProtocolError("request head too large", error_status_hint=431)
-            data = bytes(await stream.receive_some(READ_SIZE))
+            with trio.fail_after(idle):
+                data = bytes(await stream.receive_some(READ_SIZE))
             received += len(data)
             conn.receive_data(data)
             continue

@@ -426,8 +426,40 @@ class DaemonCollector(Collector):
 
     def _catcher(self, daemon: RouterView) -> Iterator[Metric]:
         stats = daemon.catcher.statistics()
-        yield GaugeMetricFamily("gnutella_host_cache_size", "Hosts known.", stats.hosts.size)
+        hosts = stats.hosts
+        yield GaugeMetricFamily("gnutella_host_cache_size", "Hosts known.", hosts.size)
+        yield GaugeMetricFamily(
+            "gnutella_host_cache_largest_teller",
+            "Most hosts in the host cache that one teller (a peer's network, a GWebCache) "
+            "named; at most its share of the capacity.",
+            hosts.largest_teller,
+        )
+        refused = CounterMetricFamily(
+            "gnutella_host_cache_refused",
+            "Hosts the host cache refused, by reason (a range, or a limit: ports-per-address, "
+            "group-full).",
+            labels=["reason"],
+        )
+        _by_label(refused, hosts.rejected)
+        yield refused
+        yield CounterMetricFamily(
+            "gnutella_host_cache_evicted",
+            "Hosts dropped to make room in a full cache.",
+            hosts.evicted,
+        )
+        yield CounterMetricFamily(
+            "gnutella_host_cache_replaced",
+            "Hosts dropped because their teller, at its share, named a newer one.",
+            hosts.replaced,
+        )
         yield CounterMetricFamily("gnutella_dials", "Outgoing connections tried.", stats.dials)
+        by_range = CounterMetricFamily(
+            "gnutella_dials_by_range",
+            "Outgoing connections tried, by the kind of address: public, or why it is not.",
+            labels=["range"],
+        )
+        _by_label(by_range, stats.dials_by_range)
+        yield by_range
 
 
 def _by_label(family: CounterMetricFamily | GaugeMetricFamily, counts: Mapping[str, int]) -> None:

@@ -169,17 +169,19 @@ class Profiler:
         learned_one = router.on_host_learned
         if learned_one is not None:
 
-            def count_one(host: str, port: int, source: str) -> None:
+            def count_one(host: str, port: int, source: str, connection_id: int) -> None:
                 self.hosts_from_router += 1
-                learned_one(host, port, source)
+                learned_one(host, port, source, connection_id)
 
             router.on_host_learned = count_one
-        learned_many: Callable[[list[tuple[str, int]], str], None] | None = server.on_hosts_learned
+        learned_many: Callable[[list[tuple[str, int]], str, str], None] | None = (
+            server.on_hosts_learned
+        )
         if learned_many is not None:
 
-            def count_many(hosts: list[tuple[str, int]], source: str) -> None:
+            def count_many(hosts: list[tuple[str, int]], source: str, teller: str) -> None:
                 self.hosts_from_server += len(hosts)
-                learned_many(hosts, source)
+                learned_many(hosts, source, teller)
 
             server.on_hosts_learned = count_many
 

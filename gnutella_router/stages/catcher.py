@@ -10,9 +10,17 @@ ultrapeers do; an address that is no use to others (``0.0.0.0``: set
 catcher through its own bounded stage queue, so a flood of pongs costs at most a
 counted drop, never unbounded memory, and the router never waits for the catcher.
 
+Each host is learned with its teller: the address of the peer whose pong or handshake
+named it, the GWebCache that listed it, or the configuration. The host cache
+(:mod:`gnutella_router.discovery.host_cache`) keeps a bounded share per teller, per
+network and per address, and no private or special-purpose address unless allowed or
+local, so that no one peer fills it; when it refuses hosts, that is logged at most once
+every 10 s with the counts.
+
 A maintenance loop keeps at least ``min_connections`` outgoing connections: when short,
-it dials the most promising candidates in parallel, never itself or a peer it is
-already connected to, with exponential backoff per host after a failure. Each new
+it dials candidates in parallel, spread over tellers and networks, never itself, a peer
+it is already connected to or another port of an address it is dialling, with
+exponential backoff per host after a failure. Each new
 outgoing connection gets one ping of our own (TTL 2) so its neighbours' pongs teach us
 more hosts, as the paper's catcher did. The cache is saved atomically now and then and
 at shutdown.
@@ -20,6 +28,7 @@ at shutdown.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import ipaddress
 from collections.abc import Iterable
@@ -30,20 +39,18 @@ import trio
 
 from gnutella_router.config import Config
 from gnutella_router.discovery.gwebcache import GWebCacheError, fetch_hosts
-from gnutella_router.discovery.host_cache import (
-    SEED,
-    HostCache,
-    HostCacheStatistics,
-    remove_leftovers,
-    write_atomically,
-)
+from gnutella_router.discovery.host_cache import SEED, HostCache, HostCacheStatistics
+from gnutella_router.discovery.ranges import classify_address
+from gnutella_router.discovery.saving import remove_leftovers, write_atomically
 from gnutella_router.logs import RateLimitedWarnings
 from gnutella_router.net.connection import format_address
 from gnutella_router.runtime.stage import Stage, StageStatistics
 from gnutella_router.stages.router import GnutellaRouter
 from gnutella_router.stages.server import DialError, GnutellaServer
 
-LearnedHost = tuple[str, int, str]
+LearnedHost = tuple[str, int, str, str | None]
+"""A host, its port, how it was learned, and the address of the peer that told us."""
+LIMIT_REASONS = ("ports-per-address", "group-full")
 MAINTENANCE_INTERVAL = 1.0
 GWEBCACHE_REPORT_INTERVAL = 3600.0
 """A router reports itself to its GWebCache at least this often (caches forget hosts
@@ -72,6 +79,9 @@ class CatcherStatistics:
     dial_failures: int
     dropped_hosts: int
     """Learned hosts dropped because the catcher's queue was full."""
+    dials_by_range: dict[str, int]
+    """Dials by the kind of address dialled: ``public``, or the reason it is not
+    (``loopback``, ``private``, ...; see :mod:`gnutella_router.discovery.ranges`)."""
     own_addresses_skipped: int
     """Learned hosts that were this router's own address, never cached."""
     gwebcache_requests: int
@@ -109,6 +119,10 @@ class GnutellaCatcher:
         self.hosts = HostCache(
             self.settings.host_cache_size,
             allow_private=config.network.allow_private_addresses,
+            local_networks=config.network.local_networks_parsed,
+            source_share=self.settings.source_share,
+            group_share=self.settings.group_share,
+            ports_per_address=self.settings.ports_per_address,
             backoff_initial=self.settings.backoff_initial,
             backoff_max=self.settings.backoff_max,
         )
@@ -124,7 +138,11 @@ class GnutellaCatcher:
         self.dial_warnings = RateLimitedWarnings(self.log)
         """A seed that cannot be dialled is named each time (at most every 10 s per
         seed); other hosts that fail are summed into one line every 10 s."""
+        self.refusal_warnings = RateLimitedWarnings(self.log)
+        """The host cache's refusals and replacements, summed into one line every 10 s."""
+        self._refusals_logged: dict[str, int] = {}
         self.dials = 0
+        self.dials_by_range: collections.Counter[str] = collections.Counter()
         self.dial_failures = 0
         self.dropped_hosts = 0
         self.gwebcache_requests = 0
@@ -134,25 +152,54 @@ class GnutellaCatcher:
 
     # ------------------------------------------------------------------ learning
 
-    def learn(self, host: str, port: int, source: str) -> None:
-        """Called by the router and the server: queue a host, never wait."""
-        if not self.stage.queue.admit_one((host, port, source)):
+    def learn(self, host: str, port: int, source: str, teller: str | None = None) -> None:
+        """Called by the router and the server: queue a host, never wait.
+
+        ``teller`` is the IP address of the peer that named the host (None for the
+        operator's own word); the host cache counts its share by it.
+        """
+        if not self.stage.queue.admit_one((host, port, source, teller)):
             self.dropped_hosts += 1
 
-    def learn_many(self, hosts: list[tuple[str, int]], source: str) -> None:
+    def learn_many(self, hosts: list[tuple[str, int]], source: str, teller: str | None) -> None:
         for host, port in hosts:
-            self.learn(host, port, source)
+            self.learn(host, port, source, teller)
 
     async def _handle(self, batch: list[LearnedHost]) -> None:
         now = trio.current_time()
         own = self._own_addresses()
-        for host, port, source in batch:
+        tellers: dict[str, str] = {}
+        for host, port, source, peer in batch:
             if (host, port) in own:
                 # Our own address, heard back in a pong, an X-Try header or a cache: a
                 # host cache that holds it makes the router dial itself.
                 self.own_addresses_skipped += 1
                 continue
-            self.hosts.add(host, port, source, now)
+            teller = None
+            if peer is not None:
+                teller = tellers.get(peer) or tellers.setdefault(peer, self.hosts.peer_teller(peer))
+            self.hosts.add(host, port, source, now, teller)
+        self._log_refusals()
+
+    def _log_refusals(self) -> None:
+        """One warning line at most every 10 s while the host cache refuses or replaces
+        hosts for its limits, with the counts since the last line: under an eclipse
+        attempt that is thousands a second, each of which alone says nothing."""
+        stats = self.hosts.statistics()
+        counts = dict(stats.rejected) | {"replaced": stats.replaced}
+        changed = {
+            reason: count - self._refusals_logged.get(reason, 0)
+            for reason, count in counts.items()
+            if reason != "bad-line" and count > self._refusals_logged.get(reason, 0)
+        }
+        if changed and self.refusal_warnings.warn(
+            "host-cache-refusals",
+            "host cache refused hosts",
+            since_last=changed,
+            largest_teller=stats.largest_teller,
+            per_teller=stats.per_teller,
+        ):
+            self._refusals_logged = counts
 
     def _own_addresses(self) -> set[tuple[str, int]]:
         return own_addresses(self.server.advertised_address(), self.server.listen_addresses)
@@ -174,7 +221,7 @@ class GnutellaCatcher:
             self.log.warning("host cache not read", path=str(self.cache_path), error=str(exc))
         for host, port in self.settings.seed_addresses:
             for address in await self._resolve(host, port):
-                self.hosts.add(address, port, "seed", now)
+                self.hosts.add(address, port, SEED, now)
         self.log.info(
             "catcher started",
             seeds=len(self.settings.seeds),
@@ -264,6 +311,8 @@ class GnutellaCatcher:
 
     async def _dial(self, host: str, port: int) -> None:
         self.dials += 1
+        canonical, kind = classify_address(host)
+        self.dials_by_range[kind or ("public" if canonical else "name")] += 1
         try:
             connection = await self.server.dial(host, port, timeout=self.settings.dial_timeout)
         except DialError as exc:
@@ -316,8 +365,10 @@ class GnutellaCatcher:
             self.log.warning("gwebcache failed", url=self.settings.gwebcache, error=str(exc))
             return
         now = trio.current_time()
+        teller = self.hosts.gwebcache_teller(self.settings.gwebcache)
         for host, port in reply.hosts:
-            self.hosts.add(host, port, "gwebcache", now)
+            self.hosts.add(host, port, "gwebcache", now, teller)
+        self._log_refusals()
         self.log.info("gwebcache answered", hosts=len(reply.hosts), skipped=reply.skipped_lines)
 
     async def _save_periodically(self) -> None:
@@ -354,6 +405,7 @@ class GnutellaCatcher:
             dials=self.dials,
             dial_failures=self.dial_failures,
             dropped_hosts=self.dropped_hosts,
+            dials_by_range=dict(self.dials_by_range),
             own_addresses_skipped=self.own_addresses_skipped,
             gwebcache_requests=self.gwebcache_requests,
             gwebcache_failures=self.gwebcache_failures,

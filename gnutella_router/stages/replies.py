@@ -11,10 +11,11 @@ own: the tables and counters it names are the router's, made in its ``__init__``
 from __future__ import annotations
 
 import collections
+import ipaddress
 from collections.abc import Callable
 
-from gnutella_router.control.abuse import LARGE_HIT, Offence
-from gnutella_router.discovery.host_cache import classify_address
+from gnutella_router.control.abuse import LARGE_HIT, Offence, in_networks
+from gnutella_router.discovery.ranges import NON_PUBLIC_REASONS, classify_address
 from gnutella_router.net.route_table import RouteTable, SeenTable
 from gnutella_router.stages import vendor_messages
 from gnutella_router.stages.dynamic_query import DynamicQuerying
@@ -38,7 +39,10 @@ QRP = MessageType.QRP
 LOCAL = 0
 """The route of a message this router originated (connection ids start at 1)."""
 
-HostLearned = Callable[[str, int, str], None]
+HostLearned = Callable[[str, int, str, int], None]
+"""Told of a host: its address, port, how it was learned (``"pong"``) and the id of the
+connection that told us (the host cache keeps a share per teller)."""
+_NON_PUBLIC = frozenset(NON_PUBLIC_REASONS)
 
 
 class ReplyRouting:
@@ -48,6 +52,9 @@ class ReplyRouting:
     own_guid: bytes
     hard_ttl_limit: int
     allow_private: bool
+    local_networks: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...] = ()
+    """Networks whose pongs are cached even when private addresses are not allowed (the
+    daemon sets ``network.local_networks``): a test network on loopback or in namespaces."""
     on_host_learned: HostLearned | None
     pongs_not_cached: collections.Counter[str]
     ping_routes: RouteTable
@@ -109,14 +116,17 @@ class ReplyRouting:
             return
         ip, port = address
         if port:
-            _, problem = classify_address(ip)
-            if problem is None or (problem == "private" and self.allow_private):
+            canonical, problem = classify_address(ip)
+            if problem is None or (
+                problem in _NON_PUBLIC
+                and (self.allow_private or in_networks(canonical, self.local_networks))
+            ):
                 self.pong_cache.add(ip, port, frame.payload, frame.hops, now)
             else:
                 # Still routed back to whoever pinged; just not handed out again.
                 self.pongs_not_cached[problem] += 1
             if self.on_host_learned is not None:
-                self.on_host_learned(ip, port, "pong")
+                self.on_host_learned(ip, port, "pong", connection.id)
         route = self.ping_routes.lookup(frame.guid, now)
         if route is None:
             self.dropped["no-route", PONG] += 1

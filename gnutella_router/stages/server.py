@@ -215,7 +215,7 @@ class GnutellaServer:
         router: GnutellaRouter,
         own_guid: bytes,
         try_hosts: Callable[[], list[tuple[str, int]]] | None = None,
-        on_hosts_learned: Callable[[list[tuple[str, int]], str], None] | None = None,
+        on_hosts_learned: Callable[[list[tuple[str, int]], str, str], None] | None = None,
         log: structlog.typing.FilteringBoundLogger | None = None,
     ) -> None:
         self.config = config
@@ -697,7 +697,7 @@ class GnutellaServer:
         event = await next_handshake_event(stream, initiator)
         if isinstance(event, HandshakeRejected):
             if event.try_hosts and self.on_hosts_learned is not None:
-                self.on_hosts_learned(list(event.try_hosts), "x-try")
+                self.on_hosts_learned(list(event.try_hosts), "x-try", host)
             raise DialError(f"refused with {event.status_code} {event.reason}")
         assert isinstance(event, HandshakeResponse)
         if event.capabilities.guid == self.own_guid:
@@ -717,10 +717,10 @@ class GnutellaServer:
     ) -> Connection:
         if self.on_hosts_learned is not None:
             if complete.peer.try_hosts:
-                self.on_hosts_learned(list(complete.peer.try_hosts), "x-try")
+                self.on_hosts_learned(list(complete.peer.try_hosts), "x-try", peer[0])
             listen = complete.peer.listen_address
             if role == "incoming" and listen is not None:  # Listen-IP, X-My-Address, Node
-                self.on_hosts_learned([listen], "listen-ip")
+                self.on_hosts_learned([listen], "listen-ip", peer[0])
         return Connection(
             stream=stream,
             peer=peer,

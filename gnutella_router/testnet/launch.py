@@ -102,6 +102,8 @@ class Launcher:
             # A host of its own: the usual ports, and an admin interface the controller
             # reaches across the bridge, with the run's token.
             host = self.namespaces.address(index)
+            subnet = self.namespaces.subnet
+            assert subnet is not None  # made by create(), before any node is configured
             extra |= {
                 "node.listen": f"{host}:{NAMESPACE_PORT}",
                 "admin.listen": f"{host}:{NAMESPACE_PORT + 1}",
@@ -113,6 +115,13 @@ class Launcher:
                 "network.trusted": [
                     *Config().network.trusted,
                     f"{self.namespaces.gateway}/32",
+                ],
+                # Every node is in the run's one /16 of the private 10.64.0.0/10: the
+                # routers must cache and dial each other's private addresses, without the
+                # per-network share that protects a router on the internet.
+                "network.local_networks": [
+                    *Config().network.local_networks,
+                    str(subnet),
                 ],
             }
         else:

@@ -38,8 +38,10 @@ def kill(process: subprocess.Popen[bytes]) -> None:
 @pytest.mark.e2e
 async def test_kill_9_at_any_moment_never_costs_the_host_cache(tmp_path: Path) -> None:
     cache = HostCache(HOSTS * 2)
-    for n in range(HOSTS):
-        cache.add(f"10.{n // 250}.{n % 250}.1", 6346, "pong", 0.0)
+    for n in range(HOSTS):  # public hosts, from 20 tellers: well within every share
+        cache.add(
+            f"{11 + n % 100}.{n // 100}.0.1", 6346, "pong", 0.0, f"peer/{30 + n % 20}.1.0.0/16"
+        )
     cache.save(tmp_path / "hosts.txt", 0.0)
     config = tmp_path / "router.toml"
     # Saving all the time, so that kills land in the middle of saves too.

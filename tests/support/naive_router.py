@@ -24,7 +24,7 @@ import trio
 
 from gnutella_router.config import Config
 from gnutella_router.control.abuse import Offence
-from gnutella_router.discovery.host_cache import classify_address
+from gnutella_router.discovery.ranges import NON_PUBLIC_REASONS, classify_address
 from gnutella_router.net.route_table import RouteTable
 from gnutella_router.stages.dynamic_query import DynamicQuerying
 from gnutella_router.stages.pongs import CachedAnswers, OwnPong, PongCache
@@ -260,7 +260,7 @@ class NaiveRouter:
         assert isinstance(pong, Pong)
         if pong.port:
             _, problem = classify_address(pong.ip)
-            if problem is None or problem == "private":
+            if problem is None or problem in NON_PUBLIC_REASONS:
                 self.pong_cache.add(pong.ip, pong.port, frame.payload, frame.hops, now)
         route = self.ping_routes.lookup(frame.guid, now)
         if route is None:

@@ -92,7 +92,8 @@ def test_ipv6_and_v4_mapped_clients_are_their_own_address() -> None:
         ("/?update=1&ip=10.0.0.1:0", "is not a literal IP:PORT"),
         ("/?update=1&ip=10.0.0.1:99999", "is not a literal IP:PORT"),
         ("/?update=1&ip=0.0.0.0:6346", "is not a literal IP:PORT"),
-        ("/?update=1&url=https://x.example/gwc", "is not a plain http:// URL"),
+        ("/?update=1&url=ftp://x.example/gwc", "is not an http:// or https:// URL"),
+        ("/?update=1&url=http://169.254.169.254/", "names a link-local address"),
         ("/?update=1", "an update needs ip=IP:PORT or url=URL"),
         ("/?get=1&net=gnutella2", "I|ERROR|network 'gnutella2' not supported"),
         ("/?nothing=1", "ERROR: ask hostfile=1"),
@@ -106,7 +107,7 @@ def test_bad_requests_get_a_reason_never_an_exception(target: str, expected: str
 
 
 def test_caches_are_kept_and_listed_bounded() -> None:
-    cache, _ = service(max_urls=2)
+    cache, _ = service(max_urls=2, trusted=("10.0.0.0/8",))
     for n in range(3):
         assert lines(cache.answer(f"/?update=1&url=http://gwc{n}.example/c.php", "10.0.0.1")) == [
             "OK"
@@ -119,7 +120,9 @@ def test_caches_are_kept_and_listed_bounded() -> None:
 
 
 def test_hosts_are_bounded_and_expire() -> None:
-    cache, clock = service(max_hosts=3, host_max_age=60, answer_hosts=2, trust_updates=True)
+    cache, clock = service(
+        max_hosts=3, host_max_age=60, answer_hosts=2, trust_updates=True, trusted=("10.0.0.1",)
+    )
     for n in range(5):
         cache.answer(f"/?update=1&ip=10.0.0.{n + 1}:6346", "10.0.0.1")
         clock.now += 10

@@ -22,14 +22,14 @@ from gnutella_router.discovery.host_cache import (
 
 def test_add_accepts_public_addresses_in_canonical_form() -> None:
     cache = HostCache()
-    assert cache.add("203.0.113.7", 6346, "pong", 1.0)
-    assert cache.add("2001:DB8:0:0::1", 6348, "x-try", 1.0)
-    assert cache.add("::ffff:198.51.100.1", 6346, "gwebcache", 1.0)
-    assert ("203.0.113.7", 6346) in cache
-    assert ("2001:db8::1", 6348) in cache
-    assert ("198.51.100.1", 6346) in cache
-    assert ("203.0.113.7", 6347) not in cache
-    assert "203.0.113.7" not in cache
+    assert cache.add("81.2.69.7", 6346, "pong", 1.0)
+    assert cache.add("2A02:6B8:0:0::1", 6348, "x-try", 1.0)
+    assert cache.add("::ffff:93.184.216.1", 6346, "gwebcache", 1.0)
+    assert ("81.2.69.7", 6346) in cache
+    assert ("2a02:6b8::1", 6348) in cache
+    assert ("93.184.216.1", 6346) in cache
+    assert ("81.2.69.7", 6347) not in cache
+    assert "81.2.69.7" not in cache
     assert len(cache) == 3
     assert cache.statistics().added == 3
 
@@ -42,10 +42,10 @@ def test_add_accepts_public_addresses_in_canonical_form() -> None:
         ("01.2.3.4", 6346, "bad-address"),  # octal-looking, ambiguous
         ("", 6346, "bad-address"),
         ("fe80::1%eth0", 6346, "bad-address"),
-        ("[2001:db8::1]", 6346, "bad-address"),
-        ("203.0.113.7", 0, "port-zero"),
-        ("203.0.113.7", 65536, "bad-port"),
-        ("203.0.113.7", -1, "bad-port"),
+        ("[2a02:6b8::1]", 6346, "bad-address"),
+        ("81.2.69.7", 0, "port-zero"),
+        ("81.2.69.7", 65536, "bad-port"),
+        ("81.2.69.7", -1, "bad-port"),
         ("0.0.0.0", 6346, "unspecified"),
         ("0.1.2.3", 6346, "unspecified"),
         ("::", 6346, "unspecified"),
@@ -69,109 +69,166 @@ def test_add_refuses_undialable_addresses_and_counts_why(host: str, port: int, r
 def test_add_refuses_values_of_the_wrong_type() -> None:
     cache = HostCache()
     assert cache.add(0x01020304, 6346, "pong", 0.0) is False  # type: ignore[arg-type]
-    assert cache.add("203.0.113.7", True, "pong", 0.0) is False
-    assert cache.add("203.0.113.7", "6346", "pong", 0.0) is False  # type: ignore[arg-type]
+    assert cache.add("81.2.69.7", True, "pong", 0.0) is False
+    assert cache.add("81.2.69.7", "6346", "pong", 0.0) is False  # type: ignore[arg-type]
     rejected = cache.statistics().rejected
     assert (rejected["bad-address"], rejected["bad-port"]) == (1, 2)
 
 
-PRIVATE = [
-    "127.0.0.1",
-    "127.5.6.7",
-    "10.1.2.3",
-    "172.16.0.1",
-    "172.31.255.254",
-    "192.168.1.1",
-    "169.254.1.1",
-    "::1",
-    "fe80::1",
-    "fd00::1",
-    "fc12::1",
-    "::ffff:192.168.0.1",
+NON_PUBLIC = [
+    ("127.0.0.1", "loopback"),
+    ("127.5.6.7", "loopback"),
+    ("::1", "loopback"),
+    ("10.1.2.3", "private"),
+    ("172.16.0.1", "private"),
+    ("172.31.255.254", "private"),
+    ("192.168.1.1", "private"),
+    ("::ffff:192.168.0.1", "private"),
+    ("fd00::1", "private"),
+    ("fc12::1", "private"),
+    ("fec0::1", "private"),  # site-local, deprecated
+    ("169.254.169.254", "link-local"),  # a cloud's metadata service
+    ("fe80::1", "link-local"),
+    ("100.64.0.1", "shared"),  # carrier-grade NAT
+    ("100.127.255.254", "shared"),
+    ("192.0.2.7", "documentation"),
+    ("198.51.100.1", "documentation"),
+    ("203.0.113.9", "documentation"),
+    ("2001:db8::7", "documentation"),
+    ("198.18.0.1", "special"),  # benchmarking
+    ("192.0.0.1", "special"),  # IETF protocol assignments
+    ("2001::1", "special"),  # Teredo
 ]
 
 
-@pytest.mark.parametrize("host", PRIVATE)
-def test_private_addresses_are_refused_only_when_not_allowed(host: str) -> None:
-    public = HostCache(allow_private=False)
-    assert public.add(host, 6346, "pong", 0.0) is False
-    assert public.statistics().rejected["private"] == 1
-    lab = HostCache()  # a test network on one machine: the default
-    assert lab.add(host, 6346, "pong", 0.0) is True
-    assert (host, 6346) in lab
+@pytest.mark.parametrize(("host", "reason"), NON_PUBLIC)
+def test_non_public_addresses_are_refused_unless_allowed(host: str, reason: str) -> None:
+    public = HostCache()  # a router on the internet: the default
+    assert public.add(host, 6346, "pong", 0.0, teller="peer/81.2.0.0/16") is False
+    assert public.statistics().rejected[reason] == 1
+    assert sum(public.statistics().rejected.values()) == 1
+    lan = HostCache(allow_private=True)
+    assert lan.add(host, 6346, "pong", 0.0, teller="peer/81.2.0.0/16") is True
+    assert (host, 6346) in lan
 
 
-@pytest.mark.parametrize("host", ["172.32.0.1", "11.0.0.1", "100.64.0.1", "2001:db8::7"])
+@pytest.mark.parametrize(("host", "_reason"), NON_PUBLIC)
+def test_the_operators_hosts_may_be_anywhere(host: str, _reason: str) -> None:
+    cache = HostCache()
+    assert cache.add(host, 6346, "seed", 0.0)
+    assert cache.add(host, 6347, "operator", 0.0)
+    assert not any(r.limited for r in cache.hosts())
+
+
+@pytest.mark.parametrize(
+    "host", ["172.32.0.1", "11.0.0.1", "100.63.255.255", "100.128.0.1", "192.0.3.1", "2a00::7"]
+)
 def test_near_private_addresses_are_public(host: str) -> None:
-    cache = HostCache(allow_private=False)
+    cache = HostCache()
     assert cache.add(host, 6346, "pong", 0.0) is True
+
+
+def test_local_hosts_need_a_local_teller() -> None:
+    cache = HostCache(local_networks=["127.0.0.0/8", "10.64.0.0/16"])
+    lab_peer = cache.peer_teller("10.64.3.4")
+    stranger = cache.peer_teller("81.2.69.7")
+    assert lab_peer == "peer/10.64.3.4/32"  # local peers each count alone ...
+    assert stranger == "peer/81.2.0.0/16"  # ... strangers by their network
+    assert cache.add("10.64.9.9", 6346, "pong", 0.0, lab_peer)
+    assert cache.add("127.0.0.1", 6346, "pong", 0.0, cache.peer_teller("127.0.0.1"))
+    assert cache.add(
+        "127.0.0.1", 6347, "gwebcache", 0.0, cache.gwebcache_teller("http://localhost:8080/")
+    )
+    assert not cache.add("10.64.9.9", 6347, "pong", 0.0, stranger)
+    assert not cache.add("127.0.0.1", 6348, "pong", 0.0, stranger)
+    assert not cache.add("10.65.0.1", 6346, "pong", 0.0, lab_peer)  # private, not local
+    assert not cache.add(
+        "127.0.0.1", 6349, "gwebcache", 0.0, cache.gwebcache_teller("http://gwc.example.org/")
+    )
+    assert cache.statistics().rejected["private"] == 2
+    assert cache.statistics().rejected["loopback"] == 2
+    # Local hosts are outside the limits: one address, any number of ports.
+    for port in range(7000, 7100):
+        assert cache.add("127.0.0.1", port, "pong", 0.0, cache.peer_teller("127.0.0.2"))
+    assert cache.statistics().largest_teller == 0
+
+
+def test_nothing_is_local_when_no_network_is() -> None:
+    cache = HostCache(local_networks=())
+    assert cache.peer_teller("127.0.0.1") == "peer/127.0.0.0/16"
+    assert not cache.add("127.0.0.1", 6346, "pong", 0.0, cache.peer_teller("127.0.0.1"))
 
 
 @pytest.mark.parametrize("source", ["", "two words", " pong", "pong\n"])
 def test_the_source_must_be_one_word(source: str) -> None:
     with pytest.raises(ValueError, match="source"):
-        HostCache().add("203.0.113.7", 6346, source, 0.0)
+        HostCache().add("81.2.69.7", 6346, source, 0.0)
 
 
 def test_adding_a_known_host_refreshes_it_without_forgiving_failures() -> None:
     cache = HostCache()
-    cache.add("203.0.113.7", 6346, "pong", 1.0)
-    cache.mark_failure("203.0.113.7", 6346, 2.0)
-    assert cache.add("203.0.113.7", 6346, "x-try", 50.0)
+    cache.add("81.2.69.7", 6346, "pong", 1.0)
+    cache.mark_failure("81.2.69.7", 6346, 2.0)
+    assert cache.add("81.2.69.7", 6346, "x-try", 50.0)
     (record,) = cache.hosts()
-    assert record == HostRecord("203.0.113.7", 6346, "pong", 1.0, 50.0, 1, 7.0, None)
+    assert record == HostRecord("81.2.69.7", 6346, "pong", 1.0, 50.0, 1, 7.0, None, "pong")
     stats = cache.statistics()
     assert (stats.added, stats.refreshed, stats.size) == (1, 1, 1)
 
 
 def test_a_host_named_as_a_seed_becomes_a_seed() -> None:
     cache = HostCache()
-    cache.add("203.0.113.7", 6346, "pong", 1.0)
-    cache.add("203.0.113.7", 6346, "seed", 2.0)
-    cache.add("203.0.113.7", 6346, "pong", 3.0)
+    cache.add("81.2.69.7", 6346, "pong", 1.0)
+    cache.add("81.2.69.7", 6346, "seed", 2.0)
+    cache.add("81.2.69.7", 6346, "pong", 3.0)
     assert cache.hosts()[0].source == "seed"
 
 
 # -- capacity
 
 
+def unlimited(capacity: int) -> HostCache:
+    """A cache whose shares never bind, for the rules that are not about them."""
+    return HostCache(capacity, source_share=1.0, group_share=1.0, ports_per_address=65535)
+
+
 def test_a_full_cache_evicts_the_most_failed_then_the_stalest() -> None:
-    cache = HostCache(capacity=4)
-    cache.add("198.51.100.1", 1, "seed", 0.0)  # oldest of all, but a seed
-    cache.add("203.0.113.1", 1, "pong", 1.0)
-    cache.add("203.0.113.2", 1, "pong", 2.0)
-    cache.add("203.0.113.3", 1, "pong", 3.0)
-    cache.mark_failure("203.0.113.3", 1, 4.0)
-    cache.mark_failure("203.0.113.3", 1, 5.0)
-    cache.mark_failure("203.0.113.2", 1, 5.0)
-    cache.add("203.0.113.4", 1, "pong", 6.0)
-    assert ("203.0.113.3", 1) not in cache  # two failures
-    cache.add("203.0.113.5", 1, "pong", 7.0)
-    assert ("203.0.113.2", 1) not in cache  # one failure
-    cache.add("203.0.113.6", 1, "pong", 8.0)
-    assert ("203.0.113.1", 1) not in cache  # no failures, seen longest ago
-    assert ("198.51.100.1", 1) in cache
+    cache = unlimited(capacity=4)
+    cache.add("93.184.216.1", 1, "seed", 0.0)  # oldest of all, but a seed
+    cache.add("81.2.69.1", 1, "pong", 1.0)
+    cache.add("81.2.69.2", 1, "pong", 2.0)
+    cache.add("81.2.69.3", 1, "pong", 3.0)
+    cache.mark_failure("81.2.69.3", 1, 4.0)
+    cache.mark_failure("81.2.69.3", 1, 5.0)
+    cache.mark_failure("81.2.69.2", 1, 5.0)
+    cache.add("81.2.69.4", 1, "pong", 6.0)
+    assert ("81.2.69.3", 1) not in cache  # two failures
+    cache.add("81.2.69.5", 1, "pong", 7.0)
+    assert ("81.2.69.2", 1) not in cache  # one failure
+    cache.add("81.2.69.6", 1, "pong", 8.0)
+    assert ("81.2.69.1", 1) not in cache  # no failures, seen longest ago
+    assert ("93.184.216.1", 1) in cache
     assert len(cache) == 4
     assert cache.statistics().evicted == 3
 
 
 def test_a_refreshed_host_is_no_longer_the_stalest() -> None:
-    cache = HostCache(capacity=2)
-    cache.add("203.0.113.1", 1, "pong", 1.0)
-    cache.add("203.0.113.2", 1, "pong", 2.0)
-    cache.add("203.0.113.1", 1, "pong", 3.0)
-    cache.add("203.0.113.3", 1, "pong", 4.0)
-    assert ("203.0.113.1", 1) in cache
-    assert ("203.0.113.2", 1) not in cache
+    cache = unlimited(capacity=2)
+    cache.add("81.2.69.1", 1, "pong", 1.0)
+    cache.add("81.2.69.2", 1, "pong", 2.0)
+    cache.add("81.2.69.1", 1, "pong", 3.0)
+    cache.add("81.2.69.3", 1, "pong", 4.0)
+    assert ("81.2.69.1", 1) in cache
+    assert ("81.2.69.2", 1) not in cache
 
 
 def test_a_cache_of_seeds_only_evicts_a_seed() -> None:
-    cache = HostCache(capacity=2)
-    cache.add("198.51.100.1", 1, "seed", 0.0)
-    cache.add("198.51.100.2", 1, "seed", 1.0)
-    cache.mark_failure("198.51.100.2", 1, 2.0)
-    cache.add("198.51.100.3", 1, "seed", 3.0)
-    assert ("198.51.100.2", 1) not in cache
+    cache = unlimited(capacity=2)
+    cache.add("93.184.216.1", 1, "seed", 0.0)
+    cache.add("93.184.216.2", 1, "seed", 1.0)
+    cache.mark_failure("93.184.216.2", 1, 2.0)
+    cache.add("93.184.216.3", 1, "seed", 3.0)
+    assert ("93.184.216.2", 1) not in cache
     assert len(cache) == 2
     assert cache.statistics().evicted == 1
 
@@ -190,10 +247,10 @@ host_events = st.lists(
 def test_eviction_always_takes_a_least_useful_host(
     capacity: int, events: list[tuple[str, int]]
 ) -> None:
-    cache = HostCache(capacity=capacity)
+    cache = unlimited(capacity=capacity)
     for step, (event, n) in enumerate(events):
         now = float(step // 2)  # ties in last_seen happen, on purpose
-        host = f"203.0.113.{n}"
+        host = f"81.2.69.{n}"
         if event == "fail":
             cache.mark_failure(host, 1, now)
         elif event == "connect":
@@ -217,11 +274,11 @@ def test_eviction_always_takes_a_least_useful_host(
 def test_ranking_bookkeeping_stays_bounded_under_endless_refreshes() -> None:
     # Eviction ranks hosts with a lazily pruned heap; re-advertising the same few hosts
     # forever must not grow it without bound.
-    cache = HostCache(capacity=10)
+    cache = unlimited(capacity=10)
     for step in range(5000):
-        cache.add(f"203.0.113.{step % 5}", 1, "pong", float(step))
+        cache.add(f"81.2.69.{step % 5}", 1, "pong", float(step))
     assert len(cache._heap) <= 2 * len(cache) + 64
-    cache.add("203.0.113.200", 1, "pong", 9999.0)
+    cache.add("81.2.69.200", 1, "pong", 9999.0)
     assert len(cache) == 6
 
 
@@ -230,21 +287,21 @@ def test_ranking_bookkeeping_stays_bounded_under_endless_refreshes() -> None:
 
 def test_candidates_put_seeds_then_reached_hosts_then_fresh_news_first() -> None:
     cache = HostCache()
-    cache.add("203.0.113.1", 1, "pong", 10.0)
-    cache.add("203.0.113.2", 1, "pong", 20.0)
-    cache.add("203.0.113.3", 1, "pong", 5.0)
-    cache.add("203.0.113.4", 1, "pong", 1.0)
-    cache.add("198.51.100.1", 1, "seed", 0.0)
-    cache.mark_connected("203.0.113.3", 1, 30.0)
-    cache.mark_connected("203.0.113.4", 1, 40.0)
+    cache.add("81.2.69.1", 1, "pong", 10.0)
+    cache.add("81.2.69.2", 1, "pong", 20.0)
+    cache.add("81.2.69.3", 1, "pong", 5.0)
+    cache.add("81.2.69.4", 1, "pong", 1.0)
+    cache.add("93.184.216.1", 1, "seed", 0.0)
+    cache.mark_connected("81.2.69.3", 1, 30.0)
+    cache.mark_connected("81.2.69.4", 1, 40.0)
     assert cache.candidates(50.0, (), 10) == [
-        ("198.51.100.1", 1),
-        ("203.0.113.4", 1),  # connected most recently
-        ("203.0.113.3", 1),
-        ("203.0.113.2", 1),  # heard of most recently
-        ("203.0.113.1", 1),
+        ("93.184.216.1", 1),
+        ("81.2.69.4", 1),  # connected most recently
+        ("81.2.69.3", 1),
+        ("81.2.69.2", 1),  # heard of most recently
+        ("81.2.69.1", 1),
     ]
-    assert cache.candidates(50.0, (), 2) == [("198.51.100.1", 1), ("203.0.113.4", 1)]
+    assert cache.candidates(50.0, (), 2) == [("93.184.216.1", 1), ("81.2.69.4", 1)]
     assert cache.candidates(50.0, (), 0) == []
     assert [(r.host, r.port) for r in cache.hosts()] == cache.candidates(50.0, (), 10)
 
@@ -252,33 +309,33 @@ def test_candidates_put_seeds_then_reached_hosts_then_fresh_news_first() -> None
 def test_candidates_leave_out_ourselves_and_peers_in_any_spelling() -> None:
     cache = HostCache()
     for n in range(1, 5):
-        cache.add(f"203.0.113.{n}", 6346, "pong", float(n))
-    cache.add("2001:db8::1", 6346, "pong", 0.0)
+        cache.add(f"81.2.69.{n}", 6346, "pong", float(n))
+    cache.add("2a02:6b8::1", 6346, "pong", 0.0)
     exclude = [
-        ("203.0.113.4", 6346),
-        ("::ffff:203.0.113.3", 6346),
-        ("2001:DB8::1", 6346),
+        ("81.2.69.4", 6346),
+        ("::ffff:81.2.69.3", 6346),
+        ("2A02:6B8::1", 6346),
         ("not an address", 6346),
-        ("203.0.113.2", 6347),  # another port: a different host
+        ("81.2.69.2", 6347),  # another port of an address being dialled: wait
     ]
     got = cache.candidates(10.0, exclude, 10)
-    assert got == [("203.0.113.2", 6346), ("203.0.113.1", 6346)]
+    assert got == [("81.2.69.1", 6346)]
     assert len(set(got)) == len(got)
 
 
 def test_a_failed_host_waits_out_a_doubling_capped_backoff() -> None:
     cache = HostCache(backoff_initial=5.0, backoff_max=30.0)
-    cache.add("203.0.113.1", 1, "pong", 0.0)
+    cache.add("81.2.69.1", 1, "pong", 0.0)
     now = 100.0
     waits = []
     for _ in range(6):
-        assert cache.mark_attempt("203.0.113.1", 1, now)
+        assert cache.mark_attempt("81.2.69.1", 1, now)
         assert cache.candidates(now, (), 5) == []  # held back while connecting
-        assert cache.mark_failure("203.0.113.1", 1, now)
+        assert cache.mark_failure("81.2.69.1", 1, now)
         wait = cache.hosts()[0].next_attempt - now
         waits.append(wait)
         assert cache.candidates(now + wait - 0.001, (), 5) == []
-        assert cache.candidates(now + wait, (), 5) == [("203.0.113.1", 1)]
+        assert cache.candidates(now + wait, (), 5) == [("81.2.69.1", 1)]
         now += wait
     assert waits == [5.0, 10.0, 20.0, 30.0, 30.0, 30.0]
     stats = cache.statistics()
@@ -287,31 +344,31 @@ def test_a_failed_host_waits_out_a_doubling_capped_backoff() -> None:
 
 def test_a_connection_clears_the_backoff() -> None:
     cache = HostCache(backoff_initial=5.0, backoff_max=300.0)
-    cache.add("203.0.113.1", 1, "pong", 0.0)
+    cache.add("81.2.69.1", 1, "pong", 0.0)
     for t in (1.0, 2.0, 3.0):
-        cache.mark_failure("203.0.113.1", 1, t)
-    assert cache.mark_connected("203.0.113.1", 1, 50.0)
+        cache.mark_failure("81.2.69.1", 1, t)
+    assert cache.mark_connected("81.2.69.1", 1, 50.0)
     (record,) = cache.hosts()
     assert (record.failures, record.last_connected, record.last_seen) == (0, 50.0, 50.0)
-    assert cache.candidates(50.0, (), 1) == [("203.0.113.1", 1)]
-    cache.mark_failure("203.0.113.1", 1, 60.0)
+    assert cache.candidates(50.0, (), 1) == [("81.2.69.1", 1)]
+    cache.mark_failure("81.2.69.1", 1, 60.0)
     assert cache.hosts()[0].next_attempt == 65.0
     assert cache.statistics().connections == 1
 
 
 def test_a_huge_failure_count_does_not_overflow() -> None:
     cache = HostCache(backoff_initial=5.0, backoff_max=300.0)
-    cache.add("203.0.113.1", 1, "pong", 0.0)
+    cache.add("81.2.69.1", 1, "pong", 0.0)
     for _ in range(2000):
-        cache.mark_failure("203.0.113.1", 1, 0.0)
+        cache.mark_failure("81.2.69.1", 1, 0.0)
     assert cache.hosts()[0].next_attempt == 300.0
 
 
 def test_marks_on_unknown_hosts_change_nothing() -> None:
     cache = HostCache()
-    assert cache.mark_attempt("203.0.113.9", 1, 0.0) is False
-    assert cache.mark_failure("203.0.113.9", 1, 0.0) is False
-    assert cache.mark_connected("203.0.113.9", 1, 0.0) is False
+    assert cache.mark_attempt("81.2.69.9", 1, 0.0) is False
+    assert cache.mark_failure("81.2.69.9", 1, 0.0) is False
+    assert cache.mark_connected("81.2.69.9", 1, 0.0) is False
     assert cache.mark_failure("garbage", 1, 0.0) is False
     stats = cache.statistics()
     assert (stats.attempts, stats.dial_failures, stats.connections, stats.size) == (0, 0, 0, 0)
@@ -322,37 +379,37 @@ def test_marks_on_unknown_hosts_change_nothing() -> None:
 
 def test_remove() -> None:
     cache = HostCache()
-    cache.add("203.0.113.1", 1, "pong", 0.0)
-    assert cache.remove("::ffff:203.0.113.1", 1) is True
-    assert cache.remove("203.0.113.1", 1) is False
+    cache.add("81.2.69.1", 1, "pong", 0.0)
+    assert cache.remove("::ffff:81.2.69.1", 1) is True
+    assert cache.remove("81.2.69.1", 1) is False
     assert cache.remove("nonsense", 1) is False
     assert len(cache) == 0
 
 
 def test_remove_then_evict_never_resurrects_or_miscounts() -> None:
-    cache = HostCache(capacity=2)
-    cache.add("203.0.113.1", 1, "pong", 0.0)
-    cache.add("203.0.113.2", 1, "pong", 1.0)
-    cache.remove("203.0.113.1", 1)
-    cache.add("203.0.113.3", 1, "pong", 2.0)  # room left: nothing evicted
+    cache = unlimited(capacity=2)
+    cache.add("81.2.69.1", 1, "pong", 0.0)
+    cache.add("81.2.69.2", 1, "pong", 1.0)
+    cache.remove("81.2.69.1", 1)
+    cache.add("81.2.69.3", 1, "pong", 2.0)  # room left: nothing evicted
     assert cache.statistics().evicted == 0
-    cache.add("203.0.113.4", 1, "pong", 3.0)
-    assert {(r.host, r.port) for r in cache.hosts()} == {("203.0.113.3", 1), ("203.0.113.4", 1)}
+    cache.add("81.2.69.4", 1, "pong", 3.0)
+    assert {(r.host, r.port) for r in cache.hosts()} == {("81.2.69.3", 1), ("81.2.69.4", 1)}
 
 
 def test_expire_drops_hosts_not_heard_of_for_max_age_except_seeds() -> None:
     cache = HostCache(max_age=100.0)
-    cache.add("198.51.100.1", 1, "seed", 0.0)
-    cache.add("203.0.113.1", 1, "pong", 0.0)
-    cache.add("203.0.113.2", 1, "pong", 0.0)
-    cache.add("203.0.113.3", 1, "pong", 0.0)
-    cache.add("203.0.113.2", 1, "pong", 60.0)  # advertised again
-    cache.mark_connected("203.0.113.3", 1, 70.0)
+    cache.add("93.184.216.1", 1, "seed", 0.0)
+    cache.add("81.2.69.1", 1, "pong", 0.0)
+    cache.add("81.2.69.2", 1, "pong", 0.0)
+    cache.add("81.2.69.3", 1, "pong", 0.0)
+    cache.add("81.2.69.2", 1, "pong", 60.0)  # advertised again
+    cache.mark_connected("81.2.69.3", 1, 70.0)
     assert cache.expire(100.0) == 0
     assert cache.expire(100.5) == 1
-    assert {r.host for r in cache.hosts()} == {"198.51.100.1", "203.0.113.2", "203.0.113.3"}
+    assert {r.host for r in cache.hosts()} == {"93.184.216.1", "81.2.69.2", "81.2.69.3"}
     assert cache.expire(1000.0) == 2
-    assert [r.host for r in cache.hosts()] == ["198.51.100.1"]
+    assert [r.host for r in cache.hosts()] == ["93.184.216.1"]
     assert cache.statistics().expired == 3
 
 
@@ -362,26 +419,26 @@ def test_expire_drops_hosts_not_heard_of_for_max_age_except_seeds() -> None:
 def test_save_and_load_round_trip(tmp_path: Path) -> None:
     path = tmp_path / "hosts.txt"
     cache = HostCache()
-    cache.add("198.51.100.1", 6346, "seed", 900.0)
-    cache.add("203.0.113.1", 6346, "pong", 950.0)
-    cache.add("2001:db8::5", 6348, "x-try", 990.0)
-    cache.mark_failure("2001:db8::5", 6348, 995.0)
-    cache.mark_failure("2001:db8::5", 6348, 996.0)
+    cache.add("93.184.216.1", 6346, "seed", 900.0)
+    cache.add("81.2.69.1", 6346, "pong", 950.0, cache.peer_teller("93.0.1.2"))
+    cache.add("2a02:6b8::5", 6348, "x-try", 990.0)
+    cache.mark_failure("2a02:6b8::5", 6348, 995.0)
+    cache.mark_failure("2a02:6b8::5", 6348, 996.0)
     assert cache.save(path, now=1000.0) == 3
     lines = path.read_text(encoding="utf-8").splitlines()
     assert lines == [
         FILE_HEADER,
-        "198.51.100.1 6346 seed 100.000 0",
-        "2001:db8::5 6348 x-try 10.000 2",
-        "203.0.113.1 6346 pong 50.000 0",
+        "93.184.216.1 6346 seed seed 100.000 0",
+        "2a02:6b8::5 6348 x-try x-try 10.000 2",
+        "81.2.69.1 6346 pong peer/93.0.0.0/16 50.000 0",
     ]
     # A new run, with a clock that started somewhere else.
     restored = HostCache()
     assert restored.load(path, now=5.0) == 3
     assert sorted((r.host, r.port, r.last_seen, r.failures) for r in restored.hosts()) == [
-        ("198.51.100.1", 6346, -95.0, 0),
-        ("2001:db8::5", 6348, -5.0, 2),
-        ("203.0.113.1", 6346, -45.0, 0),
+        ("2a02:6b8::5", 6348, -5.0, 2),
+        ("81.2.69.1", 6346, -45.0, 0),
+        ("93.184.216.1", 6346, -95.0, 0),
     ]
     # Only the configuration names seeds; all hosts are offered straight away.
     assert {r.source for r in restored.hosts()} == {"cache-file"}
@@ -392,13 +449,13 @@ def test_save_and_load_round_trip(tmp_path: Path) -> None:
 def test_load_keeps_hosts_already_known(tmp_path: Path) -> None:
     path = tmp_path / "hosts.txt"
     old = HostCache()
-    old.add("198.51.100.1", 6346, "pong", 0.0)
-    old.add("203.0.113.1", 6346, "pong", 0.0)
+    old.add("93.184.216.1", 6346, "pong", 0.0)
+    old.add("81.2.69.1", 6346, "pong", 0.0)
     old.save(path, now=10.0)
     cache = HostCache()
-    cache.add("198.51.100.1", 6346, "seed", 50.0)
+    cache.add("93.184.216.1", 6346, "seed", 50.0)
     assert cache.load(path, now=50.0) == 1
-    seed = next(r for r in cache.hosts() if r.host == "198.51.100.1")
+    seed = next(r for r in cache.hosts() if r.host == "93.184.216.1")
     assert (seed.source, seed.last_seen) == ("seed", 50.0)
 
 
@@ -413,38 +470,38 @@ def test_load_skips_and_counts_bad_lines(tmp_path: Path) -> None:
     path.write_bytes(
         b"# a comment\n"
         b"\n"
-        b"203.0.113.1 6346 pong 1.5 0\n"
+        b"81.2.69.1 6346 pong 1.5 0\n"
         b"complete garbage\n"
-        b"203.0.113.2 6346 pong 1.5\n"  # a field short
-        b"203.0.113.3 6346 pong 1.5 0 extra\n"
-        b"203.0.113.4 +6346 pong 1.5 0\n"
-        b"203.0.113.5 63_46 pong 1.5 0\n"
-        b"203.0.113.6 6346 pong nan 0\n"
-        b"203.0.113.7 6346 pong -4 0\n"
-        b"203.0.113.8 6346 pong inf 0\n"
-        b"203.0.113.9 6346 pong 1.5 many\n"
-        b"203.0.113.10 6346 pong 1.5 " + b"9" * 5000 + b"\n"
+        b"81.2.69.2 6346 pong 1.5\n"  # a field short
+        b"81.2.69.3 6346 pong 1.5 0 extra\n"
+        b"81.2.69.4 +6346 pong 1.5 0\n"
+        b"81.2.69.5 63_46 pong 1.5 0\n"
+        b"81.2.69.6 6346 pong nan 0\n"
+        b"81.2.69.7 6346 pong -4 0\n"
+        b"81.2.69.8 6346 pong inf 0\n"
+        b"81.2.69.9 6346 pong 1.5 many\n"
+        b"81.2.69.10 6346 pong 1.5 " + b"9" * 5000 + b"\n"
         b"\xff\xfe\x00\x01 binary\n"
         b"not-an-address 6346 pong 1.5 0\n"  # parses, but refused as add() would
-        b"203.0.113.11 0 pong 1.5 0\n"
+        b"81.2.69.11 0 pong 1.5 0\n"
         b"127.0.0.1 6346 pong 1.5 0\n"
-        b"  2001:db8::1   6346 gwebcache 2 1  \r\n"
-        b"203.0.113.12 6346 pong 3 0"  # no final newline
+        b"  2a02:6b8::1   6346 gwebcache 2 1  \r\n"
+        b"81.2.69.12 6346 pong 3 0"  # no final newline
     )
     cache = HostCache(allow_private=False)
     assert cache.load(path, now=100.0) == 3
-    assert sorted(r.host for r in cache.hosts()) == ["2001:db8::1", "203.0.113.1", "203.0.113.12"]
+    assert sorted(r.host for r in cache.hosts()) == ["2a02:6b8::1", "81.2.69.1", "81.2.69.12"]
     rejected = cache.statistics().rejected
     assert rejected["bad-line"] == 11
-    assert (rejected["bad-address"], rejected["port-zero"], rejected["private"]) == (1, 1, 1)
+    assert (rejected["bad-address"], rejected["port-zero"], rejected["loopback"]) == (1, 1, 1)
 
 
 def test_save_replaces_atomically(tmp_path: Path) -> None:
     path = tmp_path / "hosts.txt"
     cache = HostCache()
-    cache.add("203.0.113.1", 6346, "pong", 0.0)
+    cache.add("81.2.69.1", 6346, "pong", 0.0)
     cache.save(path, now=0.0)
-    cache.add("203.0.113.2", 6346, "pong", 0.0)
+    cache.add("81.2.69.2", 6346, "pong", 0.0)
     assert cache.save(path, now=1.0) == 2
     assert len(path.read_text(encoding="utf-8").splitlines()) == 3
     assert sorted(p.name for p in tmp_path.iterdir()) == ["hosts.txt"]
@@ -456,10 +513,10 @@ def test_a_failed_save_leaves_the_old_file_and_no_litter(
 ) -> None:
     path = tmp_path / "hosts.txt"
     cache = HostCache()
-    cache.add("203.0.113.1", 6346, "pong", 0.0)
+    cache.add("81.2.69.1", 6346, "pong", 0.0)
     cache.save(path, now=0.0)
     before = path.read_bytes()
-    cache.add("203.0.113.2", 6346, "pong", 0.0)
+    cache.add("81.2.69.2", 6346, "pong", 0.0)
 
     def broken(*args: object) -> None:
         raise OSError(28, "No space left on device")
@@ -529,7 +586,7 @@ def test_rejects_nonsense_parameters(kwargs: dict[str, float]) -> None:
 
 
 def test_leftovers_of_killed_saves_are_removed_and_nothing_else(tmp_path: Path) -> None:
-    from gnutella_router.discovery.host_cache import remove_leftovers
+    from gnutella_router.discovery.saving import remove_leftovers
 
     path = tmp_path / "hosts.txt"
     path.write_text("# kept\n")

@@ -141,9 +141,9 @@ async def test_the_routers_own_address_never_enters_its_host_cache(tmp_path: Pat
         host, port = daemon.address
         daemon.catcher.learn(host, port, "pong")
         daemon.catcher.learn(*daemon.server.advertised_address(), "x-try")
-        daemon.catcher.learn("192.0.2.7", 6346, "pong")
+        daemon.catcher.learn("81.2.69.7", 6346, "pong")
         await wait_until(lambda: daemon.catcher.own_addresses_skipped == 2)
-        await wait_until(lambda: ("192.0.2.7", 6346) in daemon.catcher.hosts)
+        await wait_until(lambda: ("81.2.69.7", 6346) in daemon.catcher.hosts)
         assert (host, port) not in daemon.catcher.hosts
         assert daemon.catcher.statistics().own_addresses_skipped == 2
 
@@ -276,3 +276,62 @@ async def test_a_node_seeded_with_one_peer_reaches_min_connections_from_what_it_
         peers = {c.listen_address for c in newcomer.server.connections.snapshot()}
         assert len(peers & {hub.address, *(d.address for d in others)}) >= 4
         await stop(newcomer)
+
+
+@pytest.mark.e2e
+async def test_one_peers_pongs_hold_at_most_its_share_and_never_a_private_dial(
+    tmp_path: Path,
+) -> None:
+    """An eclipse attempt from one peer: 600 pongs of public, private and one victim's
+    addresses. The cache keeps its share of them, no private one, two of the victim's
+    ports; the router dials only public addresses (the dials are only recorded here)."""
+    from gnutella_router.discovery.ranges import classify_address
+    from gnutella_router.stages.server import DialError
+    from protocol.messages import Pong
+    from tests.support.peers import Peer, message
+
+    overrides = {
+        "catcher.host_cache_size": 200,  # 10 hosts per teller, 2 per /16
+        "catcher.min_connections": 4,
+        "network.local_networks": [],  # the loopback peer is a stranger here
+    }
+    dialled: list[tuple[str, int]] = []
+
+    async def record(host: str, port: int, *, timeout: float) -> None:
+        dialled.append((host, port))
+        raise DialError("recorded, not dialled")
+
+    async with running_daemons(tmp_path, 1, overrides) as (daemon,):
+        daemon.server.dial = record  # type: ignore[method-assign,assignment]
+        attacker = await Peer.connect(daemon.address)
+        pongs = [Pong(6346, f"{11 + n % 80}.{n}.0.1") for n in range(200)]
+        pongs += [Pong(6346, f"10.{n}.0.1") for n in range(200)]
+        pongs += [Pong(port, "81.2.69.7") for port in range(1000, 1200)]
+        await attacker.send(*(message(pong, ttl=1) for pong in pongs))
+        hosts = daemon.catcher.hosts
+        await wait_until(lambda: sum(hosts.statistics().rejected.values()) >= 398)
+        await wait_until(lambda: len(dialled) >= 8)
+        stats = hosts.statistics()
+        assert (stats.largest_teller, stats.per_teller, stats.tellers) == (10, 10, 1)
+        assert stats.rejected["private"] == 200
+        assert stats.rejected["ports-per-address"] == 198
+        assert {r.teller for r in hosts.hosts()} == {"peer/127.0.0.0/16"}
+        assert all(classify_address(host)[1] is None for host, _ in dialled)
+        assert len({port for host, port in dialled if host == "81.2.69.7"}) <= 2
+        assert set(daemon.catcher.statistics().dials_by_range) == {"public"}
+        # ... and an operator sees it all in /metrics.
+        from prometheus_client.parser import text_string_to_metric_families
+
+        from tests.support.http import http_get
+
+        assert daemon.admin_address is not None
+        text = (await http_get(daemon.admin_address, "/metrics")).body.decode()
+        samples = {
+            (sample.name, tuple(sample.labels.items())): sample.value
+            for family in text_string_to_metric_families(text)
+            for sample in family.samples
+        }
+        assert samples[("gnutella_host_cache_refused_total", (("reason", "private"),))] == 200
+        assert samples[("gnutella_host_cache_largest_teller", ())] == 10
+        assert samples[("gnutella_host_cache_replaced_total", ())] == stats.replaced > 0
+        assert samples[("gnutella_dials_by_range_total", (("range", "public"),))] >= 8

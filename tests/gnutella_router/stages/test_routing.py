@@ -197,11 +197,11 @@ async def test_pong_caching_peers_get_cached_pongs_instead_of_a_broadcast(tmp_pa
         pinger, answerer = await peers(daemon, 2)
         caching = await Peer.connect(daemon.address, extra_headers=[("Pong-Caching", "0.1")])
         await wait_until(lambda: len(daemon.server.connections) == 3)
-        # Fill the cache: a pong for 10.9.9.9 routed through the daemon.
+        # Fill the cache: a pong for 81.2.69.9 routed through the daemon.
         ping = message(Ping(), ttl=2)
         await pinger.send(ping)
         await answerer.receive_matching(of_type(PING))
-        await answerer.send(message(Pong(6346, "10.9.9.9", 1, 1), ttl=2, guid=ping.guid))
+        await answerer.send(message(Pong(6346, "81.2.69.9", 1, 1), ttl=2, guid=ping.guid))
         await pinger.receive_matching(lambda f: f.payload_type == PONG and f.hops == 1)
 
         cached_ping = message(Ping(), ttl=3)
@@ -211,7 +211,7 @@ async def test_pong_caching_peers_get_cached_pongs_instead_of_a_broadcast(tmp_pa
             (p.ip, p.port) for p in (f.message().payload for f in answers) if isinstance(p, Pong)
         }
         assert daemon.address in hosts
-        assert ("10.9.9.9", 6346) in hosts
+        assert ("81.2.69.9", 6346) in hosts
         others = await pinger.collect(0.1) + await answerer.collect(0.1)
         assert not [f for f in others if f.guid == cached_ping.guid]
 
@@ -278,14 +278,14 @@ async def test_public_networks_keep_private_pongs_out_of_the_cache(tmp_path: Pat
         await answerer.receive_matching(of_type(PING))
         await answerer.send(
             message(Pong(6346, "192.168.1.7"), ttl=2, guid=ping.guid),
-            message(Pong(6346, "203.0.113.9"), ttl=2, guid=ping.guid),
+            message(Pong(6346, "81.2.69.9"), ttl=2, guid=ping.guid),
         )
         routed = {
             f.message().payload.ip  # type: ignore[union-attr]
             for f in await pinger.collect(0.4)
             if f.payload_type == PONG and f.hops == 1
         }
-        assert routed == {"192.168.1.7", "203.0.113.9"}  # both still routed back
+        assert routed == {"192.168.1.7", "81.2.69.9"}  # both still routed back
         assert len(daemon.router.pong_cache) == 1
         assert daemon.router.pongs_not_cached["private"] == 1
         assert ("192.168.1.7", 6346) not in daemon.catcher.hosts
