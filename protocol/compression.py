@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import zlib
 
-from .errors import CompressionError
+from .errors import CompressionError, DeflateRatioError
 
 WINDOW_BITS = 15
 """zlib's largest window (32 KB), which every inflater accepts."""
@@ -132,14 +132,33 @@ def _stored(size: int) -> bytes:
     return b"\x00" + size.to_bytes(2, "little") + (size ^ 0xFFFF).to_bytes(2, "little")
 
 
+MAX_RATIO = 100
+"""Gnutella traffic deflates about 3:1 to 10:1 (the payloads of QRP patches are deflated
+already); a stream that inflates a hundred times over is built to cost its receiver."""
+RATIO_GRACE = 1 << 20
+"""Inflated bytes before the ratio is judged: a short stream of alike messages may
+compress well beyond it."""
+
+
 class DeflateDecompressor:
     """Inflates one direction of a link, never producing more than asked for at once."""
 
-    __slots__ = ("_decompressor", "_output_full", "_pending", "bytes_in", "bytes_out", "max_output")
+    __slots__ = (
+        "_decompressor",
+        "_output_full",
+        "_pending",
+        "bytes_in",
+        "bytes_out",
+        "max_output",
+        "max_ratio",
+    )
 
-    def __init__(self, max_output: int = 256 * 1024) -> None:
+    def __init__(self, max_output: int = 256 * 1024, max_ratio: int = MAX_RATIO) -> None:
         if max_output <= 0:
             raise ValueError("max_output must be positive")
+        self.max_ratio = max_ratio
+        """Inflated bytes per compressed byte a stream may reach, past its first
+        :data:`RATIO_GRACE` bytes (0: no cap)."""
         self._decompressor: zlib._Decompress | None = None
         """Made when the first compressed bytes arrive: a peer may never send any."""
         self._pending = b""
@@ -168,6 +187,8 @@ class DeflateDecompressor:
 
         Raises:
             CompressionError: the stream is corrupt; the link must be closed.
+            DeflateRatioError: the stream inflates past ``max_ratio`` to 1 (a
+                decompression bomb); the link must be closed.
         """
         decompressor = self._decompressor
         if decompressor is None or (not self._pending and not self._output_full):
@@ -184,6 +205,15 @@ class DeflateDecompressor:
         if decompressor.eof and decompressor.unused_data:
             raise CompressionError("data after the end of the deflate stream")
         self.bytes_out += len(out)
+        if (
+            self.max_ratio
+            and self.bytes_out > RATIO_GRACE
+            and self.bytes_out > self.max_ratio * self.bytes_in
+        ):
+            raise DeflateRatioError(
+                f"deflate stream inflates {self.bytes_out // max(1, self.bytes_in)}:1, "
+                f"past {self.max_ratio}:1"
+            )
         return out
 
     @property

@@ -94,6 +94,11 @@ class CompressionError(RemoteProtocolError):
     resynchronisable = False
 
 
+class DeflateRatioError(CompressionError):
+    """A deflated link stream inflates far past what Gnutella traffic compresses to: a
+    decompression bomb, costing the receiver a thousand times what it cost the sender."""
+
+
 class HandshakeError(RemoteProtocolError):
     """The connection handshake failed; no Gnutella message was exchanged yet.
 

@@ -9,8 +9,8 @@ default takes about 4 minutes):
 
 What is run. Three runs of the same setup, one per slow-peer setting of the router:
 
-1. ``slow_peer.policy = "threshold"`` with its defaults (close a connection whose
-   outgoing queue passes 500 messages);
+1. ``slow_peer.policy = "threshold"`` with ``threshold_grace = 0``, the paper's policy
+   (close a connection as soon as its outgoing queue passes 500 messages);
 2. the threshold lifted (``unbounded_experiment = true``, ``threshold_messages = 0``):
    the prototype's unbounded queues;
 3. ``slow_peer.policy = "flow-control"`` with its defaults except
@@ -103,7 +103,7 @@ class ExperimentError(Exception):
 
 def router_config(path: Path, policy: str, admin_port: int, fc_timeout: float) -> Path:
     slow = {
-        "threshold": 'policy = "threshold"\n',
+        "threshold": 'policy = "threshold"\nthreshold_grace = 0\n',
         "unbounded": 'policy = "threshold"\nunbounded_experiment = true\nthreshold_messages = 0\n',
         "flow-control": f'policy = "flow-control"\nflow_control_timeout = {fc_timeout}\n',
     }[policy]

@@ -186,6 +186,7 @@ class SlowPeerConfig(Section, frozen=True):
     policy: SlowPeerPolicy = "threshold"
     threshold_messages: Annotated[int, Meta(ge=0, le=10_000_000)] = 500
     threshold_bytes: Annotated[int, Meta(ge=1, le=1 << 30)] = 4 * 1024 * 1024
+    threshold_grace: Annotated[float, Meta(ge=0, le=3600)] = 10.0
     queue_bytes: Annotated[int, Meta(ge=1, le=1 << 30)] = 98304
     flow_control_enter: Fraction = 0.5
     flow_control_leave: Fraction = 0.25

@@ -72,6 +72,9 @@ class Offence(enum.StrEnum):
     """A QRP table begun sooner than ``router.qrp_table_interval`` after the last."""
     QRP_INVALID = "qrp-invalid"
     """A QRP sequence that breaks the protocol (the link is closed with Bye 413 anyway)."""
+    DEFLATE_RATIO = "deflate-ratio"
+    """A deflated stream that inflates past :data:`protocol.compression.MAX_RATIO` to 1:
+    a decompression bomb; one is enough."""
     PARTIAL_MESSAGE = "partial-message"
     """Part of a message held back past ``network.partial_message_timeout``: not
     counted by the meter, one is enough (:mod:`gnutella_router.control.deadlines`)."""
@@ -88,6 +91,7 @@ BYE_CODES: Mapping[Offence, ByeCode] = {
     Offence.QRP_TOO_SOON: ByeCode.EXCESSIVE_MESSAGES,
     Offence.QRP_INVALID: ByeCode.INVALID_QRP_SEQUENCE,
     Offence.PARTIAL_MESSAGE: ByeCode.ACTIVITY_TIMEOUT,
+    Offence.DEFLATE_RATIO: ByeCode.INVALID_PAYLOAD,
 }
 """The Bye each offence earns (gtk-gnutella's codes)."""
 
@@ -105,6 +109,7 @@ _DESCRIPTIONS: Mapping[Offence, str] = {
     Offence.QRP_TOO_SOON: "QRP tables sent too often",
     Offence.QRP_INVALID: "broken QRP sequences",
     Offence.PARTIAL_MESSAGE: "messages left half-sent",
+    Offence.DEFLATE_RATIO: "a deflate stream inflating past its ratio cap",
 }
 
 

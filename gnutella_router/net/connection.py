@@ -60,7 +60,7 @@ from gnutella_router.net.deflate_pool import DeflatePool
 from gnutella_router.net.outqueue import OutgoingQueue, OutgoingQueueStatistics, Verdict
 from protocol.codec import encode_message
 from protocol.compression import DeflateCompressor, DeflateDecompressor
-from protocol.errors import CompressionError, RemoteProtocolError
+from protocol.errors import CompressionError, DeflateRatioError, RemoteProtocolError
 from protocol.framing import Frame, FrameDecoder, FrameTooLargeError
 from protocol.handshake import Capabilities
 from protocol.header import HOPS_OFFSET, TYPE_OFFSET
@@ -154,6 +154,7 @@ class Connection:
         "_failure",
         "_fd",
         "_final",
+        "_held",
         "_home",
         "_log",
         "_read_fd",
@@ -224,6 +225,8 @@ class Connection:
         self._decompressor = DeflateDecompressor() if decompress_incoming else None
         self._deflate_pool = deflate_pool
         self._deferred = False
+        self._held = False
+        """Its writes waited for the router's next batch once (:meth:`may_defer_flush`)."""
         """A direct write waits for its deflate at the end of the router's batch."""
         self._decoder = FrameDecoder(max_payload=max_payload, source=self.id)
         self._trailing = trailing_data
@@ -383,14 +386,19 @@ class Connection:
         runs the receiving side); writing after every other batch instead raised the
         throughput by 10 to 19 % (docs/benchmarks.md). The condition keeps the slow-peer
         policy's verdicts what they were: a deferred write never makes the queue pass
-        its threshold.
+        its threshold. A link waits for one batch at most: under a flood that never lets
+        the router's queue empty, waiting from batch to batch would hold an honest
+        peer's pong until a batch's worth of copies piled up behind it.
         """
+        if self._held:
+            return False  # it waited for one batch already: written now, whatever comes
         outgoing = self.outgoing
-        return (
+        self._held = (
             outgoing.pending_bytes <= WRITE_SIZE // 2
             and outgoing.has_room_for(upcoming)
             and not self.closing
         )
+        return self._held
 
     @property
     def writer_busy(self) -> bool:
@@ -408,6 +416,7 @@ class Connection:
         not take right away is left for a writer task, which is the only code that ever
         waits on the socket.
         """
+        self._held = False
         if (
             self._deferred
             or self._writer_running
@@ -605,6 +614,12 @@ class Connection:
             while chunk := decompressor.read():
                 if not await self._frame(chunk, deliver):
                     return False
+        except DeflateRatioError as exc:
+            # A decompression bomb: an offence one occurrence is enough for.
+            if self._abuse is not None:
+                self.kick = Kick(Offence.DEFLATE_RATIO, 1.0, exc.reason)
+            self.close(exc.reason, bye_code=exc.bye_code)
+            return False
         except CompressionError as exc:
             self.close(exc.reason, bye_code=exc.bye_code)
             return False

@@ -12,6 +12,7 @@ from typing import ClassVar
 from gnutella_router.net.outqueue import (
     _CLEARED,
     _OVERFLOW,
+    _QUEUE_FULL,
     _QUEUED,
     OutgoingQueue,
     Verdict,
@@ -21,17 +22,35 @@ from gnutella_router.net.outqueue import (
 class ThresholdQueue(OutgoingQueue):
     """The SEDA router's policy: a FIFO, and a close as soon as it passes its threshold.
 
+    With a ``grace`` (seconds), a peer is closed only when its queue has stayed at the
+    threshold that long: meanwhile what does not fit is dropped (``queue_full``), and
+    the grace starts again whenever the peer's writes bring the queue back under the
+    threshold. A peer that reads at its own pace, slower than a flood through the router,
+    therefore loses the flood's excess and stays connected; one that stops reading is
+    closed once the grace runs out. Without a grace (0, the paper's policy) the first
+    message that does not fit closes the peer.
+
     Args:
         max_messages: the threshold; the message that would make the queue hold more is
-            refused with CLOSE. 0 means no limit at all (neither messages nor bytes), which
-            is only for the overload experiment that must show memory growing.
+            refused (dropped within the grace, else with CLOSE). 0 means no limit at
+            all (neither messages nor bytes), which is only for the overload experiment
+            that must show memory growing.
         max_bytes: a safety net on queued bytes, so memory stays bounded even when the
             messages are large.
         unbounded_experiment: must be true for ``max_messages=0`` to be accepted, so an
             unbounded queue cannot be configured by accident.
+        grace: how long the queue may stay full before the peer is closed (0: at once).
     """
 
-    __slots__ = ("_limit_bytes", "_limit_messages", "_max_bytes", "_max_messages", "_queue")
+    __slots__ = (
+        "_full_since",
+        "_grace",
+        "_limit_bytes",
+        "_limit_messages",
+        "_max_bytes",
+        "_max_messages",
+        "_queue",
+    )
 
     policy: ClassVar[str] = "threshold"
 
@@ -41,7 +60,10 @@ class ThresholdQueue(OutgoingQueue):
         max_bytes: int = 4 * 1024 * 1024,
         *,
         unbounded_experiment: bool = False,
+        grace: float = 0.0,
     ) -> None:
+        if grace < 0:
+            raise ValueError(f"grace must be >= 0, got {grace}")
         if max_messages < 0:
             raise ValueError(f"max_messages must be >= 0, got {max_messages}")
         if max_messages == 0 and not unbounded_experiment:
@@ -62,6 +84,9 @@ class ThresholdQueue(OutgoingQueue):
         # once closed so every offer falls through to the slow path.
         self._limit_messages = max_messages if max_messages else sys.maxsize
         self._limit_bytes = max_bytes if max_messages else sys.maxsize
+        self._grace = grace
+        self._full_since: float | None = None
+        """Since when the queue has been at its threshold, while within its grace."""
 
     def offer(self, data: bytes, message_type: int, hops: int, now: float) -> Verdict:
         pending = self._pending_bytes + len(data)
@@ -72,6 +97,12 @@ class ThresholdQueue(OutgoingQueue):
             return _QUEUED
         if self._closed:
             return self._offer_after_close(data, message_type, now)
+        if self._grace:
+            since = self._full_since
+            if since is None:
+                self._full_since = since = now
+            if now - since < self._grace:
+                return self._refuse(message_type, _QUEUE_FULL)
         if len(queue) >= self._max_messages:
             reason = f"outgoing queue passed {self._max_messages} messages"
         else:
@@ -109,6 +140,7 @@ class ThresholdQueue(OutgoingQueue):
             self._queue = []
             self._pending_bytes = 0
             self._sent_total += len(queue)
+            self._full_since = None
             return queue
         total = len(queue[0])
         count = 1
@@ -123,11 +155,22 @@ class ThresholdQueue(OutgoingQueue):
         del queue[:count]
         self._pending_bytes -= total
         self._sent_total += count
+        if len(queue) < self._limit_messages and self._pending_bytes < self._limit_bytes:
+            self._full_since = None
         return batch
 
     def check(self, now: float) -> Verdict:
-        # Nothing here depends on time: the threshold is checked on every offer.
-        return _QUEUED
+        # A queue full for its whole grace closes even when nothing more is offered.
+        since = self._full_since
+        if since is None or self._closed or now - since < self._grace:
+            return _QUEUED
+        self._mark_closed(
+            f"outgoing queue at its threshold ({self._max_messages} messages) for "
+            f"{self._grace:g} s",
+            None,
+        )
+        self._limit_messages = 0
+        return Verdict.CLOSE
 
     def clear(self) -> int:
         self._note_peak()

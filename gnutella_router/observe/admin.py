@@ -21,8 +21,12 @@ Responses are JSON (``/metrics`` excepted), errors too: ``{"error": "..."}``.
 Everything is bounded, because an admin port must not become a way to hurt the router:
 a request head is at most :data:`MAX_HEAD_BYTES` (431 beyond), a connection has
 :data:`REQUEST_TIMEOUT` seconds to send its request and take the response, at most
-:data:`MAX_CONNECTIONS` are served at once (503 beyond, without reading), and a route
-dump shows at most :data:`MAX_ROUTE_LIMIT` entries per table.
+:data:`MAX_CONNECTIONS` are served at once and :data:`MAX_PER_ADDRESS` from one client
+address (503 beyond, without reading), and a route dump shows at most
+:data:`MAX_ROUTE_LIMIT` entries per table. When every slot is taken, a newcomer takes
+the slot of the connection that has been sending its request head the longest (it gets
+nothing): clients that open connections and send half a request cannot lock the
+operator out for the length of the deadline.
 
 Dumps are snapshots taken on the trio thread between router batches, never live views.
 The route dumps (``/routes``, ``/dump``) can be large, so they are streamed: the
@@ -116,6 +120,8 @@ REQUEST_TIMEOUT = 10.0
 response (a route dump), to take each chunk of it."""
 MAX_CONNECTIONS = 16
 """Admin connections served at once; more are answered 503 and closed."""
+MAX_PER_ADDRESS = 4
+"""Admin connections one client address may hold at once; more are answered 503."""
 MAX_ROUTE_LIMIT = 100_000
 """Largest ``limit`` accepted: route entries shown per table."""
 READ_SIZE = 4096
@@ -215,6 +221,10 @@ class AdminServer:
         self.log = daemon.log.bind(stage="admin")
         self.listen_addresses: list[tuple[str, int]] = []
         self.active = 0
+        self._by_address: collections.Counter[str] = collections.Counter()
+        self._reading_heads: dict[int, trio.CancelScope] = {}
+        """Connections still reading their request head, oldest first (by serial)."""
+        self._serial = 0
         self.requests: collections.Counter[str] = collections.Counter()
         self.refused: collections.Counter[str] = collections.Counter()
         self._streaming = trio.Lock()
@@ -264,22 +274,42 @@ class AdminServer:
 
     async def _handle(self, stream: trio.SocketStream) -> None:
         try:
-            if self.active >= self.max_connections:
+            address = _sockname(stream.socket.getpeername())[0]
+        except OSError:
+            address = ""
+        try:
+            full = self.active >= self.max_connections
+            if full and self._reading_heads and self._by_address[address] < MAX_PER_ADDRESS:
+                # Full: the connection sending its head the longest makes room (it ends
+                # at its next checkpoint; this one is let in meanwhile).
+                oldest = next(iter(self._reading_heads))
+                self._reading_heads.pop(oldest).cancel()
+                self.refused["slow-head"] += 1
+                full = False
+            if full or self._by_address[address] >= MAX_PER_ADDRESS:
                 self.refused["busy"] += 1
                 reply = _json(503, {"error": "too many admin connections; try again"})
                 with trio.move_on_after(1.0):
                     await stream.send_all(_raw_response(reply))
                 return
             self.active += 1
+            self._by_address[address] += 1
+            self._serial += 1
+            serial = self._serial
             try:
                 with trio.move_on_after(self.request_timeout) as scope:
-                    streamed = await self._exchange(stream)
+                    self._reading_heads[serial] = scope
+                    streamed = await self._exchange(stream, serial)
                 if scope.cancelled_caught:
                     self.refused["timeout"] += 1
                 elif streamed is not None:
                     await self._stream(stream, *streamed)
             finally:
+                self._reading_heads.pop(serial, None)
                 self.active -= 1
+                self._by_address[address] -= 1
+                if not self._by_address[address]:
+                    del self._by_address[address]
         except trio.TooSlowError:
             self.refused["timeout"] += 1
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
@@ -288,7 +318,7 @@ class AdminServer:
             await trio.aclose_forcefully(stream)
 
     async def _exchange(
-        self, stream: trio.SocketStream
+        self, stream: trio.SocketStream, serial: int = 0
     ) -> tuple[h11.Connection, StreamedReply] | None:
         """Read the request and answer it, unless the answer is to be streamed: then
         return it, to be sent outside the deadline for the whole exchange."""
@@ -296,6 +326,7 @@ class AdminServer:
         conn = h11.Connection(h11.SERVER, max_incomplete_event_size=self.max_head_bytes)
         try:
             request = await read_request_head(stream, conn, self.max_head_bytes)
+            self._reading_heads.pop(serial, None)  # its head is in: its slot is its own
         except h11.RemoteProtocolError as exc:
             reply = _json(exc.error_status_hint, {"error": f"bad request: {exc}"})
         else:

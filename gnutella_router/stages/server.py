@@ -324,6 +324,7 @@ class GnutellaServer:
                 max_messages=slow.threshold_messages,
                 max_bytes=slow.threshold_bytes,
                 unbounded_experiment=slow.unbounded_experiment,
+                grace=slow.threshold_grace,
             )
         return make_outgoing_queue(
             "flow-control",

@@ -65,7 +65,7 @@ def test_output_is_plain_zlib_with_sync_flush() -> None:
 def test_a_bomb_is_inflated_in_bounded_pieces() -> None:
     bomb = zlib.compress(b"\x00" * (20 * 1024 * 1024), 9)
     assert len(bomb) < 30_000
-    decompressor = DeflateDecompressor(max_output=64 * 1024)
+    decompressor = DeflateDecompressor(max_output=64 * 1024, max_ratio=0)  # no cap here
     decompressor.receive_data(bomb)
     first = decompressor.read()
     assert len(first) == 64 * 1024
@@ -145,3 +145,42 @@ def test_an_inflater_is_made_only_when_data_arrives() -> None:
     decompressor.receive_data(zlib.compress(b"first"))
     assert decompressor.holds_state
     assert drain(decompressor) == b"first"
+
+
+def test_a_stream_inflating_past_its_ratio_is_refused_as_a_bomb() -> None:
+    import zlib
+
+    import pytest
+
+    from protocol.compression import RATIO_GRACE, DeflateDecompressor
+    from protocol.errors import DeflateRatioError
+
+    deflater = zlib.compressobj(9)
+    bomb = deflater.compress(bytes(4 * RATIO_GRACE)) + deflater.flush(zlib.Z_SYNC_FLUSH)
+    inflater = DeflateDecompressor()
+    inflater.receive_data(bomb)
+    with pytest.raises(DeflateRatioError):
+        drain(inflater)
+    assert inflater.bytes_out > RATIO_GRACE
+
+
+def test_gnutella_traffic_inflates_well_within_the_ratio() -> None:
+    import os
+    import zlib
+
+    from protocol.codec import encode_message
+    from protocol.compression import RATIO_GRACE, DeflateDecompressor
+    from protocol.messages import Message, Query
+
+    traffic = b"".join(
+        encode_message(Message(os.urandom(16), 3, 1, Query(b"jazz %d" % (n % 50))))
+        for n in range(3 * RATIO_GRACE // 30)
+    )
+    deflater = zlib.compressobj(9)
+    stream = deflater.compress(traffic) + deflater.flush(zlib.Z_SYNC_FLUSH)
+    inflater = DeflateDecompressor()
+    inflater.receive_data(stream)
+    got = b""
+    while chunk := inflater.read():
+        got += chunk
+    assert got == traffic

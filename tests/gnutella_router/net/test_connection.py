@@ -192,22 +192,35 @@ def queue_all(link: Connection, datas: list[bytes]) -> None:
 async def test_writes_may_wait_for_the_next_batch_only_while_no_verdict_can_change() -> None:
     """A link's queued messages may wait for the router's next batch only when its queue
     takes a whole batch more under the threshold, and holds less than half a write."""
+
+    def link_holding(*datas: list[bytes]) -> Connection:
+        ours, _ = trio.testing.memory_stream_pair()
+        link = connection(ours, "incoming")
+        link.outgoing = ThresholdQueue(max_messages=500)
+        for queued in datas:
+            queue_all(link, queued)
+        return link
+
+    assert link_holding().may_defer_flush(250)  # empty
+    assert link_holding(queries(250, b"q")).may_defer_flush(250)  # 250 + 250 fits in 500
+    assert not link_holding(queries(250, b"q")).may_defer_flush(251)
+    assert not link_holding(queries(251, b"q")).may_defer_flush(250)  # 501 would pass it
+    assert not link_holding(queries(40, b"x" * 1000)).may_defer_flush(1)  # over half a write
+    closing = link_holding()
+    closing.close("test")
+    assert not closing.may_defer_flush(1)
+
+
+async def test_writes_wait_for_one_batch_at_most() -> None:
+    """Under a flood the router's queue never empties: a link that waited for one batch
+    is written after the next, or an honest peer's pong would wait behind the flood."""
     ours, _ = trio.testing.memory_stream_pair()
     link = connection(ours, "incoming")
     link.outgoing = ThresholdQueue(max_messages=500)
-    assert link.may_defer_flush(250)  # empty
-    queue_all(link, queries(250, b"q"))
-    assert link.may_defer_flush(250)  # 250 + 250 fits under 500
-    assert not link.may_defer_flush(251)
-    queue_all(link, queries(1, b"q"))
-    assert not link.may_defer_flush(250)  # 251 + 250 would pass it
-    big = ThresholdQueue(max_messages=500)
-    link.outgoing = big
-    queue_all(link, queries(40, b"x" * 1000))  # 40 KB: over half a write
-    assert not link.may_defer_flush(1)
-    link.outgoing = ThresholdQueue(max_messages=500)
-    link.close("test")
-    assert not link.may_defer_flush(1)
+    assert link.may_defer_flush(250)
+    assert not link.may_defer_flush(250)  # it waited once: written now
+    link.flush()  # nothing queued: nothing to write, and the wait is over
+    assert link.may_defer_flush(250)
 
 
 async def test_the_writer_is_busy_only_while_the_socket_has_not_taken_a_write() -> None:
@@ -375,3 +388,46 @@ async def test_a_failing_writer_fails_its_link_as_a_nursery_would() -> None:
     assert [str(exc) for exc in raised] == ["a bug"]
     assert link.closing
     assert link.close_reason == "cancelled"
+
+
+async def test_a_deflate_bomb_closes_the_link_as_an_offence(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A deflated stream that inflates past its ratio cap is a decompression bomb: the
+    link ends with a kick, whatever the frames inside were."""
+    from gnutella_router.control.abuse import AbuseMeter, Offence
+    from protocol.compression import RATIO_GRACE
+
+    ours, theirs = trio.testing.memory_stream_pair()
+    link = Connection(
+        stream=ours,
+        peer=("192.0.2.5", 6346),
+        role="incoming",
+        capabilities=Capabilities(),
+        outgoing=ThresholdQueue(),
+        compress_outgoing=False,
+        decompress_incoming=True,
+        trailing_data=b"",
+        max_payload=65536,
+        log=structlog.get_logger("test"),
+        abuse=lambda: AbuseMeter({}, 10.0),
+    )
+    handed: list[Frame] = []
+
+    async def deliver(delivered_by: Connection, frames: list[Frame]) -> None:
+        handed.extend(frames)
+        delivered_by.frames_done(len(frames))
+
+    # Pings of TTL 0 and hops 0 with empty payloads: nothing but zeros, inflating ~1000:1.
+    zeros = bytes(4 * RATIO_GRACE)
+    deflater = zlib.compressobj(9)
+    bomb = deflater.compress(zeros) + deflater.flush(zlib.Z_SYNC_FLUSH)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(link.run, deliver)
+        await theirs.send_all(bomb)
+        await trio.sleep(1.0)
+        nursery.cancel_scope.cancel()
+    assert link.closing
+    assert link.kick is not None
+    assert link.kick.offence is Offence.DEFLATE_RATIO
+    assert len(handed) * 23 <= 2 * RATIO_GRACE  # cut off soon after the grace

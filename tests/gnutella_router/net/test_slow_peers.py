@@ -55,6 +55,7 @@ async def test_threshold_policy_closes_the_stalled_peer(tmp_path: Path) -> None:
     overrides = {
         "slow_peer.policy": "threshold",
         "slow_peer.threshold_messages": 200,
+        "slow_peer.threshold_grace": 0.5,  # closed once its queue stayed full that long
         "router.batch_size": 64,
     }
     async with running_daemons(tmp_path, overrides=overrides) as (daemon,):

@@ -231,3 +231,43 @@ def test_an_unbounded_experiment_queue_always_has_room() -> None:
 def test_flow_control_never_lets_writes_wait_for_a_batch() -> None:
     """Its verdicts depend on what is queued and when, so it cannot promise room."""
     assert not FlowControlQueue().has_room_for(1)
+
+
+def test_within_its_grace_a_full_queue_drops_and_keeps_its_peer() -> None:
+    from gnutella_router.net.outqueue import DropReason, Verdict
+    from gnutella_router.net.threshold_queue import ThresholdQueue
+
+    queue = ThresholdQueue(max_messages=3, grace=2.0)
+    for _ in range(3):
+        assert queue.offer(b"q" * 30, 0x80, 1, 0.0) is Verdict.QUEUED
+    assert queue.offer(b"q" * 30, 0x80, 1, 0.5) is Verdict.DROPPED  # full: dropped
+    assert queue.check(1.0) is Verdict.QUEUED
+    assert queue.take() == [b"q" * 30] * 3  # the peer read: the grace starts again
+    for _ in range(3):
+        assert queue.offer(b"q" * 30, 0x80, 1, 2.0) is Verdict.QUEUED
+    assert queue.offer(b"q" * 30, 0x80, 1, 3.0) is Verdict.DROPPED
+    assert queue.offer(b"q" * 30, 0x80, 1, 4.5) is Verdict.DROPPED  # 1.5 s full
+    assert queue.offer(b"q" * 30, 0x80, 1, 5.0) is Verdict.CLOSE  # 2 s full: too slow
+    assert queue.close_reason is not None
+    stats = queue.statistics(5.0)
+    assert stats.dropped[DropReason.QUEUE_FULL.value] == 3
+
+
+def test_a_queue_full_for_its_grace_closes_at_the_check_with_nothing_offered() -> None:
+    from gnutella_router.net.outqueue import Verdict
+    from gnutella_router.net.threshold_queue import ThresholdQueue
+
+    queue = ThresholdQueue(max_messages=1, grace=1.0)
+    assert queue.offer(b"p", 0x00, 0, 0.0) is Verdict.QUEUED
+    assert queue.offer(b"p", 0x00, 0, 0.1) is Verdict.DROPPED
+    assert queue.check(0.5) is Verdict.QUEUED
+    assert queue.check(1.2) is Verdict.CLOSE
+
+
+def test_without_a_grace_the_first_message_that_does_not_fit_closes() -> None:
+    from gnutella_router.net.outqueue import Verdict
+    from gnutella_router.net.threshold_queue import ThresholdQueue
+
+    queue = ThresholdQueue(max_messages=1)
+    assert queue.offer(b"p", 0x00, 0, 0.0) is Verdict.QUEUED
+    assert queue.offer(b"p", 0x00, 0, 0.0) is Verdict.CLOSE

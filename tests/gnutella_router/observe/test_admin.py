@@ -233,6 +233,8 @@ async def test_bad_requests_are_answered_and_bounded(tmp_path: Path) -> None:
 
 @pytest.mark.e2e
 async def test_connections_are_limited_and_timed_out(tmp_path: Path) -> None:
+    """A connection that sends no request is closed at its deadline; when it holds the
+    last slot, a newcomer takes it over instead of being turned away."""
     async with running_daemons(tmp_path) as (daemon,), trio.open_nursery() as nursery:
         server = AdminServer(
             daemon, address=("127.0.0.1", 0), max_connections=1, request_timeout=0.5
@@ -240,14 +242,39 @@ async def test_connections_are_limited_and_timed_out(tmp_path: Path) -> None:
         address = await nursery.start(server.serve)
         idle = await trio.open_tcp_stream(*address)
         await wait_until(lambda: server.active == 1)
-        busy = await http_get(address, "/healthz")
-        assert busy.status == 503
+        assert (await http_get(address, "/healthz")).status == 200  # took the idle's slot
         with trio.fail_after(3):
-            assert await idle.receive_some(100) == b""  # closed after the timeout
+            assert await idle.receive_some(100) == b""  # closed to make room
         await idle.aclose()
-        assert server.refused["busy"] == 1
-        assert server.refused["timeout"] == 1
-        assert (await http_get(address, "/healthz")).status == 200
+        assert server.refused["slow-head"] == 1
+        late = await trio.open_tcp_stream(*address)
+        with trio.fail_after(3):
+            assert await late.receive_some(100) == b""  # closed after the timeout
+        await late.aclose()
+        assert server.refused["timeout"] >= 1
+        nursery.cancel_scope.cancel()
+
+
+@pytest.mark.e2e
+async def test_one_client_address_holds_a_few_connections_at_most(tmp_path: Path) -> None:
+    from gnutella_router.observe.admin import MAX_PER_ADDRESS
+
+    async with running_daemons(tmp_path) as (daemon,), trio.open_nursery() as nursery:
+        server = AdminServer(daemon, address=("127.0.0.1", 0), request_timeout=5.0)
+        address = await nursery.start(server.serve)
+        hogs = [await trio.open_tcp_stream(*address) for _ in range(MAX_PER_ADDRESS)]
+        await wait_until(lambda: server.active == MAX_PER_ADDRESS)
+        assert (await http_get(address, "/healthz")).status == 503  # the same address
+        other = trio.socket.socket()
+        await other.bind(("127.0.0.2", 0))
+        await other.connect(address)
+        stream = trio.SocketStream(other)
+        await stream.send_all(b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n")
+        with trio.fail_after(3):
+            assert (await stream.receive_some(100)).startswith(b"HTTP/1.1 200")
+        await stream.aclose()
+        for hog in hogs:
+            await hog.aclose()
         nursery.cancel_scope.cancel()
 
 
