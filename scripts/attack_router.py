@@ -22,8 +22,15 @@ connection, whether the router forgets their routes. Each attack is a scenario
 ``guid-spray``           110,000 unique TTL-1 queries in 2 s (each a route to record)
 ``guid-spray-unlimited`` the same with ``router.peer_query_rate = 0``: the route table's
                          per-connection shares alone must keep the honest routes
+``slot-hog``             40 handshakes at once from one address; a silent connection and
+                         one that drips half a message, with 2 s deadlines
+``admin-dumps``          ``/dump`` and ``/routes`` (limit 100,000) and SIGUSR1 with the
+                         route tables full
 ``dq-amplification``     a leaf's 1,500 queries and 500 a second, each a would-be dynamic
                          query; then another leaf's one query must still start
+``large-hits``           100 malformed relayed Byes, then 64 KiB query hits nobody asked
+``slow-admin``           16 admin connections that send half a request and hold on
+``deflate-bomb``         a deflate stream that inflates ~700:1 into vendor messages
 =======================  ==============================================================
 
 Every scenario gets a router process of its own (``gnutella-router run`` on free loopback
@@ -34,8 +41,8 @@ per-address slot share, the per-peer query rate and bans by IP, and an attacker 
 loopback would pass for a crowd. The attackers bind their sockets to 127.0.0.2-4 (Linux
 routes all of 127/8 to loopback), so each is one untrusted host, and no network
 namespace is needed. The router never dials (``catcher.min_connections = 0``). A
-scenario changes other settings only where it says so (the unlimited spray's query
-rate).
+scenario changes other settings only where it says so (the slot scenario's 2 s idle and
+partial-message deadlines, the unlimited spray's query rate).
 
 Beside each attack, three honest ultrapeers with gtk-gnutella's handshake
 (``router_bench``'s) read and frame everything they are sent and answer the router's
@@ -63,7 +70,8 @@ The floors, printed as met / not met / n/a for every scenario:
 * an untrusted address holds at most ``network.connections_per_address`` (1) slots;
 * the attacker is counted as an offender (a drop reason, a refusal, a deadline or a kick
   that names it), and kicked where its attack breaks the protocol;
-* the scenario's own (another leaf's query still starting...);
+* the scenario's own (an idle connection closed within its deadline, the admin still
+  answering, the deflate bomb cut off...);
 * the router exits 0 on SIGTERM and logs no error or traceback.
 
 A floor not met is a finding, not a failure of the script: it is reported as such (exit

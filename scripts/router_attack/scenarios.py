@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from router_attack.abuse import DEFLATE_BOMB, LARGE_HITS_BYES, SLOT_HOG
+from router_attack.admin import ADMIN_DUMPS, SLOW_ADMIN
 from router_attack.arena import Scenario
 from router_attack.floods import (
     DYNAMIC_QUERIES,
@@ -18,6 +20,11 @@ SCENARIOS: dict[str, Scenario] = {
         QUERY_FLOOD,
         GUID_SPRAY,
         GUID_SPRAY_UNLIMITED,
+        SLOT_HOG,
+        ADMIN_DUMPS,
         DYNAMIC_QUERIES,
+        LARGE_HITS_BYES,
+        SLOW_ADMIN,
+        DEFLATE_BOMB,
     )
 }
