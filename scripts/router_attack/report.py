@@ -142,10 +142,13 @@ def section(
         f"{results[0].pending_sent if results else 0} queries pending that reach U3; after "
         "it U3 answers each with a hit, which must reach U2. Attackers connect from "
         "127.0.0.2-4, untrusted (one host each), and their connections in the router are "
-        "counted every 0.5 s from `/connections`. The attack window runs from the first "
-        "attacking byte until the router has read the attacker's last one (a ping's "
-        "pong), plus 1 s; *worst stall* is the longest round trip of U1's pings that "
-        "overlapped it, beside (in brackets) the worst of the second before the attack. "
+        "counted every 0.5 s from `/connections` (and by the attacker itself). The attack "
+        "window runs from the first attacking byte until the router has read the "
+        "attacker's last one (the pong of a ping sent last), plus 1 s; *worst stall* is "
+        "the longest round trip of U1's pings that overlapped it, beside (in brackets) the "
+        "worst of the second before the attack; the script's own event loop, which runs "
+        "the attackers and the honest peers alike, is timed too (how late a 1 ms sleep "
+        "wakes), so that a stall of the script is not taken for the router's. "
         "Counters are the growth of the router's `/stats` over the attack; RSS is VmRSS "
         "before and after it, and VmHWM. Timed attacks last "
         f"{settings.seconds:g} s (seed {settings.seed}).",
@@ -170,18 +173,20 @@ def section(
                 for k, v in values.items()
             )
             lines += [f"Settings changed for it: {changed}.", ""]
-        lines += [f"- {label}: {value}" for label, value in result.figures]
+        figures = [f"- {label}: {value}" for label, value in result.figures]
         if result.attack_seconds:
-            lines.append(f"- attack window: {result.attack_seconds:.2f} s, then 1 s of settling")
+            figures.append(f"- attack window: {result.attack_seconds:.2f} s, then 1 s of settling")
+        lines += [*figures, *([""] if figures else [])]
         lines += [
-            "",
             *(f"- {f.verdict}: {f.name} ({f.detail})" for f in floors(result, checked[result.key])),
             "",
         ]
+    lines += (
+        ["Every floor was met.", ""]
+        if not not_met
+        else ["Not met:", "", *(f"- {text}" for text in not_met), ""]
+    )
     lines += [
-        "Not met: " + ("none." if not not_met else ""),
-        *(f"- {text}" for text in not_met),
-        "",
         "Rerun (each scenario takes seconds to a minute; the whole run a few minutes):",
         "",
         "```sh",
