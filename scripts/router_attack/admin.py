@@ -34,9 +34,10 @@ FILL_PINGS = 12_000
 nothing is forwarded). Four peers, because the route tables give a connection that
 holds far more than an equal share of a full generation's entries its own oldest to
 evict (``RouteTable._make_room``): beside the honest peers, one peer alone could not fill
-them. 96,000 queries fill the query table's two generations of 50,000 (all but the room
-the honest pending queries and U1's pings take), not beyond: a rotation would drop the
-honest routes for volume, which is capacity, not the dumps' doing."""
+them. 96,000 queries fill the query table's two generations of 50,000 but for the room
+the honest pending queries take, and go no further: a rotation would drop the honest
+routes for volume, which is capacity, not the dumps' doing. 48,000 pings, with U1's,
+fill one generation of the ping table."""
 PING_BURST = 200
 QUERY_SHARE = 1_000
 FILL_SECONDS = 30.0
