@@ -301,16 +301,16 @@ class GWebCacheService:
 
     def fresh_hosts(self) -> list[tuple[Host, float]]:
         """Hosts and their ages, at most ``answer_hosts``: one per contributing client
-        and network first, then one per client, then any, the freshest first in each
-        round; seeds fill what is left."""
+        and network first, then one per client not listed yet, then any, the freshest
+        first in each round; seeds fill what is left."""
         now = self.clock()
         self._expire(now)
         wanted = self.settings.answer_hosts
         newest_first = list(reversed(self.hosts.items()))
         chosen: list[tuple[Host, float]] = []
         listed: set[Host] = set()
+        clients: set[str] = set()  # across rounds: a client listed once waits for round 0
         for strictness in (2, 1, 0):
-            clients: set[str] = set()
             groups: set[str] = set()
             for host, seen in newest_first:
                 if len(chosen) >= wanted:

@@ -43,6 +43,10 @@ HostLearned = Callable[[str, int, str, int], None]
 """Told of a host: its address, port, how it was learned (``"pong"``) and the id of the
 connection that told us (the host cache keeps a share per teller)."""
 _NON_PUBLIC = frozenset(NON_PUBLIC_REASONS)
+HOSTS_REMEMBERED = 4096
+"""Addresses (and hosts) whose verdict, or news, the router remembers for pongs."""
+LEARN_AGAIN_SECONDS = 60.0
+"""A host named in pongs is told to the catcher at most this often."""
 
 
 class ReplyRouting:
@@ -63,6 +67,8 @@ class ReplyRouting:
     push_seen: SeenTable
     pong_cache: PongCache
     pong_addresses: PongAddresses
+    _pong_verdicts: dict[str, str | None]
+    _hosts_told: dict[tuple[str, int], float]
     query_routing: QueryRouting
     dynamic: DynamicQuerying
     forwarded: list[int]
@@ -116,16 +122,13 @@ class ReplyRouting:
             return
         ip, port = address
         if port:
-            canonical, problem = classify_address(ip)
-            if problem is None or (
-                problem in _NON_PUBLIC
-                and (self.allow_private or in_networks(canonical, self.local_networks))
-            ):
+            problem = self._uncacheable(ip)
+            if problem is None:
                 self.pong_cache.add(ip, port, frame.payload, frame.hops, now)
             else:
                 # Still routed back to whoever pinged; just not handed out again.
                 self.pongs_not_cached[problem] += 1
-            if self.on_host_learned is not None:
+            if self.on_host_learned is not None and self._news(ip, port, now):
                 self.on_host_learned(ip, port, "pong", connection.id)
         route = self.ping_routes.lookup(frame.guid, now)
         if route is None:
@@ -134,6 +137,39 @@ class ReplyRouting:
             return
         self.ping_routes.note_hit(frame.guid)
         self._forward_reply(route, frame, now)
+
+    def _uncacheable(self, ip: str) -> str | None:
+        """Why pongs naming ``ip`` may not be handed out again (None: they may).
+
+        Worked out once per address and remembered (a bounded number): pongs name the
+        same hosts again and again, and the look-up parses the address and walks the
+        local networks, several times what routing the pong costs.
+        """
+        verdicts = self._pong_verdicts
+        if ip in verdicts:
+            return verdicts[ip]
+        canonical, problem = classify_address(ip)
+        if problem in _NON_PUBLIC and (
+            self.allow_private or in_networks(canonical, self.local_networks)
+        ):
+            problem = None
+        if len(verdicts) >= HOSTS_REMEMBERED:
+            verdicts.clear()
+        verdicts[ip] = problem
+        return problem
+
+    def _news(self, ip: str, port: int, now: float) -> bool:
+        """Whether a host named in a pong is worth telling the catcher of: not when it
+        was told of it within :data:`LEARN_AGAIN_SECONDS` (a bounded memory)."""
+        told = self._hosts_told
+        key = (ip, port)
+        when = told.get(key)
+        if when is not None and now - when < LEARN_AGAIN_SECONDS:
+            return False
+        if len(told) >= HOSTS_REMEMBERED:
+            told.clear()
+        told[key] = now
+        return True
 
     def _on_query_hit(self, connection: Link, frame: Frame, now: float) -> None:
         if not self._ttl_ok(connection, frame, now):

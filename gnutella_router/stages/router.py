@@ -160,6 +160,8 @@ class GnutellaRouter(ReplyRouting):
         self.push_seen = SeenTable("push-seen", config.push_route_seconds, capacity, now)
         self.pong_cache = PongCache(capacity=200, lifetime=config.pong_cache_seconds)
         self.pong_addresses = PongAddresses()
+        self._pong_verdicts: dict[str, str | None] = {}
+        self._hosts_told: dict[tuple[str, int], float] = {}
         self.own_pong = OwnPong(own_address, now)
         self.cached_answers = CachedAnswers(self.pong_cache, config.pongs_per_ping)
         self.query_delay = config.query_delay_ms / 1000.0
