@@ -66,7 +66,7 @@ from gnutella_router.stages.rules import (
 )
 from protocol.constants import HEADER_SIZE
 from protocol.framing import Frame
-from protocol.header import HEADER_STRUCT, TYPE_OFFSET
+from protocol.header import HEADER_STRUCT, TTL_OFFSET, TYPE_OFFSET
 
 # Plain int literals, not the enum's members: compiled, a Final literal is a constant in
 # the machine code, where a module-level name is a dict lookup per use and an enum
@@ -328,7 +328,6 @@ class RunRouter:
         query_at = found.query_at
         out = found.out
         copies = found.copies
-        copies_of = self.copies
         size = 0
         count = len(frames)
         end = start
@@ -349,9 +348,9 @@ class RunRouter:
                 ping_details.append(ttl << 4 | hops)  # both below 16: ttl + hops <= 15
                 ping_at.append(end)
                 if not from_cache:
-                    copy_ttl = ping_copy_ttl(clamped_ttl(ttl, hops, max_ttl))
-                    if copy_ttl != NO_COPY:
-                        out.append(copies_of.copy(frame.guid, PING, copy_ttl, hops + 1, payload))
+                    data = self._ping_copy(frame, max_ttl)
+                    if data is not None:
+                        out.append(data)
                         size += HEADER_SIZE + len(payload)
             elif message_type == QUERY:
                 verdict = query_verdict(
@@ -363,17 +362,9 @@ class RunRouter:
                 query_guids.append(frame.guid)
                 query_details.append(ttl << 4 | hops)
                 query_at.append(end)
-                keeps = clamped_ttl(ttl, hops, max_ttl)
-                if degrade:
-                    kept: i64 = owner.degraded_ttl(keeps)
-                    if kept < keeps:
-                        found.degraded += 1
-                        found.degraded_hops += keeps - kept
-                    keeps = kept
-                copy_ttl = query_copy_ttl(keeps, last_hop)
-                if copy_ttl != NO_COPY:
-                    data = copies_of.copy(frame.guid, QUERY, copy_ttl, hops + 1, payload)
-                    copies.add(data, is_ancient(payload), copy_ttl == 0)
+                data = self._query_copy(frame, max_ttl, degrade, last_hop, False, found)
+                if data is not None:
+                    copies.add(data, is_ancient(payload), data[TTL_OFFSET] == 0)
                     out.append(data)
                     size += len(data)
                 if leaf:
@@ -547,37 +538,52 @@ class RunRouter:
         held = set(repeats)
         relayed = set(relays)
         copies = RunCopies()
-        copies_of = self.copies
         out: list[bytes] = []
         found.degraded = found.degraded_hops = 0
         for index in range(start, routed):
             if index in held and index not in relayed:
                 continue
             frame = frames[index]
-            ttl: i64 = frame.ttl
-            hops: i64 = frame.hops
-            payload = frame.payload
             if frame.payload_type == PING:
                 if not from_cache:
-                    copy_ttl = ping_copy_ttl(clamped_ttl(ttl, hops, max_ttl))
-                    if copy_ttl != NO_COPY:
-                        out.append(copies_of.copy(frame.guid, PING, copy_ttl, hops + 1, payload))
+                    data = self._ping_copy(frame, max_ttl)
+                    if data is not None:
+                        out.append(data)
                 continue
-            keeps = clamped_ttl(ttl, hops, max_ttl)
-            if degrade:
-                kept: i64 = owner.degraded_ttl(keeps)
-                if kept < keeps:
-                    found.degraded += 1
-                    found.degraded_hops += keeps - kept
-                keeps = kept
             relay = index in relayed
-            copy_ttl = relay_copy_ttl(keeps) if relay else query_copy_ttl(keeps, last_hop)
-            if copy_ttl != NO_COPY:
-                data = copies_of.copy(frame.guid, QUERY, copy_ttl, hops + 1, payload)
-                copies.add(data, is_ancient(payload), copy_ttl == 0)
+            data = self._query_copy(frame, max_ttl, degrade, last_hop, relay, found)
+            if data is not None:
+                copies.add(data, is_ancient(frame.payload), data[TTL_OFFSET] == 0)
                 if relay:
                     copies.not_leaves.append(data)
                 out.append(data)
         copies.size = sum(map(len, out))
         found.copies = copies
         return out
+
+    def _ping_copy(self, frame: Frame, max_ttl: i64) -> bytes | None:
+        """A broadcast ping's copy (TTL clamped, less one; hops + 1), if it goes on."""
+        hops: i64 = frame.hops
+        copy_ttl = ping_copy_ttl(clamped_ttl(frame.ttl, hops, max_ttl))
+        if copy_ttl == NO_COPY:
+            return None
+        return self.copies.copy(frame.guid, PING, copy_ttl, hops + 1, frame.payload)
+
+    def _query_copy(
+        self, frame: Frame, max_ttl: i64, degrade: bool, last_hop: bool, relay: bool, found: Stretch
+    ) -> bytes | None:
+        """A query's copy, if it goes on: its TTL clamped, less the admission
+        controller's cut (counted in ``found``), then less one, or kept for the leaves
+        at its last hop (TTL 0 here); a relay's for ultrapeers only."""
+        hops: i64 = frame.hops
+        keeps = clamped_ttl(frame.ttl, hops, max_ttl)
+        if degrade:
+            kept: i64 = self.owner.degraded_ttl(keeps)
+            if kept < keeps:
+                found.degraded += 1
+                found.degraded_hops += keeps - kept
+            keeps = kept
+        copy_ttl = relay_copy_ttl(keeps) if relay else query_copy_ttl(keeps, last_hop)
+        if copy_ttl == NO_COPY:
+            return None
+        return self.copies.copy(frame.guid, QUERY, copy_ttl, hops + 1, frame.payload)
