@@ -27,7 +27,7 @@ from gnutella_router.testnet.churn import LEAVE, ChurnSettings, churn_schedule
 from gnutella_router.testnet.leaves import leaves_per_node
 from gnutella_router.testnet.namespaces import NamespaceNetwork
 from gnutella_router.testnet.nodes import LocalNode, NetworkNode, NodeError, NodeFailure
-from gnutella_router.testnet.servents import ServentSet, free_port
+from gnutella_router.testnet.servents import ServentSet, free_router_port
 from gnutella_router.testnet.settings import (
     STARTING_AT_ONCE,
     STOP_TIMEOUT,
@@ -223,7 +223,9 @@ class Launcher:
             ]
             prefixes = [self.namespaces.exec_prefix(routers + j) for j in range(count)]
         else:
-            addresses, prefixes = [(LOOPBACK, free_port()) for _ in range(count)], []
+            # A port whose next one is free too: a servent that is one of our routers
+            # puts its admin interface there.
+            addresses, prefixes = [(LOOPBACK, free_router_port()) for _ in range(count)], []
         servents = self.servents.create(
             addresses,
             prefixes=prefixes,
