@@ -126,9 +126,9 @@ class CachedAnswers:
 
     def due(self, link_id: int, now: float, links: tuple[Link, ...]) -> bool:
         """Whether a link's ping may be answered from the cache now (then noted)."""
-        answered = self._answered
-        if now - answered.get(link_id, -1e9) < CACHE_ANSWER_INTERVAL:
+        if not self.would_be_due(link_id, now):
             return False
+        answered = self._answered
         answered[link_id] = now
         if len(answered) > 64 + 2 * len(links):
             alive = {link.id for link in links}

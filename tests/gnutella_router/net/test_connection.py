@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import socket
 import zlib
+from typing import Any
 
 import structlog
 import trio
@@ -18,19 +19,34 @@ from protocol.framing import Frame
 from protocol.messages import Bye, Message, Query, random_guid
 
 
-def connection(stream: trio.abc.Stream, role: str, **capabilities: object) -> Connection:
+def link_over(
+    stream: trio.abc.Stream,
+    role: str = "incoming",
+    capabilities: Capabilities | None = None,
+    **options: Any,
+) -> Connection:
+    """A connection over ``stream`` on the defaults the tests share; ``options`` are
+    Connection's own (deflate either way, an abuse meter, a deflate pool...)."""
+    settings: dict[str, Any] = {
+        "compress_outgoing": False,
+        "decompress_incoming": False,
+        "trailing_data": b"",
+        "max_payload": 65536,
+        "log": structlog.get_logger("test"),
+        **options,
+    }
     return Connection(
         stream=stream,
         peer=("192.0.2.5", 6346),
         role=role,
-        capabilities=Capabilities(**capabilities),  # type: ignore[arg-type]
+        capabilities=capabilities or Capabilities(),
         outgoing=ThresholdQueue(),
-        compress_outgoing=False,
-        decompress_incoming=False,
-        trailing_data=b"",
-        max_payload=65536,
-        log=structlog.get_logger("test"),
+        **settings,
     )
+
+
+def connection(stream: trio.abc.Stream, role: str, **capabilities: object) -> Connection:
+    return link_over(stream, role, Capabilities(**capabilities))  # type: ignore[arg-type]
 
 
 async def test_a_dialled_peer_listens_where_we_dialled_it() -> None:
@@ -96,19 +112,7 @@ async def test_a_router_that_never_reports_does_not_keep_a_dead_peer_open(
 
 
 def deflating(stream: trio.abc.Stream, pool: DeflatePool | None) -> Connection:
-    return Connection(
-        stream=stream,
-        peer=("192.0.2.5", 6346),
-        role="incoming",
-        capabilities=Capabilities(),
-        outgoing=ThresholdQueue(),
-        compress_outgoing=True,
-        decompress_incoming=False,
-        trailing_data=b"",
-        max_payload=65536,
-        log=structlog.get_logger("test"),
-        deflate_pool=pool,
-    )
+    return link_over(stream, compress_outgoing=True, deflate_pool=pool)
 
 
 def queries(count: int, text: bytes) -> list[bytes]:
@@ -316,17 +320,10 @@ async def test_an_idle_deflating_link_holds_no_zlib_state(
     writes; the peer's one inflater reads all of it."""
     ours, theirs = socket.socketpair()
     theirs.setblocking(False)
-    link = Connection(
-        stream=trio.SocketStream(trio.socket.from_stdlib_socket(ours)),
-        peer=("192.0.2.5", 6346),
-        role="incoming",
-        capabilities=Capabilities(),
-        outgoing=ThresholdQueue(),
+    link = link_over(
+        trio.SocketStream(trio.socket.from_stdlib_socket(ours)),
         compress_outgoing=True,
         decompress_incoming=True,
-        trailing_data=b"",
-        max_payload=65536,
-        log=structlog.get_logger("test"),
     )
     compressor, decompressor = link._compressor, link._decompressor
     assert compressor is not None
@@ -399,19 +396,7 @@ async def test_a_deflate_bomb_closes_the_link_as_an_offence(
     from protocol.compression import RATIO_GRACE
 
     ours, theirs = trio.testing.memory_stream_pair()
-    link = Connection(
-        stream=ours,
-        peer=("192.0.2.5", 6346),
-        role="incoming",
-        capabilities=Capabilities(),
-        outgoing=ThresholdQueue(),
-        compress_outgoing=False,
-        decompress_incoming=True,
-        trailing_data=b"",
-        max_payload=65536,
-        log=structlog.get_logger("test"),
-        abuse=lambda: AbuseMeter({}, 10.0),
-    )
+    link = link_over(ours, decompress_incoming=True, abuse=lambda: AbuseMeter({}, 10.0))
     handed: list[Frame] = []
 
     async def deliver(delivered_by: Connection, frames: list[Frame]) -> None:
