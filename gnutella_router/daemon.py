@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import gc
 import signal
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Self
 
@@ -40,14 +39,16 @@ from gnutella_router.control.batching import BatchingController
 from gnutella_router.control.governor import ThreadGovernor
 from gnutella_router.discovery.host_cache import OPERATOR
 from gnutella_router.logs import set_level
-from gnutella_router.net.connection import Connection, format_address
+from gnutella_router.net.connection import format_address
+from gnutella_router.net.connection_table import ConnectionTable
+from gnutella_router.net.deflate_pool import DeflatePool
+from gnutella_router.net.outbox import Outbox
 from gnutella_router.observe.admin import serve_admin, write_dump_logged
 from gnutella_router.observe.profiler import Profiler
 from gnutella_router.observe.recorder import Recorder
 from gnutella_router.ready_file import remove_ready_file, write_ready_file
 from gnutella_router.runtime.stage import StageRegistry
 from gnutella_router.stages.catcher import GnutellaCatcher
-from gnutella_router.stages.link import Link
 from gnutella_router.stages.router import GnutellaRouter
 from gnutella_router.stages.server import GnutellaServer
 from gnutella_router.state_lock import lock_state_directory
@@ -68,17 +69,19 @@ class Daemon:
         self.guid = bytes.fromhex(config.node.guid) if config.node.guid else random_guid()
         self.log = log or structlog.get_logger("gnutella-router")
         self.registry = StageRegistry()
+        connections = ConnectionTable()
+        threads = config.network.deflate_threads
+        self.outbox = Outbox(connections, DeflatePool(threads) if threads else None)
+        """The router's one way out to the connections (:mod:`.net.outbox`)."""
         self.router = GnutellaRouter(
             config.router,
-            connections=self._connections,
-            connection_by_id=self._connection_by_id,
+            outbox=self.outbox,
             own_address=self._own_address,
             own_guid=self.guid,
             max_ttl=config.network.max_ttl,
             hard_ttl_limit=config.network.hard_ttl_limit,
             allow_private=config.network.allow_private_addresses,
             shedding=config.shedding,
-            flush_links=self._flush_links,
             trusted=self._link_trusted,
             on_host_learned=self._learn,
             log=self.log.bind(stage="router"),
@@ -86,6 +89,8 @@ class Daemon:
         self.server = GnutellaServer(
             config,
             router=self.router,
+            outbox=self.outbox,
+            connections=connections,
             own_guid=self.guid,
             try_hosts=self._try_hosts,
             on_hosts_learned=self._learn_many,
@@ -132,12 +137,6 @@ class Daemon:
         """Cancels the running profiler; None while none runs."""
 
     # Late-bound callbacks: the stages reference each other through the daemon.
-    def _connections(self) -> tuple[Connection, ...]:
-        return self.server.connections.snapshot()
-
-    def _connection_by_id(self, connection_id: int) -> Connection | None:
-        return self.server.connections.get(connection_id)
-
     def _link_trusted(self, connection_id: int) -> bool:
         """Whether a connection's peer is in the trusted networks (its queries are then
         not rate-limited)."""
@@ -145,9 +144,6 @@ class Daemon:
         return connection is not None and in_networks(
             connection.peer[0], self.server.trusted_networks
         )
-
-    def _flush_links(self, links: Sequence[Link]) -> None:
-        self.server.flush_links(links)
 
     def _own_address(self) -> tuple[str, int]:
         return self.server.advertised_address()

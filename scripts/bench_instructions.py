@@ -99,6 +99,7 @@ def _route(kind: str, count: int, made: int, seed: int) -> int:
     import trio
 
     from gnutella_router.config import Config
+    from gnutella_router.net.outbox import Outbox
     from gnutella_router.net.threshold_queue import ThresholdQueue
     from gnutella_router.stages.router import GnutellaRouter
     from protocol.capabilities import Capabilities
@@ -118,17 +119,8 @@ def _route(kind: str, count: int, made: int, seed: int) -> int:
             self.written = 0
             self.writer_busy = False  # its writes are made in flush, none left over
 
-        def send(self, data: bytes, message_type: int, hops: int, now: float) -> bool:
-            return self.outgoing.offer(data, message_type, hops, now).name == "QUEUED"
-
-        def send_batch(self, datas: list[bytes], total_bytes: int, now: float) -> list[bytes]:
-            return [] if self.outgoing.offer_bulk(datas, total_bytes) else list(datas)
-
-        def send_all(self, datas: list[bytes], total_bytes: int, now: float) -> bool:
-            return self.outgoing.offer_bulk(datas, total_bytes)
-
-        def may_defer_flush(self, upcoming: int) -> bool:
-            return False  # every batch written: the same work for any version
+        def act_on(self, verdict: object) -> None:
+            pass  # the sinks' queues never refuse this load
 
         def flush(self) -> None:
             self.written += len(b"".join(self.outgoing.take(READ_SIZE)))
@@ -160,6 +152,15 @@ def _route(kind: str, count: int, made: int, seed: int) -> int:
         def close(self, reason: str, *, bye_code: int | None = None) -> None:
             self.closing = True
 
+    class Links:
+        """The outbox's registry of the three links."""
+
+        def snapshot(self) -> tuple[Link, ...]:
+            return tuple(links)
+
+        def get(self, link_id: int) -> Link | None:
+            return links[link_id - 1]
+
     links = [Link(1), Link(2), Link(3)]
     reads = _load(kind, made, seed)
     routed = 0
@@ -174,8 +175,7 @@ def _route(kind: str, count: int, made: int, seed: int) -> int:
             config.router,
             # The source is a trusted neighbour, as on loopback: no per-peer query rate.
             trusted=lambda link_id: True,
-            connections=lambda: tuple(links),
-            connection_by_id=lambda link_id: links[link_id - 1],
+            outbox=Outbox(Links()),
             own_address=lambda: ("192.0.2.1", 6346),
             own_guid=b"R" * 16,
             max_ttl=config.network.max_ttl,

@@ -51,7 +51,7 @@ from mypy_extensions import i64
 from gnutella_router.config.sections import RouterConfig
 from gnutella_router.control.query_rate import QueryRate
 from gnutella_router.net.route_table import RouteTable
-from gnutella_router.stages.link import Link
+from gnutella_router.stages.link import Link, Outbox
 from gnutella_router.stages.pongs import CachedAnswers, OwnPong
 from gnutella_router.stages.rules import (
     NO_COPY,
@@ -177,10 +177,6 @@ class RunOwner(Protocol):
         """Whether any leaf is connected (queries at their last hop are kept for them)."""
         ...
 
-    def links(self) -> tuple[Link, ...]:
-        """The connected links (cached answers name our neighbours)."""
-        ...
-
     def route_single(self, link: Link, frame: Frame, now: float) -> None:
         """Handle a frame that ends a stretch (see the module)."""
         ...
@@ -264,6 +260,7 @@ class RunRouter:
         self,
         *,
         owner: RunOwner,
+        outbox: Outbox,
         ping_routes: RouteTable,
         query_routes: RouteTable,
         own_pong: OwnPong,
@@ -273,6 +270,7 @@ class RunRouter:
         query_rate: QueryRate,
     ) -> None:
         self.owner = owner
+        self.outbox = outbox
         self.query_rate = query_rate
         self.ping_routes = ping_routes
         self.query_routes = query_routes
@@ -475,13 +473,15 @@ class RunRouter:
         ]
         generated = self.generated
         answers_due = from_cache and self.cached_answers.would_be_due(link.id, now)
-        if not answers_due and link.send_all(pongs, len(pongs) * len(pongs[0]), now):
+        outbox = self.outbox
+        link_id = link.id
+        if not answers_due and outbox.offer_whole(link_id, pongs, len(pongs) * len(pongs[0])):
             generated[PONG] += len(pongs)
             return -1
         flow_controlled = link.flow_controlled
-        send = link.send
+        offer = outbox.offer
         for k in range(first, last):
-            if send(pongs[k - first], PONG, 0, now):
+            if offer(link_id, pongs[k - first], now):
                 generated[PONG] += 1
             if answers_due and details[k] >> 4 > 1:
                 answers_due = not self._cached_answers(link, guids[k], details[k] & 0x0F, now)
@@ -491,7 +491,7 @@ class RunRouter:
 
     def _cached_answers(self, link: Link, guid: bytes, hops: int, now: float) -> bool:
         """Cached pongs for a caching peer's ping, if due (then True)."""
-        links = self.owner.links()
+        links = self.outbox.links()
         cached = self.cached_answers
         if not cached.due(link.id, now, links):
             return False
@@ -499,7 +499,7 @@ class RunRouter:
         copies_of = self.copies
         for payload, cached_hops in cached.answers(link, now, links):
             answer = copies_of.copy(guid, PONG, hops + 1, cached_hops + 1, payload)
-            if link.send(answer, PONG, cached_hops + 1, now):
+            if self.outbox.offer(link.id, answer, now):
                 generated[PONG] += 1
         return True
 

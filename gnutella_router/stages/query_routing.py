@@ -42,7 +42,7 @@ from collections.abc import Callable, Iterable
 import structlog
 
 from gnutella_router.control.abuse import Offence
-from gnutella_router.stages.link import Link
+from gnutella_router.stages.link import Link, Outbox
 from protocol.codec import encode_message
 from protocol.constants import MessageType
 from protocol.header import TTL_OFFSET, TYPE_OFFSET, with_ttl
@@ -221,13 +221,13 @@ class QueryRouting:
             self._encoded = (generation, messages)
         return self._encoded
 
-    def send_tables(self, links: Iterable[Link], now: float) -> int:
+    def send_tables(self, outbox: Outbox, now: float) -> int:
         """Our leaves' table to every ultrapeer that takes last-hop tables and is due
         one; how many messages were queued."""
         self.prune()
         generation = self._union.generation
         queued = 0
-        for link in links:
+        for link in outbox.links():
             capabilities = link.capabilities
             if link.closing or capabilities.ultrapeer is False:
                 continue
@@ -237,8 +237,8 @@ class QueryRouting:
             if had == generation or now - sent_at < LAST_HOP_TABLE_INTERVAL:
                 continue
             for data in self._leaves_table_messages()[1]:
-                queued += link.send(data, MessageType.QRP, 0, now)
-            link.flush()
+                queued += outbox.offer(link.id, data, now)
+            outbox.write(link.id)
             self._sent[link.id] = (generation, now)
         return queued
 

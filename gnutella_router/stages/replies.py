@@ -19,7 +19,7 @@ from gnutella_router.discovery.ranges import NON_PUBLIC_REASONS, classify_addres
 from gnutella_router.net.route_table import RouteTable, SeenTable
 from gnutella_router.stages import vendor_messages
 from gnutella_router.stages.dynamic_query import DynamicQuerying
-from gnutella_router.stages.link import Link
+from gnutella_router.stages.link import Link, Outbox
 from gnutella_router.stages.pongs import PongCache
 from gnutella_router.stages.query_routing import QueryRouting
 from gnutella_router.stages.rules import DROP_REASONS, MALFORMED, OFFENCES, OK, ttl_verdict
@@ -74,8 +74,7 @@ class ReplyRouting:
     forwarded: list[int]
     consumed: list[int]
     dropped: collections.Counter[tuple[str, int]]
-    _connections: Callable[[], tuple[Link, ...]]
-    _connection_by_id: Callable[[int], Link | None]
+    outbox: Outbox
     _copy: Callable[[bytes, int, int, int, bytes], bytes]
 
     def refuse(self, link: Link, frame: Frame, verdict: int, now: float) -> None:
@@ -99,7 +98,7 @@ class ReplyRouting:
         if route_id == LOCAL:
             self.consumed[message_type] += 1
             return
-        route = self._connection_by_id(route_id)
+        route = self.outbox.link(route_id)
         if route is None or route.closing:
             self.dropped["route-closed", message_type] += 1
             return
@@ -108,7 +107,7 @@ class ReplyRouting:
             self.dropped["ttl-expired", message_type] += 1
             return
         data = self._copy(frame.guid, message_type, ttl, frame.hops + 1, frame.payload)
-        if route.send(data, message_type, frame.hops + 1, now):
+        if self.outbox.offer(route_id, data, now):
             self.forwarded[message_type] += 1
         else:
             self.dropped["outgoing-queue", message_type] += 1
@@ -248,7 +247,7 @@ class ReplyRouting:
         message = self._parsed(connection, frame, now)
         if not isinstance(message, QrpReset | QrpPatch):
             return
-        if self.query_routing.receive(connection, message, len(self._connections()), now):
+        if self.query_routing.receive(connection, message, len(self.outbox.links()), now):
             self.consumed[QRP] += 1
         else:  # begun too soon after the peer's last table, or a patch of such a table
             self.dropped["qrp-too-soon", QRP] += 1
