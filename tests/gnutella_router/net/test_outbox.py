@@ -78,7 +78,8 @@ def test_an_offer_returns_the_queue_verdict_and_a_closing_verdict_closes_the_lin
     assert outbox.offer(1, queries(1)[0], 0.0)
     refused = outbox.offer_many(1, queries(5), sum(map(len, queries(5))), 0.0)
     assert len(refused) == 3  # two fit under the bound; the third closes the link
-    assert link.closing and link.close_reason == "slow peer"
+    assert link.closing
+    assert link.close_reason == "slow peer"
     assert not outbox.offer(2, queries(1)[0], 0.0)  # no such link
     assert outbox.offer_many(2, queries(2), 2 * len(queries(1)[0]), 0.0) != []
 
