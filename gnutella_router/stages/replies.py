@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 from gnutella_router.control.abuse import LARGE_HIT, Offence, in_networks
 from gnutella_router.discovery.ranges import NON_PUBLIC_REASONS, classify_address
-from gnutella_router.net.route_table import RouteTable, SeenTable
+from gnutella_router.net.route_table import OWN, RouteTable, SeenTable
 from gnutella_router.stages import vendor_messages
 from gnutella_router.stages.dynamic_query import DynamicQuerying
 from gnutella_router.stages.link import Link, Outbox
@@ -36,7 +36,7 @@ PUSH = MessageType.PUSH
 QUERY_HIT = MessageType.QUERY_HIT
 VENDOR = MessageType.VENDOR
 QRP = MessageType.QRP
-LOCAL = 0
+LOCAL = OWN
 """The route of a message this router originated (connection ids start at 1)."""
 
 HostLearned = Callable[[str, int, str, int], None]
