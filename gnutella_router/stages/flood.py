@@ -74,6 +74,7 @@ from protocol.header import HEADER_STRUCT, TTL_OFFSET, TYPE_OFFSET
 PING: Final = 0x00
 PONG: Final = 0x01
 QUERY: Final = 0x80
+QUERY_HIT: Final = 0x81
 
 _pack_header: Final = HEADER_STRUCT.pack
 _NO_GUID: Final = bytes(16)
@@ -203,6 +204,14 @@ class RunOwner(Protocol):
         ...
 
 
+class RepliesRouter(Protocol):
+    """Routes a run of pongs and query hits back (:class:`.reply_runs.ReplyRun`)."""
+
+    def route(self, link: Link, frames: list[Frame], start: int, now: float) -> int:
+        """Route the replies from ``start``; where their run ends."""
+        ...
+
+
 def runs_of(batch: list[Frame]) -> list[list[Frame]]:
     """``batch`` cut into its runs of consecutive frames from one link, in order; a
     batch of one link's frames is its own single run, not copied."""
@@ -261,6 +270,8 @@ class RunRouter:
         *,
         owner: RunOwner,
         outbox: Outbox,
+        replies: RepliesRouter,
+        copies: Copies,
         ping_routes: RouteTable,
         query_routes: RouteTable,
         own_pong: OwnPong,
@@ -271,6 +282,8 @@ class RunRouter:
     ) -> None:
         self.owner = owner
         self.outbox = outbox
+        self.replies = replies
+        """Routes the runs of pongs and query hits."""
         self.query_rate = query_rate
         self.ping_routes = ping_routes
         self.query_routes = query_routes
@@ -278,7 +291,7 @@ class RunRouter:
         self.cached_answers = cached_answers
         self.received = received
         self.generated = generated
-        self.copies = Copies()
+        self.copies = copies
         self.stretches = 0
         """Stretches routed in bulk (for tests and profiles)."""
         self.accepted_queries = 0
@@ -298,9 +311,12 @@ class RunRouter:
             end = self._stretch(link, frames, start, now)
             if end == start:
                 frame = frames[start]
-                received[frame.payload_type] += 1
-                owner.route_single(link, frame, now)
-                end = start + 1
+                if frame.payload_type == PONG or frame.payload_type == QUERY_HIT:
+                    end = self.replies.route(link, frames, start, now)
+                else:
+                    received[frame.payload_type] += 1
+                    owner.route_single(link, frame, now)
+                    end = start + 1
             start = end
 
     def _stretch(self, link: Link, frames: list[Frame], start: int, now: float) -> int:

@@ -60,21 +60,20 @@ from gnutella_router.stages.admission import admit
 from gnutella_router.stages.broadcasts import Broadcasts
 from gnutella_router.stages.destinations import DestinationFilter
 from gnutella_router.stages.dynamic_query import TICK_SECONDS, DynamicQuerying
-from gnutella_router.stages.flood import RunCopies, RunRouter, runs_of
+from gnutella_router.stages.flood import Copies, RunCopies, RunRouter, runs_of
 from gnutella_router.stages.link import Link, Outbox
 from gnutella_router.stages.pongs import CachedAnswers, OwnPong, PongCache
 from gnutella_router.stages.query_routing import QueryRouting
 from gnutella_router.stages.replies import (
     BYE,
     LOCAL,
-    PONG,
     PUSH,
     QRP,
-    QUERY_HIT,
     VENDOR,
     HostLearned,
     ReplyRouting,
 )
+from gnutella_router.stages.reply_runs import ReplyRun
 from gnutella_router.stages.router_statistics import RouterStatistics
 from gnutella_router.stages.rules import SOURCE_OVER_RATE, ping_verdict, query_verdict
 from protocol.codec import encode_message
@@ -190,10 +189,8 @@ class GnutellaRouter(ReplyRouting):
         if self.admission is not None:
             self.stage.response_observer = self._observe_response
         self._handlers: list[Callable[[Link, Frame, float], None]] = [self._on_unknown] * 256
-        self._handlers[PONG] = self._on_pong
         self._handlers[BYE] = self._on_bye
         self._handlers[PUSH] = self._on_push
-        self._handlers[QUERY_HIT] = self._on_query_hit
         for message_type in HOP_BY_HOP:
             self._handlers[message_type] = self._on_hop_by_hop
         self._handlers[VENDOR] = self._on_vendor
@@ -208,9 +205,23 @@ class GnutellaRouter(ReplyRouting):
         the trusted networks, which are not limited)."""
         self._over_rate_said: dict[int, float] = {}
         self._over_rate_held: dict[int, int] = {}
+        copies = Copies()
         self._runs = RunRouter(
             owner=self,
             outbox=outbox,
+            replies=ReplyRun(
+                owner=self,
+                outbox=outbox,
+                ping_routes=self.ping_routes,
+                query_routes=self.query_routes,
+                push_routes=self.push_routes,
+                copies=copies,
+                received=self.received,
+                forwarded=self.forwarded,
+                consumed=self.consumed,
+                dropped=self.dropped,
+            ),
+            copies=copies,
             ping_routes=self.ping_routes,
             query_routes=self.query_routes,
             own_pong=self.own_pong,
@@ -219,7 +230,7 @@ class GnutellaRouter(ReplyRouting):
             generated=self.generated,
             query_rate=self.query_rate,
         )
-        self._copy = self._runs.copies.copy
+        self._copy = copies.copy
         """The one encoder of what the router sends (copies, our pongs, replies passed
         on): kept header tails, see :class:`.flood.Copies`."""
 
