@@ -16,13 +16,15 @@ to a fraction of a percent, and a change's effect on the router's own work is re
 directly.
 
 What runs, in one process with no sockets: a ``GnutellaRouter`` on its defaults with
-three ultrapeer links (one source, two sinks) whose outgoing queues are the real
-threshold queues; 64 KiB reads of the loopback benchmarks' 30-byte messages (TTL 2,
-every GUID unique) cut by the real ``FrameDecoder``; the frames handed to the router 250
-at a time, as its stage takes them; after each batch every sink's queue taken and joined
-into one buffer, as a connection's flush does before its write. The kernel's part (the
-reads and writes, the wake-ups) is not here: it is the same for any version of the
-router, and the loopback benchmarks carry it.
+three ultrapeer links (one source, two sinks) that announced what gtk-gnutella 1.2.3
+announces (``router_bench.peers.GTK_LIKE_HEADERS``: the source's pings are answered, not
+broadcast), whose outgoing queues are the real threshold queues; 64 KiB reads of the
+loopback benchmarks' 30-byte messages (TTL 2, every GUID unique) cut by the real
+``FrameDecoder``; the frames handed to the router 250 at a time, as its stage takes
+them; after each batch every sink's queue taken and joined into one buffer, as a
+connection's flush does before its write. The kernel's part (the reads and writes, the
+wake-ups) is not here: it is the same for any version of the router, and the loopback
+benchmarks carry it.
 
 The figure is the difference between two counted runs, one routing ``--messages`` and
 one twice as many (both make twice as many, since making them is Python work per
@@ -97,6 +99,7 @@ def _route(kind: str, count: int, made: int, seed: int) -> int:
     sinks got. (Making the messages is Python work per message, so the runs compared
     make as many and route different numbers.)"""
     import trio
+    from router_bench.peers import GTK_LIKE_HEADERS
 
     from gnutella_router.config import Config
     from gnutella_router.net.outbox import Outbox
@@ -104,6 +107,7 @@ def _route(kind: str, count: int, made: int, seed: int) -> int:
     from gnutella_router.stages.router import GnutellaRouter
     from protocol.capabilities import Capabilities
     from protocol.framing import FrameDecoder
+    from protocol.headers import HeaderBlock
     from protocol.vendor import NO_HOPS_FLOW
 
     class Link:
@@ -111,7 +115,9 @@ def _route(kind: str, count: int, made: int, seed: int) -> int:
 
         def __init__(self, link_id: int) -> None:
             self.id = link_id
-            self.capabilities = Capabilities(ultrapeer=True)
+            # What gtk-gnutella 1.2.3 announces (Pong-Caching, GGEP, X-Max-TTL 4 ...):
+            # the source's pings are answered with our pong, not broadcast.
+            self.capabilities = Capabilities.from_headers(HeaderBlock(GTK_LIKE_HEADERS))
             self.outgoing = ThresholdQueue()
             self.closing = False
             self.flow_controlled = False
@@ -196,7 +202,10 @@ def _route(kind: str, count: int, made: int, seed: int) -> int:
             routed += len(frames)
 
     trio.run(main)
-    print(f"{sum(link.written for link in links)} bytes written to the sinks")
+    print(
+        f"{links[1].written + links[2].written} bytes written to the sinks, "
+        f"{links[0].written} to the source"
+    )
     return routed
 
 
