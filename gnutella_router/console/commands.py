@@ -289,7 +289,7 @@ def parse(line: str) -> Command | None:
     if spec is None:
         raise CommandError(f"unknown command {words[0]!r}; `help` lists the commands")
     try:
-        args = spec.parser.parse_args(words[1:])
+        args = spec.parser.parse_intermixed_args(words[1:])
     except argparse.ArgumentError as exc:
         raise CommandError(f"{name}: {exc} (help {name})") from None
     if name == "set" and args.value not in KNOBS[args.knob]:

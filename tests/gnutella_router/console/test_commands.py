@@ -46,6 +46,12 @@ def test_reach_takes_a_node_words_and_probe_options() -> None:
     )
 
 
+def test_words_and_options_mix_in_any_order() -> None:
+    command = parse("reach 0 --ttl 3 free jazz")
+    assert command is not None
+    assert (command.args.text, command.args.ttl) == (["free", "jazz"], 3)
+
+
 def test_quoted_words_stay_one_argument() -> None:
     command = parse("reach 0 'free jazz' # a comment")
     assert command is not None
