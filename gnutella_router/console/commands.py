@@ -238,7 +238,8 @@ def _specs() -> dict[str, Spec]:
         "set",
         "change what a node's admin interface lets change: log level, profiler",
         "`set 0 log-level debug` (" + ", ".join(KNOBS["log-level"]) + "), `set 0 profiler "
-        "start` (or stop, which writes the profile into the node's state folder).",
+        "start` (or stop, which writes the profile into the node's state folder). The log "
+        "level is a process's: in a test network of one process, every node's.",
         [Slot("node"), Slot("choice", tuple(KNOBS)), Slot("knob-value")],
     )
     set_.add_argument("node", help="the node")

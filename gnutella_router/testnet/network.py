@@ -69,6 +69,7 @@ from typing import Any, TextIO
 import trio
 
 from gnutella_router import __version__
+from gnutella_router.logs import current_level, set_level
 from gnutella_router.net.connection import format_address
 from gnutella_router.testnet.cache import HostCacheService
 from gnutella_router.testnet.children import ChildNode, ServentNode, stop_children
@@ -448,6 +449,9 @@ class LocalNetwork:
                 admin = node.admin_address
                 where = f" (admin {_format(admin)})" if admin else ""
                 self._note(f"node-{node.index} {node.peer_name}{where}")
+            self._note(
+                f"`gnutella-router console --network {settings.results}` opens a console on it"
+            )
             self._note("the network is up; Ctrl-C stops it")
             await self._stop.wait()
             return
@@ -491,10 +495,18 @@ class LocalNetwork:
     async def _open_console(self) -> None:
         """The console in a process of its own, on this terminal, until it is left."""
         self.phase = "console"
+        level = current_level()
+        if self.mode == "in-process":
+            # The routers of this process would log onto the console's lines; errors
+            # still show, and `set NODE log-level warning` brings the rest back.
+            set_level("error")
         if self.settings.console_script is None:
             self._note("the network is up; the console opens (quit or Ctrl-D stops the network)")
         script = self.settings.console_script
-        status = await run_console(self.settings.results / RECORD_FILE, script)
+        try:
+            status = await run_console(self.settings.results / RECORD_FILE, script)
+        finally:
+            set_level(level)
         if status and script is not None:
             raise NetworkError(f"the console script failed (exit status {status})")
 
