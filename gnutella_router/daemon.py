@@ -24,7 +24,9 @@ daemon carries on; the same views are served live by the admin interface
 from __future__ import annotations
 
 import gc
+import math
 import signal
+from collections.abc import Callable
 from pathlib import Path
 from typing import Self
 
@@ -39,7 +41,7 @@ from gnutella_router.control.batching import BatchingController
 from gnutella_router.control.governor import ThreadGovernor
 from gnutella_router.discovery.host_cache import OPERATOR
 from gnutella_router.logs import set_level
-from gnutella_router.net.connection import format_address
+from gnutella_router.net.connection import Connection, format_address
 from gnutella_router.net.connection_table import ConnectionTable
 from gnutella_router.net.deflate_pool import DeflatePool
 from gnutella_router.net.outbox import Outbox
@@ -52,7 +54,7 @@ from gnutella_router.stages.catcher import GnutellaCatcher
 from gnutella_router.stages.router import GnutellaRouter
 from gnutella_router.stages.server import GnutellaServer
 from gnutella_router.state_lock import lock_state_directory
-from protocol.messages import random_guid
+from protocol.messages import Message, random_guid
 
 BYE_GRACE_SECONDS = 2.0
 YOUNG_COLLECTION_THRESHOLD = 10_000
@@ -189,6 +191,62 @@ class Daemon:
         self.log.info("peer dropped by the operator", peer=connection.peer_text)
         connection.close("dropped by the operator", bye_code=200)
         return True
+
+    def hold_peer(self, host: str, port: int, seconds: float = math.inf) -> int:
+        """Take the link to the peer listening at ``host:port`` down and keep it down:
+        its connections are closed (Bye 200), and it is neither dialled nor accepted for
+        ``seconds`` (until :meth:`release_peer` by default). How many connections were
+        closed.
+
+        Raises:
+            ValueError: ``seconds`` is out of range (see :mod:`.control.holds`).
+        """
+        self.server.holds.hold((host, port), trio.current_time(), seconds)
+        closed = self._close_where(
+            lambda c: (host, port) in (c.peer, c.listen_address), "held down by the operator"
+        )
+        self.log.info(
+            "peer held down by the operator", peer=format_address(host, port), closed=closed
+        )
+        return closed
+
+    def release_peer(self, host: str, port: int) -> bool:
+        """End the hold on ``host:port``; whether there was one. The catcher may dial it
+        again when it needs peers; the operator's ``peers add`` dials it now."""
+        released = self.server.holds.release((host, port))
+        if released:
+            self.log.info("peer released by the operator", peer=format_address(host, port))
+        return released
+
+    def set_offline(self, offline: bool) -> int:
+        """Go offline (every connection closed with Bye 200, no handshake accepted,
+        nothing dialled; the admin interface stays up) or back online, when the catcher
+        dials again. How many connections were closed."""
+        self.server.holds.offline = offline
+        closed = self._close_where(lambda c: True, "offline") if offline else 0
+        self.log.info("offline" if offline else "online", by="the operator", closed=closed)
+        return closed
+
+    def _close_where(self, chosen: Callable[[Connection], bool], reason: str) -> int:
+        closed = 0
+        for connection in self.server.connections.snapshot():
+            if not connection.closing and chosen(connection):
+                connection.close(reason, bye_code=200)
+                closed += 1
+        return closed
+
+    def inject(self, message: Message) -> int:
+        """Send ``message`` (a ping or a query) to our neighbours as one of our own; how
+        many it was sent to (see :meth:`GnutellaRouter.inject`)."""
+        sent = self.router.inject(message, trio.current_time())
+        self.log.info(
+            "message injected by the operator",
+            guid=message.guid.hex(),
+            type=type(message.payload).__name__.lower(),
+            ttl=message.ttl,
+            sent_to=sent,
+        )
+        return sent
 
     def set_log_level(self, level: str) -> None:
         """Change the log level of the whole process now (ValueError for an unknown one)."""

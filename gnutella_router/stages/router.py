@@ -560,6 +560,31 @@ class GnutellaRouter(ReplyRouting):
                 self.generated[QUERY] += 1
             outbox.write(target.id)
 
+    def inject(self, message: Message, now: float) -> int:
+        """Originate the operator's ping or query (the console's probe) as our own: its
+        route is recorded as ours (with its TTL, so the route dumps show where it
+        started), and it goes to every ultrapeer neighbour, and to the leaves whose QRP
+        table a query matches (leaves take no pings from us). Its replies are consumed
+        here, counted on its route. How many neighbours it was sent to."""
+        is_ping = isinstance(message.payload, Ping)
+        message_type, table = (PING, self.ping_routes) if is_ping else (QUERY, self.query_routes)
+        table.record(message.guid, LOCAL, now, message.ttl, 0)
+        data = encode_message(message)
+        one = [data]  # one list for every leaf: their shares are sorted out once
+        outbox = self.outbox
+        sent = 0
+        for link in outbox.links():
+            if link.closing:
+                continue
+            leaf = link.capabilities.ultrapeer is False
+            if leaf and (is_ping or not self.query_routing.for_leaf(link.id, one)[0]):
+                continue
+            if outbox.offer(link.id, data, now):
+                self.generated[message_type] += 1
+                sent += 1
+            outbox.write(link.id)
+        return sent
+
     # ------------------------------------------------------------------ observation
 
     def statistics(self) -> RouterStatistics:

@@ -4,7 +4,9 @@ Incoming sockets pass five gates before any Gnutella message is read: a per-IP r
 limit on connection attempts (a refused attempt costs one short write; addresses in
 ``network.trusted``, loopback by default, are exempt), a handshake under a deadline (a
 peer silent mid-handshake is dropped), the ban list (a peer kicked for abuse lately is
-answered ``403``), one address's share of the connections (``409 Already connected``)
+answered ``403``), the operator's holds (a peer whose link is held down, or every peer
+while the router is offline, is answered ``403``: :mod:`gnutella_router.control.holds`),
+one address's share of the connections (``409 Already connected``)
 and the slots (a full node answers ``503`` with ``X-Try-Ultrapeers``, so the peer has
 somewhere else to go, unless the newcomer's network is so much rarer among the peers
 that one of a crowd gives up its slot): :mod:`gnutella_router.control.slots`. Outgoing
@@ -43,6 +45,7 @@ from gnutella_router.control.abuse import (
     in_networks,
 )
 from gnutella_router.control.deadlines import Deadline, ReadWatch, check_interval
+from gnutella_router.control.holds import PeerHolds
 from gnutella_router.control.slots import EVICTION_BYE_CODE, Occupant, SlotPolicy
 from gnutella_router.logs import RateLimitedWarnings
 from gnutella_router.net.connection import Connection, FrameTap, format_address
@@ -120,6 +123,8 @@ INCOMING_REFUSAL_REASONS = (
     "handshake-io",
     "connected-to-self",
     "temporarily-banned",
+    "held-by-the-operator",
+    "offline",
     "already-connected",
     "too-many-connections",
     "too-many-leaves",
@@ -179,6 +184,8 @@ class GnutellaServer:
         self.live_since = time.time()
         """When this router started (wall clock), announced as ``X-Live-Since``."""
         self.bans = BanList()
+        self.holds = PeerHolds()
+        """Peers the operator holds down, and the offline switch (:mod:`.control.holds`)."""
         self.kicked: collections.Counter[str] = collections.Counter(
             {offence.value: 0 for offence in Offence}
         )
@@ -539,6 +546,10 @@ class GnutellaServer:
         keys = self._ban_keys(peer[0], capabilities)
         if self.bans and self.bans.banned(keys, trio.current_time()):
             return 403, "Temporarily banned"
+        if self.holds.offline:
+            return 403, "Offline"
+        if self.holds and self.holds.held(capabilities.listen_address, trio.current_time()):
+            return 403, "Held by the operator"
         # Leaves have their own slots, so a crowd of leaves never keeps ultrapeers out,
         # or the reverse; handshakes accepted but not yet registered hold a slot too.
         admission = self.slots.admit(
@@ -587,6 +598,9 @@ class GnutellaServer:
         background. Raises :class:`DialError` with the reason on any failure."""
         if self._nursery is None:
             raise DialError("the server is not running")
+        if self.holds.held((host, port), trio.current_time()):
+            what = "the router is offline" if self.holds.offline else "held by the operator"
+            raise DialError(f"{format_address(host, port)} is not dialled: {what}")
         self._handshaking += 1
         try:
             with trio.fail_after(timeout):

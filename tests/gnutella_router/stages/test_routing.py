@@ -487,7 +487,7 @@ async def test_an_ultrapeer_that_takes_last_hop_tables_gets_our_leaves_keywords(
 
 @pytest.mark.e2e
 async def test_dump_qrp_says_which_peers_a_keyword_would_reach(tmp_path: Path) -> None:
-    from gnutella_router.cli.dump import format_qrp
+    from gnutella_router.observe.admin_text import format_qrp
     from gnutella_router.observe.dumps import dump_qrp
     from protocol.messages import Message
     from protocol.qrp import QrpTable, table_messages
