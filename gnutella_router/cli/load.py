@@ -11,6 +11,7 @@ import trio
 
 from gnutella_router.cli.arguments import count, loopback_address, non_negative, positive
 from gnutella_router.cli.interrupt import INTERRUPTED, run_interruptible
+from gnutella_router.observe.admin_client import TOKEN_ENVIRONMENT, token_from
 from gnutella_router.traffic.echo import EchoRouter
 from gnutella_router.traffic.load import LoadError, LoadRun, LoadSettings, Traffic
 from traffic_models.arrival_text import parse_arrivals
@@ -102,6 +103,11 @@ def add_load_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser
         metavar="HOST:PORT|auto|off",
         help="the router's admin interface, whose counters are set beside ours; auto: the "
         "target's port + 1 (a router's default), used if it answers",
+    )
+    load.add_argument(
+        "--token",
+        help=f"the router's admin token, to read its counters when it has one (default: "
+        f"${TOKEN_ENVIRONMENT})",
     )
     load.add_argument(
         "--json", metavar="FILE", help="also write the results as JSON ('-' = stdout)"
@@ -220,6 +226,7 @@ def cmd_load(args: argparse.Namespace) -> int:
             warmup=args.warmup,
             drain=args.drain,
             admin=admin,
+            token=token_from(args.token),
             progress=not args.quiet and sys.stderr.isatty(),
         )
     except (OSError, ValueError) as exc:

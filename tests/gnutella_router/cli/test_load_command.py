@@ -160,3 +160,52 @@ async def test_an_unreachable_admin_interface_is_said_plainly(tmp_path: Path) ->
     assert report.router is not None
     assert report.router.note is not None
     assert "cannot reach the admin interface" in report.router.note
+
+
+@pytest.mark.e2e
+async def test_replies_the_router_routed_back_are_not_counted_as_lost(tmp_path: Path) -> None:
+    """With answering sinks the router forwards pongs and hits back to the injector: those
+    reach our peers as replies, and must be counted there, not reported as lost."""
+    async with running_daemons(tmp_path) as (daemon,):
+        assert daemon.admin_address is not None
+        settings = LoadSettings(
+            target=daemon.address,
+            peers=3,
+            duration=1.0,
+            respond=True,
+            admin=daemon.admin_address,
+        )
+        traffic = TrafficGenerator(mix=PAPER_MIX, arrivals=ConstantRate(200), seed=3)
+        report = await run_load(settings, traffic)
+    assert report.router is not None
+    forwarded = report.router.forwarded
+    assert forwarded.get("pong", 0) > 0
+    assert forwarded.get("query_hit", 0) > 0
+    assert report.router.copies_at_our_peers == forwarded
+    # The router's own pongs (one per ping it got) are its own, not forwarded copies.
+    assert report.router.generated.get("pong", 0) >= report.sent["ping"]
+    text = report.to_text()
+    assert "not at our peers" not in text
+    assert "lost" not in text
+
+
+@pytest.mark.e2e
+async def test_load_reads_a_guarded_routers_counters_with_the_token(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    token = "load-token-1234"
+    async with running_daemons(tmp_path, overrides={"admin.token": token}) as (daemon,):
+        assert daemon.admin_address is not None
+        admin = f"127.0.0.1:{daemon.admin_address[1]}"
+        argv = ["load", "--target", f"127.0.0.1:{daemon.address[1]}", "--admin", admin]
+        argv += ["--rate", "50", "--duration", "0.3", "--quiet", "--drain", "0.5"]
+        monkeypatch.delenv("GNUTELLA_ADMIN_TOKEN", raising=False)
+        assert await trio.to_thread.run_sync(main, argv) == 0
+        without = capsys.readouterr().out
+        assert "401" in without
+        assert "give --token or set GNUTELLA_ADMIN_TOKEN" in without
+        assert await trio.to_thread.run_sync(main, [*argv, "--token", token]) == 0
+        assert "dropped by the router: none" in capsys.readouterr().out
+        monkeypatch.setenv("GNUTELLA_ADMIN_TOKEN", token)
+        assert await trio.to_thread.run_sync(main, argv) == 0
+        assert "dropped by the router: none" in capsys.readouterr().out
