@@ -345,16 +345,7 @@ class LoadReport:
             lines.append(f"replies back at the injectors: {_counts(self.replies)}")
         if self.router is not None:
             lines.extend(self.router.lines(self.sent))
-        columns = ("count", "min", "p50", "p90", "p99", "p99.9")
-        lines.append(
-            f"{'latency (us)':<26}" + "".join(f"{c:>10}" for c in columns) + f"{'max':>11}"
-        )
-        for kind, by_type in self.latency.items():
-            for name, s in by_type.items():
-                lines.append(
-                    f"{kind + ' ' + name:<26}{s.count:>10,}{s.min:>10,}{s.p50:>10,}{s.p90:>10,}"
-                    f"{s.p99:>10,}{s.p999:>10,}{s.max:>11,}"
-                )
+        lines.extend(latency_lines(self.latency))
         if self.negative_samples:
             lines.append(
                 f"INSTRUMENT ERROR: {self.negative_samples:,} latency samples below zero "
@@ -364,6 +355,19 @@ class LoadReport:
             lines.append(f"{self.clamped_samples:,} latency samples above 60 s, recorded at 60 s")
         lines.extend(f"disconnected: {reason}" for reason in self.disconnected)
         return "\n".join(lines)
+
+
+def latency_lines(latency: Mapping[str, Mapping[str, LatencySummary]]) -> list[str]:
+    """The latency table: a row per kind and message type, in microseconds."""
+    columns = ("count", "min", "p50", "p90", "p99", "p99.9")
+    lines = [f"{'latency (us)':<26}" + "".join(f"{c:>10}" for c in columns) + f"{'max':>11}"]
+    for kind, by_type in latency.items():
+        for name, s in by_type.items():
+            lines.append(
+                f"{kind + ' ' + name:<26}{s.count:>10,}{s.min:>10,}{s.p50:>10,}{s.p90:>10,}"
+                f"{s.p99:>10,}{s.p999:>10,}{s.max:>11,}"
+            )
+    return lines
 
 
 def behind_warning(share: float, threshold_ms: float) -> str:

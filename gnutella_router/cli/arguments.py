@@ -11,6 +11,7 @@ import math
 from collections.abc import Callable
 
 from gnutella_router.config import ConfigError, parse_host_port
+from gnutella_router.observe.admin_client import TOKEN_ENVIRONMENT
 from gnutella_router.traffic.replay import ReplayError, parse_target
 
 
@@ -67,3 +68,33 @@ def _number(text: str) -> float:
     if not math.isfinite(value):
         raise argparse.ArgumentTypeError(f"{text!r}: expected a number")
     return value
+
+
+def add_admin_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--admin`` and ``--token`` of a traffic tool, which sets the router's own
+    counters beside its figures (see :func:`admin_for_target`)."""
+    parser.add_argument(
+        "--admin",
+        default="auto",
+        metavar="HOST:PORT|auto|off",
+        help="the router's admin interface, whose counters are set beside ours; auto: the "
+        "target's port + 1 (a router's default), used if it answers",
+    )
+    parser.add_argument(
+        "--token",
+        help="the router's admin token, to read its counters when it has one (default: "
+        f"${TOKEN_ENVIRONMENT})",
+    )
+
+
+def admin_for_target(text: str, target: tuple[str, int]) -> tuple[str, int] | None:
+    """``--admin``: off, auto (the target's port + 1) or a loopback ``HOST:PORT``.
+
+    Raises:
+        argparse.ArgumentTypeError: not one of those.
+    """
+    if text == "off":
+        return None
+    if text == "auto":
+        return (target[0], target[1] + 1)
+    return loopback_address(text)

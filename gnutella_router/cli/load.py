@@ -9,9 +9,16 @@ from pathlib import Path
 
 import trio
 
-from gnutella_router.cli.arguments import count, loopback_address, non_negative, positive
+from gnutella_router.cli.arguments import (
+    add_admin_arguments,
+    admin_for_target,
+    count,
+    loopback_address,
+    non_negative,
+    positive,
+)
 from gnutella_router.cli.interrupt import INTERRUPTED, run_interruptible
-from gnutella_router.observe.admin_client import TOKEN_ENVIRONMENT, token_from
+from gnutella_router.observe.admin_client import token_from
 from gnutella_router.traffic.echo import EchoRouter
 from gnutella_router.traffic.load import LoadError, LoadRun, LoadSettings, Traffic
 from traffic_models.arrival_text import parse_arrivals
@@ -97,18 +104,7 @@ def add_load_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser
     load.add_argument(
         "--late-ms", type=positive, default=1.0, help="a send later than this is counted late"
     )
-    load.add_argument(
-        "--admin",
-        default="auto",
-        metavar="HOST:PORT|auto|off",
-        help="the router's admin interface, whose counters are set beside ours; auto: the "
-        "target's port + 1 (a router's default), used if it answers",
-    )
-    load.add_argument(
-        "--token",
-        help=f"the router's admin token, to read its counters when it has one (default: "
-        f"${TOKEN_ENVIRONMENT})",
-    )
+    add_admin_arguments(load)
     load.add_argument(
         "--json", metavar="FILE", help="also write the results as JSON ('-' = stdout)"
     )
@@ -169,20 +165,12 @@ def _fail(text: str, status: int = 2) -> int:
     return status
 
 
-def _admin_address(text: str, target: tuple[str, int]) -> tuple[str, int] | None:
-    if text == "off":
-        return None
-    if text == "auto":
-        return (target[0], target[1] + 1)
-    return loopback_address(text)
-
-
 def cmd_load(args: argparse.Namespace) -> int:
     target: tuple[str, int] = args.target
     if args.json not in (None, "-") and not Path(args.json).parent.is_dir():
         return _fail(f"--json {args.json}: the folder {Path(args.json).parent} does not exist")
     try:
-        admin = _admin_address(args.admin, target)
+        admin = admin_for_target(args.admin, target)
     except argparse.ArgumentTypeError as exc:
         return _fail(f"--admin: {exc}")
     traffic: Traffic

@@ -13,7 +13,12 @@ from pathlib import Path
 import trio
 
 from gnutella_router import __version__, native
-from gnutella_router.cli.arguments import count, positive
+from gnutella_router.cli.arguments import (
+    add_admin_arguments,
+    admin_for_target,
+    count,
+    positive,
+)
 from gnutella_router.cli.check_config import add_check_config_parser
 from gnutella_router.cli.completion import add_completion_parser
 from gnutella_router.cli.config_flags import add_config_arguments
@@ -24,6 +29,7 @@ from gnutella_router.cli.interrupt import INTERRUPTED, run_interruptible
 from gnutella_router.cli.load import add_echo_parser, add_load_parser
 from gnutella_router.cli.plot import add_plot_parser
 from gnutella_router.cli.testnet import add_testnet_parser
+from gnutella_router.observe.admin_client import token_from
 from gnutella_router.observe.describe import describe_frame
 from protocol.codec import encode_message
 from protocol.errors import RemoteProtocolError
@@ -173,15 +179,22 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
     control = ReplayControl()
     try:
+        target = parse_target(args.target)
+        try:
+            admin = admin_for_target(args.admin, target)
+        except argparse.ArgumentTypeError as exc:
+            raise ReplayError(f"--admin: {exc}") from None
         work = functools.partial(
             replay,
             Path(args.trace),
-            parse_target(args.target),
+            target,
             speed=args.speed,
             loops=args.loop,
             peers=args.peers,
             on_problem=lambda problem: print(f"warning: {problem}", file=sys.stderr),
             control=control,
+            admin=admin,
+            token=token_from(args.token),
         )
         summary = trio.run(
             functools.partial(run_interruptible, work, control.request_stop, command="replay")
@@ -232,7 +245,10 @@ def _add_trace_commands(
         "replay",
         help="replay a recorded trace into a router on this machine",
         description="Play a trace recorded with `run --record` into a router on loopback, "
-        "at its recorded pace (or --speed X). Ctrl-C stops early with a partial summary "
+        "at its recorded pace (or --speed X), and report what came back: copies of the "
+        "trace's pings and queries at the replay's other peers (latency and duplicates), "
+        "replies, and the router's own counters (what it read, forwarded and dropped, and "
+        "why) when its admin interface answers. Ctrl-C stops early with a partial summary "
         "(exit 130); a second Ctrl-C quits at once.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
@@ -261,6 +277,7 @@ def _add_trace_commands(
         metavar="K",
         help="connections to open (default: one per connection in the trace, at most 16)",
     )
+    add_admin_arguments(replay)
     replay.set_defaults(handler=cmd_replay)
     summary = commands.add_parser(
         "trace-summary", help="counts, rates and TTL/hops histograms of a trace"
