@@ -120,7 +120,12 @@ def parse_args(argv: Sequence[str] | None) -> tuple[Settings, argparse.Namespace
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     parser.add_argument(
-        "--seed", type=int, default=1, help="seed of the attacks' GUIDs and choices"
+        "--random-seed",
+        "--seed",
+        dest="seed",
+        type=int,
+        default=1,
+        help="seed of the attacks' GUIDs and choices",
     )
     parser.add_argument(
         "--seconds",

@@ -222,7 +222,7 @@ def _counted(kind: str, count: int, made: int, seed: int, tree: str | None) -> t
                 str(made),
                 "--load",
                 kind,
-                "--seed",
+                "--random-seed",
                 str(seed),
                 *([_TREE, tree] if tree else []),
             ],
@@ -256,7 +256,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "50,000 per route-table generation, two full generations are dropped in the "
         "window, as in a long flood)",
     )
-    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--random-seed", "--seed", dest="seed", type=int, default=1)
     parser.add_argument(
         _TREE,
         metavar="DIR",

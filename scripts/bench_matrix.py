@@ -183,7 +183,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         metavar="SECONDS",
         help="no cell is begun after this long (900 s)",
     )
-    parser.add_argument("--seed", type=int, default=1, help="seed of the message order")
+    parser.add_argument(
+        "--random-seed",
+        "--seed",
+        dest="seed",
+        type=int,
+        default=1,
+        help="seed of the message order",
+    )
     parser.add_argument("--write", action="store_true", help="update docs/benchmarks.md")
     args = parser.parse_args(argv)
     if args.quick:

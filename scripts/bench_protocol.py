@@ -97,7 +97,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--messages", type=int, default=50_000, help="messages in the corpus")
     parser.add_argument("--repeats", type=int, default=7, help="timed runs per figure")
-    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--random-seed", "--seed", dest="seed", type=int, default=1)
     parser.add_argument("--write", action="store_true", help="update docs/benchmarks.md")
     args = parser.parse_args(argv)
 

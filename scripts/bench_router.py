@@ -178,7 +178,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         metavar="SHARE",
         help="share of queries in the load (default 0.15)",
     )
-    parser.add_argument("--seed", type=int, default=1, help="seed of the ping/query order")
+    parser.add_argument(
+        "--random-seed",
+        "--seed",
+        dest="seed",
+        type=int,
+        default=1,
+        help="seed of the ping/query order",
+    )
     parser.add_argument(
         "--peers",
         choices=sorted(PEER_KINDS),

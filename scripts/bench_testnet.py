@@ -86,7 +86,7 @@ def one_run(mode: str, nodes: int, duration: float, out: Path) -> dict[str, Any]
     argv = [
         sys.executable, "-m", "gnutella_router", "testnet", "--nodes", str(nodes),
         "--processes" if mode == "processes" else "--in-process",
-        "--duration", str(duration), "--results", str(results),
+        "--duration", str(duration), "--out", str(results), "--overwrite",
     ]  # fmt: skip
     started = time.monotonic()
     process = subprocess.Popen(

@@ -174,7 +174,14 @@ def parse_args(argv: Sequence[str] | None) -> tuple[Settings, argparse.Namespace
         description=__doc__.splitlines()[0] if __doc__ else None,
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    parser.add_argument("--seed", type=int, default=1, help="seed of every frame generator")
+    parser.add_argument(
+        "--random-seed",
+        "--seed",
+        dest="seed",
+        type=int,
+        default=1,
+        help="seed of every frame generator",
+    )
     parser.add_argument(
         "--frames", type=positive_int, default=1_000_000, help="frames to send in all"
     )

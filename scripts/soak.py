@@ -149,7 +149,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--sample-seconds", type=float, default=defaults.sample_seconds, help="between samples"
     )
-    parser.add_argument("--seed", type=int, default=defaults.seed, help="traffic model seed")
+    parser.add_argument(
+        "--random-seed",
+        "--seed",
+        dest="seed",
+        type=int,
+        default=defaults.seed,
+        help="traffic model seed",
+    )
     parser.add_argument(
         "--topology", choices=sorted(TOPOLOGIES), default=defaults.topology, help="router links"
     )

@@ -320,7 +320,7 @@ def write_csvs(
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--random-seed", "--seed", dest="seed", type=int, default=1)
     parser.add_argument("--write", action="store_true", help="update docs/experiments.md")
     parser.add_argument("--figures", type=Path, help="where the PNG and CSVs go")
     args = parser.parse_args(argv)

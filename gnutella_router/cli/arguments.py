@@ -8,10 +8,13 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
 from collections.abc import Callable
+from pathlib import Path
 
 from gnutella_router.config import ConfigError, parse_host_port
 from gnutella_router.observe.admin_client import TOKEN_ENVIRONMENT
+from gnutella_router.run_folder import RUNS_ENVIRONMENT
 from gnutella_router.traffic.replay import ReplayError, parse_target
 
 
@@ -68,6 +71,73 @@ def _number(text: str) -> float:
     if not math.isfinite(value):
         raise argparse.ArgumentTypeError(f"{text!r}: expected a number")
     return value
+
+
+def add_run_folder_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--out`` and ``--overwrite``: where a kept run goes (see
+    :mod:`gnutella_router.run_folder`)."""
+    parser.add_argument(
+        "--out",
+        type=Path,
+        metavar="DIR",
+        help="the run's folder (default: a new one, .gnutella-router/runs/KIND-DATE-TIME, "
+        f"under ${RUNS_ENVIRONMENT} if set); refused if it holds anything, unless --overwrite",
+    )
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="let --out replace the earlier run it holds (never other files)",
+    )
+
+
+class _DeprecatedSpelling(argparse.Action):
+    """An old spelling of an option: still works, with a warning naming the new one."""
+
+    def __init__(self, option_strings: list[str], dest: str, new: str, **kwargs: object) -> None:
+        self.new = new
+        super().__init__(option_strings, dest, **kwargs)  # type: ignore[arg-type]
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: object,
+        option_string: str | None = None,
+    ) -> None:
+        print(
+            f"{parser.prog}: warning: {option_string} is deprecated here, use {self.new} "
+            "(--seed names a peer's HOST:PORT in `run` and `testnet`; a random seed is "
+            "--random-seed everywhere)",
+            file=sys.stderr,
+        )
+        setattr(namespace, self.dest, values)
+
+
+def add_random_seed(
+    parser: argparse.ArgumentParser, what: str, *, old: str, default: int = 1
+) -> None:
+    """``--random-seed N`` (seeding ``what``), and its old spelling ``old`` kept as a
+    deprecated alias (hidden from help): ``--seed`` meant an address in some commands
+    and a random seed in others."""
+    formatter = parser.formatter_class
+    shows_defaults = isinstance(formatter, type) and issubclass(
+        formatter, argparse.ArgumentDefaultsHelpFormatter
+    )
+    parser.add_argument(
+        "--random-seed",
+        type=int,
+        default=default,
+        metavar="N",
+        help=f"seed of {what}" + ("" if shows_defaults else f" (default {default})"),
+    )
+    parser.add_argument(
+        old,
+        dest="random_seed",
+        type=int,
+        action=_DeprecatedSpelling,
+        new="--random-seed",
+        help=argparse.SUPPRESS,
+    )
 
 
 def add_admin_arguments(parser: argparse.ArgumentParser) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import sys
 from pathlib import Path
@@ -11,6 +12,8 @@ import trio
 
 from gnutella_router.cli.arguments import (
     add_admin_arguments,
+    add_random_seed,
+    add_run_folder_arguments,
     admin_for_target,
     count,
     loopback_address,
@@ -19,6 +22,7 @@ from gnutella_router.cli.arguments import (
 )
 from gnutella_router.cli.interrupt import INTERRUPTED, run_interruptible
 from gnutella_router.observe.admin_client import token_from
+from gnutella_router.run_folder import SUMMARY, RunFolderError, start_run
 from gnutella_router.traffic.echo import EchoRouter
 from gnutella_router.traffic.load import LoadError, LoadRun, LoadSettings, Traffic
 from traffic_models.arrival_text import parse_arrivals
@@ -100,11 +104,12 @@ def add_load_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser
         action="store_true",
         help="sinks answer pings and queries, so replies are timed as round trips",
     )
-    load.add_argument("--seed", type=int, default=1, help="seed of the traffic model")
+    add_random_seed(load, "the traffic model (mix, arrivals, query words)", old="--seed")
     load.add_argument(
         "--late-ms", type=positive, default=1.0, help="a send later than this is counted late"
     )
     add_admin_arguments(load)
+    add_run_folder_arguments(load)
     load.add_argument(
         "--json", metavar="FILE", help="also write the results as JSON ('-' = stdout)"
     )
@@ -183,12 +188,12 @@ def cmd_load(args: argparse.Namespace) -> int:
         else:
             mix = mix_by_name_or_path(args.model)
             arrivals = (
-                parse_arrivals(args.arrivals, seed=args.seed)
+                parse_arrivals(args.arrivals, seed=args.random_seed)
                 if args.arrivals
                 else ConstantRate(args.rate)
             )
             natural = arrivals.total_duration if isinstance(arrivals, Schedule) else None
-            traffic = TrafficGenerator(mix=mix, arrivals=arrivals, seed=args.seed)
+            traffic = TrafficGenerator(mix=mix, arrivals=arrivals, seed=args.random_seed)
         duration = args.duration or natural or DEFAULT_DURATION
         if args.duration is not None and natural is not None and args.duration != natural:
             what = "trace" if args.trace else "schedule"
@@ -207,7 +212,7 @@ def cmd_load(args: argparse.Namespace) -> int:
             peers=args.peers,
             injectors=args.injectors,
             duration=duration,
-            seed=args.seed,
+            seed=args.random_seed,
             legacy=args.legacy,
             respond=args.respond,
             late_threshold_ms=args.late_ms,
@@ -219,6 +224,27 @@ def cmd_load(args: argparse.Namespace) -> int:
         )
     except (OSError, ValueError) as exc:
         return _fail(str(exc))
+    configuration = {
+        **dataclasses.asdict(settings),
+        "token": "(set)" if settings.token else "",
+        "model": None if args.trace else args.model,
+        "trace": args.trace,
+        "arrivals": args.arrivals or f"constant:{args.rate:g}",
+        "speed": args.speed if args.trace else None,
+        "loop": args.loop if args.trace else None,
+    }
+    try:
+        kept = start_run(
+            "load",
+            configuration,
+            command=args.command_line,
+            out=args.out,
+            overwrite=args.overwrite,
+            seed=settings.seed,
+            notice=lambda text: print(f"gnutella-router load: {text}", file=sys.stderr),
+        )
+    except RunFolderError as exc:
+        return _fail(str(exc))
     for note in notes:
         print(f"gnutella-router load: note: {note}", file=sys.stderr)
     run = LoadRun(settings, traffic)
@@ -227,8 +253,17 @@ def cmd_load(args: argparse.Namespace) -> int:
             functools.partial(run_interruptible, run.run, run.request_stop, command="load")
         )
     except LoadError as exc:
+        kept.finish("failed")
         return _fail(str(exc), 1)
-    print(report.to_text())
+    text = report.to_text()
+    print(text)
+    try:
+        kept.keep(SUMMARY, report.to_json())
+        kept.keep("report.txt", text)
+    except OSError as exc:
+        print(f"gnutella-router load: results not kept: {exc}", file=sys.stderr)
+    kept.finish("interrupted" if report.interrupted else "ok")
+    print(f"gnutella-router load: results in {kept.folder}", file=sys.stderr)
     if args.json == "-":
         print(report.to_json())
     elif args.json:

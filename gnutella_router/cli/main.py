@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import json
 import os
 import sys
 from collections.abc import Iterable, Iterator, Sequence
@@ -15,6 +16,8 @@ import trio
 from gnutella_router import __version__, native
 from gnutella_router.cli.arguments import (
     add_admin_arguments,
+    add_random_seed,
+    add_run_folder_arguments,
     admin_for_target,
     count,
     positive,
@@ -28,9 +31,11 @@ from gnutella_router.cli.gwebcache import add_gwebcache_parser
 from gnutella_router.cli.interrupt import INTERRUPTED, run_interruptible
 from gnutella_router.cli.load import add_echo_parser, add_load_parser
 from gnutella_router.cli.plot import add_plot_parser
+from gnutella_router.cli.runs import add_runs_parser
 from gnutella_router.cli.testnet import add_testnet_parser
 from gnutella_router.observe.admin_client import token_from
 from gnutella_router.observe.describe import describe_frame
+from gnutella_router.run_folder import SUMMARY, RunFolderError, start_run
 from protocol.codec import encode_message
 from protocol.errors import RemoteProtocolError
 from protocol.framing import FrameDecoder
@@ -59,8 +64,11 @@ def cmd_decode(args: argparse.Namespace) -> int:
 
 def _decode(args: argparse.Namespace) -> int:
     if args.capture is None:
-        data = sample_capture(args.count, args.seed)
-        print(f"# sample capture: {args.count} messages, {len(data)} bytes (seed {args.seed})")
+        data = sample_capture(args.count, args.random_seed)
+        print(
+            f"# sample capture: {args.count} messages, {len(data)} bytes "
+            f"(random seed {args.random_seed})"
+        )
         chunks: Iterable[bytes] = [data]
     else:
         path = Path(args.capture)
@@ -118,7 +126,7 @@ def _read_chunks(path: Path) -> Iterator[bytes]:
 
 
 def cmd_sample(args: argparse.Namespace) -> int:
-    data = sample_capture(args.count, args.seed)
+    data = sample_capture(args.count, args.random_seed)
     try:
         Path(args.output).write_bytes(data)
     except OSError as exc:
@@ -196,13 +204,42 @@ def cmd_replay(args: argparse.Namespace) -> int:
             admin=admin,
             token=token_from(args.token),
         )
+        configuration = {
+            "trace": os.path.abspath(args.trace),
+            "target": args.target,
+            "speed": args.speed,
+            "loop": args.loop,
+            "peers": args.peers,
+            "admin": None if admin is None else f"{admin[0]}:{admin[1]}",
+        }
+        kept = start_run(
+            "replay",
+            configuration,
+            command=args.command_line,
+            out=args.out,
+            overwrite=args.overwrite,
+            notice=lambda text: print(f"gnutella-router replay: {text}", file=sys.stderr),
+        )
+    except (ReplayError, RunFolderError) as exc:
+        print(f"gnutella-router replay: {exc}", file=sys.stderr)
+        return 2 if isinstance(exc, RunFolderError) else 1
+    try:
         summary = trio.run(
             functools.partial(run_interruptible, work, control.request_stop, command="replay")
         )
     except ReplayError as exc:
+        kept.finish("failed")
         print(f"gnutella-router replay: {exc}", file=sys.stderr)
         return 1
-    print(summary.format())
+    text = summary.format()
+    print(text)
+    try:
+        kept.keep(SUMMARY, json.dumps(summary.as_json(), indent=2, sort_keys=True))
+        kept.keep("report.txt", text)
+    except OSError as exc:
+        print(f"gnutella-router replay: results not kept: {exc}", file=sys.stderr)
+    kept.finish("interrupted" if summary.interrupted else "ok")
+    print(f"gnutella-router replay: results in {kept.folder}", file=sys.stderr)
     return INTERRUPTED if summary.interrupted else 0
 
 
@@ -278,6 +315,7 @@ def _add_trace_commands(
         help="connections to open (default: one per connection in the trace, at most 16)",
     )
     add_admin_arguments(replay)
+    add_run_folder_arguments(replay)
     replay.set_defaults(handler=cmd_replay)
     summary = commands.add_parser(
         "trace-summary", help="counts, rates and TTL/hops histograms of a trace"
@@ -357,7 +395,7 @@ def build_parser() -> argparse.ArgumentParser:
     decode.add_argument(
         "--count", type=count(1, 10_000_000), default=20, help="sample size without a file"
     )
-    decode.add_argument("--seed", type=int, default=1, help="sample seed without a file")
+    add_random_seed(decode, "the built-in sample (without a file)", old="--seed")
     decode.add_argument(
         "--limit", type=count(0, 2**62), default=None, help="print at most this many"
     )
@@ -375,7 +413,7 @@ def build_parser() -> argparse.ArgumentParser:
     sample.add_argument(
         "--count", type=count(1, 10_000_000), default=1000, help="messages to write"
     )
-    sample.add_argument("--seed", type=int, default=1, help="seed of the sample")
+    add_random_seed(sample, "the sample", old="--seed")
     sample.set_defaults(handler=cmd_sample)
     _add_trace_commands(commands, run)
     add_load_parser(commands)
@@ -386,12 +424,15 @@ def build_parser() -> argparse.ArgumentParser:
     add_plot_parser(commands)
     add_ctl_parser(commands)
     add_check_config_parser(commands)
+    add_runs_parser(commands)
     add_completion_parser(commands, build_parser)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    # What a kept run's manifest records as its command line.
+    args.command_line = ["gnutella-router", *(sys.argv[1:] if argv is None else argv)]
     handler = args.handler
     result: int = handler(args)
     return result

@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import shutil
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -15,8 +14,6 @@ from gnutella_router.testnet.children import ChildNode
 from gnutella_router.testnet.nodes import NetworkNode, NodeFailure, totals_from_stats
 from traffic_models.latency import LoadReport
 
-RESULT_FILES = ("node-*", "summary.json", "*.csv", "*.png")
-"""What a run writes into its results folder, and so removes from an earlier run's."""
 TABLE_ROWS = 32
 """Nodes shown in the final table; summary.json has them all."""
 
@@ -91,24 +88,17 @@ _EMPTY_COUNTS: dict[str, Any] = {
 }
 
 
-def prepare_results(results: Path, nodes: int) -> bool:
-    """Make ``results`` a folder for this run only, with a ``node-I`` folder per node:
-    what an earlier run left in it (its ``node-*`` folders, ``summary.json``, CSV files
-    and pictures; nothing else) is removed. Whether there was any.
+def prepare_results(results: Path, nodes: int) -> None:
+    """Make ``results`` with a ``node-I`` folder per node. The folder is the run's own
+    (see :mod:`gnutella_router.run_folder`: ``testnet`` makes a new one, or empties an
+    earlier run's only when told to); nothing in it is removed here.
 
     Raises:
-        OSError: the folder cannot be made or cleared.
+        OSError: the folders cannot be made.
     """
-    earlier = sorted(p for pattern in RESULT_FILES for p in results.glob(pattern))
-    for old in earlier:
-        if old.is_dir() and not old.is_symlink():
-            shutil.rmtree(old)
-        else:
-            old.unlink()
     results.mkdir(parents=True, exist_ok=True)
     for index in range(nodes):
         (results / f"node-{index}").mkdir(exist_ok=True)
-    return bool(earlier)
 
 
 def _plain(value: object) -> Any:

@@ -154,6 +154,12 @@ class ReplaySummary:
     router: RouterCounts | None = None
     """The target's own counters for the replay, when its admin interface was read."""
 
+    def as_json(self) -> dict[str, object]:
+        """The summary as JSON-ready data (what a kept replay's ``summary.json`` holds)."""
+        data = dataclasses.asdict(self)
+        data["rate"] = self.rate
+        return data
+
     @property
     def rate(self) -> float:
         """Messages per second over :attr:`duration`."""

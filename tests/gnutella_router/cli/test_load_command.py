@@ -209,3 +209,50 @@ async def test_load_reads_a_guarded_routers_counters_with_the_token(
         monkeypatch.setenv("GNUTELLA_ADMIN_TOKEN", token)
         assert await trio.to_thread.run_sync(main, argv) == 0
         assert "dropped by the router: none" in capsys.readouterr().out
+
+
+@pytest.mark.e2e
+async def test_a_load_run_is_kept_in_a_folder_of_its_own(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    echo = EchoRouter()
+    out = tmp_path / "kept"
+    async with trio.open_nursery() as nursery:
+        address = await nursery.start(echo.serve)
+        argv = ["load", "--target", f"127.0.0.1:{address[1]}", "--admin", "off", "--quiet"]
+        argv += ["--rate", "100", "--duration", "0.3", "--random-seed", "5", "--out", str(out)]
+        assert await trio.to_thread.run_sync(main, argv) == 0
+        assert f"results in {out}" in capsys.readouterr().err
+        assert await trio.to_thread.run_sync(main, argv) == 2  # not over it unasked
+        assert "give --overwrite" in capsys.readouterr().err
+        assert await trio.to_thread.run_sync(main, [*argv, "--overwrite"]) == 0
+        nursery.cancel_scope.cancel()
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["kind"] == "load"
+    assert manifest["status"] == "ok"
+    assert manifest["seed"] == 5
+    assert manifest["configuration"]["peers"] == 4
+    assert manifest["command"].startswith("gnutella-router load --target")
+    summary = json.loads((out / "summary.json").read_text())
+    assert sum(summary["sent"].values()) == 30
+    assert "copies reached the sinks" in (out / "report.txt").read_text()
+
+
+def test_the_old_seed_spelling_still_works_with_a_warning(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from gnutella_router.cli.main import build_parser
+
+    args = build_parser().parse_args(["load", "--target", "127.0.0.1:1", "--seed", "9"])
+    assert args.random_seed == 9
+    assert "--seed is deprecated here, use --random-seed" in capsys.readouterr().err
+    args = build_parser().parse_args(["load", "--target", "127.0.0.1:1", "--random-seed", "9"])
+    assert args.random_seed == 9
+    assert capsys.readouterr().err == ""
+    for old in (["sample", "x", "--seed", "3"], ["decode", "--seed", "3"]):
+        assert build_parser().parse_args(old).random_seed == 3
+    assert build_parser().parse_args(["testnet", "--seed-value", "4"]).random_seed == 4
+    # In testnet, --seed stays what it is in run: a peer's address.
+    assert build_parser().parse_args(["testnet", "--seed", "127.0.0.1:6346"]).seed == [
+        "127.0.0.1:6346"
+    ]

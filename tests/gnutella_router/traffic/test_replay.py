@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Sequence
 from functools import partial
@@ -368,10 +369,14 @@ async def test_the_replay_command(tmp_path: Path, capsys: pytest.CaptureFixture[
         status = await trio.to_thread.run_sync(partial(main, argv))
         await recorded(target, 8)
     assert status == 0
-    out = capsys.readouterr().out
+    out, err = capsys.readouterr()
     assert "2 peers, 2 passes, speed 2" in out
     assert "sent 8 messages" in out
     assert "late 0, dropped 0, Byes skipped 0" in out
+    kept = Path(err.split("results in ")[-1].strip())
+    assert kept.name.startswith("replay-")
+    assert json.loads((kept / "manifest.json").read_text())["status"] == "ok"
+    assert json.loads((kept / "summary.json").read_text())["sent"] == 8
 
 
 @pytest.mark.e2e
