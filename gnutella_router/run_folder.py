@@ -267,6 +267,45 @@ def start_run(
     return manifest
 
 
+def add_out_arguments(parser: Any) -> None:
+    """``--out DIR`` and ``--overwrite`` on an argparse parser: where a kept run goes."""
+    parser.add_argument(
+        "--out",
+        type=Path,
+        metavar="DIR",
+        help="the run's folder (default: a new one, .gnutella-router/runs/KIND-DATE-TIME, "
+        f"under ${RUNS_ENVIRONMENT} if set); refused if it holds anything, unless --overwrite",
+    )
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="let --out replace the earlier run it holds (never other files)",
+    )
+
+
+def script_run(kind: str, args: Any) -> Path:
+    """The kept folder of a script's run under ``scripts/`` (an experiment, say):
+    ``args.out`` or a new timestamped folder, emptied of an earlier run only with
+    ``args.overwrite``; the manifest records ``vars(args)`` and ``args.seed`` if there
+    is one, and is finished (status ``ended``) when the interpreter exits, whichever
+    way the script ends. A bad ``--out`` ends the script with status 2 and a sentence.
+    """
+    try:
+        manifest = start_run(
+            kind,
+            {k: v for k, v in vars(args).items() if not callable(v)},
+            out=getattr(args, "out", None),
+            overwrite=bool(getattr(args, "overwrite", False)),
+            seed=getattr(args, "seed", None),
+            notice=lambda text: print(text, flush=True),
+            finish_at_exit=True,
+        )
+    except RunFolderError as exc:
+        raise SystemExit(f"{kind}: {exc}") from None
+    print(f"raw results in {manifest.folder}", flush=True)
+    return manifest.folder
+
+
 def _plain(value: object) -> Any:
     """Paths, tuples and other values made JSON-ready."""
     if isinstance(value, Mapping):

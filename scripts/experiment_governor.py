@@ -31,7 +31,6 @@ import json
 import shutil
 import statistics
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +52,7 @@ from experiment_fig14 import (
 from matplotlib.ticker import MaxNLocator
 from router_bench.processes import free_port
 
+from gnutella_router.run_folder import add_out_arguments, script_run
 from gnutella_router.traffic.load import LoadRun, LoadSettings
 from protocol.framing import Frame
 from traffic_models.arrival_text import parse_arrivals
@@ -301,7 +301,7 @@ def plot(result: dict[str, Any], path: Path) -> Path:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", default=STEPS, help=f"SECONDSs@RATE,... (default {STEPS})")
-    parser.add_argument("--out", type=Path, help="raw results (default: a temporary folder)")
+    add_out_arguments(parser)
     parser.add_argument(
         "--from-results", type=Path, help="skip the run: redraw from a previous --out"
     )
@@ -311,9 +311,7 @@ def main(argv: list[str] | None = None) -> int:
         out = args.from_results
         result = json.loads((out / "result.json").read_text())
     else:
-        out = args.out or Path(tempfile.mkdtemp(prefix="governor-steps-"))
-        out.mkdir(parents=True, exist_ok=True)
-        print(f"raw results in {out}", flush=True)
+        out = script_run("experiment-governor", args)
         result = run(args, out)
         result["date"] = datetime.date.today().isoformat()
         result["machine"] = machine()

@@ -10,11 +10,10 @@ import argparse
 import math
 import sys
 from collections.abc import Callable
-from pathlib import Path
 
 from gnutella_router.config import ConfigError, parse_host_port
 from gnutella_router.observe.admin_client import TOKEN_ENVIRONMENT
-from gnutella_router.run_folder import RUNS_ENVIRONMENT
+from gnutella_router.run_folder import add_out_arguments
 from gnutella_router.traffic.replay import ReplayError, parse_target
 
 
@@ -76,18 +75,7 @@ def _number(text: str) -> float:
 def add_run_folder_arguments(parser: argparse.ArgumentParser) -> None:
     """``--out`` and ``--overwrite``: where a kept run goes (see
     :mod:`gnutella_router.run_folder`)."""
-    parser.add_argument(
-        "--out",
-        type=Path,
-        metavar="DIR",
-        help="the run's folder (default: a new one, .gnutella-router/runs/KIND-DATE-TIME, "
-        f"under ${RUNS_ENVIRONMENT} if set); refused if it holds anything, unless --overwrite",
-    )
-    parser.add_argument(
-        "--overwrite",
-        action="store_true",
-        help="let --out replace the earlier run it holds (never other files)",
-    )
+    add_out_arguments(parser)
 
 
 class _DeprecatedSpelling(argparse.Action):

@@ -27,11 +27,12 @@ import argparse
 import csv
 import datetime
 import json
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import matplotlib
+
+from gnutella_router.run_folder import script_run
 
 matplotlib.use("Agg")
 
@@ -227,9 +228,7 @@ def main(args: argparse.Namespace) -> int:
         out = args.from_results
         results = json.loads((out / "results.json").read_text())
     else:
-        out = args.out or Path(tempfile.mkdtemp(prefix="admission-"))
-        out.mkdir(parents=True, exist_ok=True)
-        print(f"raw results in {out}", flush=True)
+        out = script_run("experiment-admission-step", args)
         results = []
         for key, shedding_lines in RUNS:
             if args.only and key not in args.only:
