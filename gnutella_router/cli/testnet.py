@@ -19,6 +19,7 @@ from gnutella_router.testnet.leaves import LeafSettings
 from gnutella_router.testnet.settings import (
     AUTO_PROCESSES_ABOVE,
     ON_NODE_FAILURE,
+    SERVENT_START_TIMEOUT,
     NetworkSettings,
 )
 from gnutella_router.testnet.topology import TOPOLOGIES, load_topology
@@ -95,8 +96,20 @@ def add_testnet_parser(commands: argparse._SubParsersAction[argparse.ArgumentPar
         metavar="COMMAND",
         help="a foreign servent to link in (gtk-gnutella, or anything that speaks 0.6): "
         "a command line in which {port} is where it must listen, {dir} a folder of its "
-        "own and {host} its address; each is dialled by 2 routers and reported from their "
-        "side",
+        "own and {host} its address. The command runs in the foreground (its output goes "
+        "to {dir}/router.log), must accept connections on {host}:{port} within "
+        "--servent-timeout seconds, and must stop, taking its servent with it, on SIGTERM "
+        "(after 10 s, or when it does not start, everything in its process group is "
+        "killed). scripts/gtk-servent.sh is such a wrapper for gtk-gnutella: "
+        "--servent 'scripts/gtk-servent.sh {port} {dir} {host}' (docs/interop.md). Each "
+        "servent is dialled by 2 routers and reported from their side",
+    )
+    testnet.add_argument(
+        "--servent-timeout",
+        type=float,
+        default=SERVENT_START_TIMEOUT,
+        metavar="S",
+        help=f"seconds a servent has to listen (default {SERVENT_START_TIMEOUT:g})",
     )
     testnet.add_argument(
         "--servents",
@@ -280,6 +293,7 @@ def cmd_testnet(args: argparse.Namespace) -> int:
             netns=args.netns,
             servent=args.servent,
             servents=args.servents,
+            servent_timeout=args.servent_timeout,
             churn=None
             if args.churn is None
             else ChurnSettings.parse(args.churn, kill=args.churn_kill),
