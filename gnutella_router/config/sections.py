@@ -268,6 +268,9 @@ class CatcherConfig(Section, frozen=True):
     dial_timeout: Annotated[float, Meta(gt=0, le=600)] = 10.0
     backoff_initial: Seconds = 5.0
     backoff_max: Seconds = 300.0
+    drop_hold: Seconds = 300.0
+    """A peer the operator dropped (``ctl peers drop``) is not dialled again for this
+    long: otherwise the catcher, missing a connection, redials it within a second."""
 
     def _check(self) -> None:
         for seed in self.seeds:
