@@ -17,6 +17,18 @@ from gnutella_router.run_folder import add_out_arguments
 from gnutella_router.traffic.replay import ReplayError, parse_target
 
 
+class DefaultsHelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows each option's default once: appended as ``(default: X)`` unless the help
+    already says what the default is (in its own words, which say more than a bare
+    value), or there is none to show."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        if action.default is None or "default" in text.lower():
+            return text
+        return super()._get_help_string(action)
+
+
 def positive(text: str) -> float:
     """A finite number above zero."""
     value = _number(text)
@@ -108,9 +120,7 @@ def add_random_seed(
     deprecated alias (hidden from help): ``--seed`` meant an address in some commands
     and a random seed in others."""
     formatter = parser.formatter_class
-    shows_defaults = isinstance(formatter, type) and issubclass(
-        formatter, argparse.ArgumentDefaultsHelpFormatter
-    )
+    shows_defaults = isinstance(formatter, type) and issubclass(formatter, DefaultsHelpFormatter)
     parser.add_argument(
         "--random-seed",
         type=int,
@@ -136,7 +146,8 @@ def add_admin_arguments(parser: argparse.ArgumentParser) -> None:
         default="auto",
         metavar="HOST:PORT|auto|off",
         help="the router's admin interface, whose counters are set beside ours; auto: the "
-        "target's port + 1 (a router's default), used if it answers",
+        "target's port + 1 (where a router puts it unless told otherwise), used if it "
+        "answers; off: none",
     )
     parser.add_argument(
         "--token",

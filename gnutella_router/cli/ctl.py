@@ -17,7 +17,7 @@ import argparse
 import json
 import sys
 
-from gnutella_router.cli.arguments import admin_address
+from gnutella_router.cli.arguments import DefaultsHelpFormatter, admin_address
 from gnutella_router.cli.dump import DEFAULT_ADMIN
 from gnutella_router.logs import LOG_LEVELS
 from gnutella_router.observe.admin_client import TOKEN_ENVIRONMENT, FetchError, post, token_from
@@ -29,7 +29,7 @@ def add_ctl_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]
         help="change a running router: add or drop peers, log level, profiler",
         description="Change a running router through its admin interface (needs its "
         f"admin token: --token or ${TOKEN_ENVIRONMENT}).",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=DefaultsHelpFormatter,
     )
     ctl.add_argument(
         "--admin",

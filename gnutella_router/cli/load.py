@@ -11,6 +11,7 @@ from pathlib import Path
 import trio
 
 from gnutella_router.cli.arguments import (
+    DefaultsHelpFormatter,
     add_admin_arguments,
     add_random_seed,
     add_run_folder_arguments,
@@ -47,7 +48,7 @@ def add_load_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser
             "counters when its admin interface answers. Ctrl-C stops early with a partial "
             "report (exit 130); a second Ctrl-C quits at once."
         ),
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=DefaultsHelpFormatter,
     )
     load.add_argument(
         "--target", required=True, type=loopback_address, metavar="HOST:PORT", help="router"
@@ -127,7 +128,7 @@ def add_echo_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser
             "`gnutella-router load` against it shows the client's own error. Runs until "
             "Ctrl-C."
         ),
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=DefaultsHelpFormatter,
     )
     echo.add_argument(
         "--listen",

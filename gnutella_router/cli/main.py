@@ -15,6 +15,7 @@ import trio
 
 from gnutella_router import __version__, native
 from gnutella_router.cli.arguments import (
+    DefaultsHelpFormatter,
     add_admin_arguments,
     add_random_seed,
     add_run_folder_arguments,
@@ -287,7 +288,7 @@ def _add_trace_commands(
         "replies, and the router's own counters (what it read, forwarded and dropped, and "
         "why) when its admin interface answers. Ctrl-C stops early with a partial summary "
         "(exit 130); a second Ctrl-C quits at once.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=DefaultsHelpFormatter,
     )
     replay.add_argument("trace", help="trace file (a rotated set is read from its base name)")
     replay.add_argument(
@@ -387,7 +388,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Print one line per message of a raw capture (back-to-back messages), "
         "of a trace written by `run --record` (recognised by its header), or of a "
         "built-in sample.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=DefaultsHelpFormatter,
     )
     decode.add_argument(
         "capture", nargs="?", help="capture or trace file (default: a built-in sample)"
@@ -407,7 +408,7 @@ def build_parser() -> argparse.ArgumentParser:
     sample = commands.add_parser(
         "sample",
         help="write a sample capture file",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=DefaultsHelpFormatter,
     )
     sample.add_argument("output", help="file to write")
     sample.add_argument(
