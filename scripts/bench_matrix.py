@@ -3,9 +3,9 @@ peers users have (gtk-gnutella's handshake or a bare one), the traffic, deflate,
 
 Run from the repository root, in the project's virtual environment:
 
-    python scripts/bench_matrix.py            # print the table (about five minutes)
-    python scripts/bench_matrix.py --write    # also update docs/benchmarks.md
-    python scripts/bench_matrix.py --quick    # two cells, one short run each (tests)
+    .venv/bin/python scripts/bench_matrix.py            # print the table (about five minutes)
+    .venv/bin/python scripts/bench_matrix.py --write    # also update docs/benchmarks.md
+    .venv/bin/python scripts/bench_matrix.py --quick    # two cells, one short run each (tests)
 
 Why a matrix: one flood with one kind of peer says little about the peers a router
 meets. Every real servent announces ``Pong-Caching`` (a router then answers its pings

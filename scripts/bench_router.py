@@ -2,9 +2,9 @@
 
 Run from the repository root, in the project's virtual environment:
 
-    python scripts/bench_router.py            # print the figures
-    python scripts/bench_router.py --write    # also update docs/benchmarks.md
-    python scripts/bench_router.py --target 127.0.0.1:6346   # a router already running
+    .venv/bin/python scripts/bench_router.py            # print the figures
+    .venv/bin/python scripts/bench_router.py --write    # also update docs/benchmarks.md
+    .venv/bin/python scripts/bench_router.py --target 127.0.0.1:6346   # a router already running
 
 What is measured, and why:
 

@@ -5,11 +5,11 @@ Run from the repository root, in the project's virtual environment (unattended; 
 experiment is its own invocation of 1 to 5 minutes, so each fits one turn of the shared
 lock):
 
-    python scripts/experiment_admission.py step --write      # every policy, one load step
-    python scripts/experiment_admission.py classes --write   # replies kept flowing
-    python scripts/experiment_admission.py degrade --write   # TTL and reach along a chain
-    python scripts/experiment_admission.py floor --write     # the documented figure
-    python scripts/experiment_admission.py classes --quick   # a smoke test
+    .venv/bin/python scripts/experiment_admission.py step --write      # every policy, one load step
+    .venv/bin/python scripts/experiment_admission.py classes --write   # replies kept flowing
+    .venv/bin/python scripts/experiment_admission.py degrade --write   # TTL and reach along a chain
+    .venv/bin/python scripts/experiment_admission.py floor --write     # the documented figure
+    .venv/bin/python scripts/experiment_admission.py classes --quick   # a smoke test
 
 Without ``--write`` the figures and CSV go to ``--out`` (a fresh temporary directory by
 default) and docs/ is left alone; with it they go to docs/figures/ and each experiment
@@ -91,7 +91,7 @@ def measured(name: str, args: argparse.Namespace) -> int:
     (out / f"result-{name}.json").write_text(json.dumps(result, indent=2))
     folder = FIGURES if args.write else out
     lines, paths = report(result, folder)
-    command = f"python scripts/experiment_admission.py {name}" + (
+    command = f".venv/bin/python scripts/experiment_admission.py {name}" + (
         f" --duration {args.duration:g}" if args.duration else " --quick" if args.quick else ""
     )
     header = [

@@ -3,9 +3,9 @@
 Run from the repository root, in the project's virtual environment (unattended; about
 five minutes with the defaults, two router runs):
 
-    python scripts/experiment_batching.py            # print the comparison
-    python scripts/experiment_batching.py --write    # also docs/experiments.md, figure, CSV
-    python scripts/experiment_batching.py --sweep    # fixed batches 250 .. 8, a flood each
+    .venv/bin/python scripts/experiment_batching.py            # print the comparison
+    .venv/bin/python scripts/experiment_batching.py --write  # also docs/experiments.md, figure, CSV
+    .venv/bin/python scripts/experiment_batching.py --sweep  # fixed batches 250 .. 8, a flood each
 
 What is run. Twice, one router each time (a ``gnutella-router run`` child on a free
 loopback port, one worker, no injected delay, backpressure, the profiler at 0.25 s): the
@@ -482,7 +482,7 @@ def sweep_main(args: argparse.Namespace) -> int:
             "batching-sweep",
             [
                 f"Measured {datetime.date.today().isoformat()} on {machine()}; "
-                "`python scripts/experiment_batching.py --sweep --write` (a router per "
+                "`.venv/bin/python scripts/experiment_batching.py --sweep --write` (a router per "
                 f"batch, steps `{SWEEP_STEPS}`, batching off).",
                 "",
                 *table,
@@ -544,7 +544,7 @@ def main(argv: list[str] | None = None) -> int:
             "batching-steps",
             [
                 f"Measured {datetime.date.today().isoformat()} on {machine()}; "
-                f"`python scripts/experiment_batching.py --write` (steps `{args.steps}`, "
+                f"`.venv/bin/python scripts/experiment_batching.py --write` (steps `{args.steps}`, "
                 f"a controller sample every {args.interval:g} s).",
                 "",
                 *table,

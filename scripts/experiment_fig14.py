@@ -3,10 +3,10 @@
 Run from the repository root, in the project's virtual environment (unattended; the
 default takes about 10 minutes):
 
-    python scripts/experiment_fig14.py                # 60 s runs, print the table
-    python scripts/experiment_fig14.py --write        # also docs/experiments.md + figures
-    python scripts/experiment_fig14.py --quick        # 30 s runs, a smoke test
-    python scripts/experiment_fig14.py --compare --write   # the governor's rules, 5 runs each
+    .venv/bin/python scripts/experiment_fig14.py                # 60 s runs, print the table
+    .venv/bin/python scripts/experiment_fig14.py --write        # also docs/experiments.md + figures
+    .venv/bin/python scripts/experiment_fig14.py --quick        # 30 s runs, a smoke test
+    .venv/bin/python scripts/experiment_fig14.py --compare --write  # the governor's rules
 
 What is run. For each offered load (100, 200, 400 and 1000 messages/s by default, the
 paper's mix: 15 % queries, 85 % pings, constant rate) and each governor setting, a

@@ -3,8 +3,8 @@
 Run from the repository root, in the project's virtual environment (unattended, about
 three minutes):
 
-    python scripts/experiment_governor.py            # print the phases
-    python scripts/experiment_governor.py --write    # also docs/experiments.md + figure
+    .venv/bin/python scripts/experiment_governor.py            # print the phases
+    .venv/bin/python scripts/experiment_governor.py --write    # also docs/experiments.md + figure
 
 What is run. One router (a ``gnutella-router run`` child on a free loopback port) with
 the paper's bottleneck (``router.query_delay_ms = 20``, starting from one thread), the
@@ -327,7 +327,8 @@ def main(argv: list[str] | None = None) -> int:
             "governor-steps",
             [
                 f"Measured {result['date']} on {result['machine']}; "
-                f"`python scripts/experiment_governor.py --write` (steps `{result['steps']}`); "
+                "`.venv/bin/python scripts/experiment_governor.py --write` "
+                f"(steps `{result['steps']}`); "
                 "the time series (a row a second) in `docs/figures/governor-steps.csv`.",
                 "",
                 *table,

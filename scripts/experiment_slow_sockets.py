@@ -3,9 +3,9 @@
 Run from the repository root, in the project's virtual environment (unattended; the
 default takes about 4 minutes):
 
-    python scripts/experiment_slow_sockets.py             # 60 s runs, print the table
-    python scripts/experiment_slow_sockets.py --write     # also docs/experiments.md + figures
-    python scripts/experiment_slow_sockets.py --quick     # 15 s runs, a smoke test
+    .venv/bin/python scripts/experiment_slow_sockets.py             # 60 s runs, print the table
+    .venv/bin/python scripts/experiment_slow_sockets.py --write     # docs/experiments.md, figures
+    .venv/bin/python scripts/experiment_slow_sockets.py --quick     # 15 s runs, a smoke test
 
 What is run. Three runs of the same setup, one per slow-peer setting of the router:
 
@@ -414,7 +414,7 @@ def write_docs(
     lines = [
         "## Protection from slow sockets (quals proposal Fig. 14, SOSP'01 section 5.2.2)",
         "",
-        f"Measured {date} on {machine()}; `python scripts/experiment_slow_sockets.py "
+        f"Measured {date} on {machine()}; `.venv/bin/python scripts/experiment_slow_sockets.py "
         f"--duration {args.duration:g} --rate {args.rate} --write`.",
         "",
         f"Three runs of {args.duration:g} s, each on a fresh router: the paper's mix (85 % "

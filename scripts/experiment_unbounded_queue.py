@@ -3,8 +3,8 @@
 Run from the repository root, in the project's virtual environment (unattended; the
 default takes about 7 minutes):
 
-    python scripts/experiment_unbounded_queue.py            # print the table
-    python scripts/experiment_unbounded_queue.py --write    # also docs + figure + CSV
+    .venv/bin/python scripts/experiment_unbounded_queue.py            # print the table
+    .venv/bin/python scripts/experiment_unbounded_queue.py --write    # also docs + figure + CSV
 
 Why. In SOSP'01 Fig. 14(a) the single-threaded router "ran out of memory" at 1000
 packets/s: its GnutellaRouter queue had no bound, so the backlog the 20 ms query delay
@@ -284,7 +284,7 @@ def write_docs(results: list[dict[str, Any]], args: argparse.Namespace) -> None:
     lines = [
         f"Measured {datetime.date.today().isoformat()} on {machine()}; runs of "
         f"{args.duration:g} s, RSS cap {args.rss_cap_mib:,} MiB; "
-        f"`python scripts/experiment_unbounded_queue.py --duration {args.duration:g} "
+        f"`.venv/bin/python scripts/experiment_unbounded_queue.py --duration {args.duration:g} "
         f"--arrivals {args.arrivals} --write`; 1-minute load average {min(loads):.2f} to "
         f"{max(loads):.2f} at the runs' starts and ends (2 cores). Every profiler sample (0.1 s) "
         "is in [figures/unbounded-queue.csv](figures/unbounded-queue.csv).",

@@ -2,9 +2,9 @@
 
 Run from the repository root, in the project's virtual environment:
 
-    python scripts/fuzz_router.py                              # 1,000,000 frames, print figures
-    python scripts/fuzz_router.py --output docs/robustness.md  # ... and write them there
-    python scripts/fuzz_router.py --quick                      # about 30 s, a smoke run
+    .venv/bin/python scripts/fuzz_router.py  # 1,000,000 frames, print figures
+    .venv/bin/python scripts/fuzz_router.py --output docs/robustness.md  # ... and write them there
+    .venv/bin/python scripts/fuzz_router.py --quick                      # about 30 s, a smoke run
 
 Theory of operation
 -------------------

@@ -2,9 +2,9 @@
 
 Run from the repository root, in the project's virtual environment:
 
-    python scripts/soak.py                          # 30 minutes at 5,000 msgs/s, docs written
-    python scripts/soak.py --minutes 2 --no-write   # a short look, docs left alone
-    python scripts/soak.py --minutes 0.1 --sample-seconds 1 --output /tmp/r.md   # a smoke run
+    .venv/bin/python scripts/soak.py                          # 30 minutes at 5,000 msgs/s, docs
+    .venv/bin/python scripts/soak.py --minutes 2 --no-write   # a short look, docs left alone
+    .venv/bin/python scripts/soak.py --minutes 0.1 --sample-seconds 1 --output /tmp/r.md  # smoke
 
 Theory of operation
 -------------------

@@ -207,7 +207,7 @@ def plot(results: list[dict[str, Any]], args: argparse.Namespace, figures: Path)
 def write_docs(results: list[dict[str, Any]], args: argparse.Namespace) -> None:
     lines = [
         f"Measured {datetime.date.today().isoformat()} on {machine()}; "
-        f"`python scripts/experiment_admission.py step --write` (one router per row, one "
+        f"`.venv/bin/python scripts/experiment_admission.py step --write` (one router per row, one "
         f"after the other; the paper's mix at {args.low:g} msgs/s for {args.before:g} s, then "
         f"{args.high:g} msgs/s for {args.after:g} s; `router.threads = 1`, "
         "`router.query_delay_ms = 20`; sinks answer queries with hits). Latencies from "
