@@ -166,9 +166,11 @@ class LatencyBook:
         return self._histograms
 
     def summaries(self) -> dict[str, dict[str, LatencySummary]]:
-        """kind -> type name -> summary."""
+        """kind -> type name -> summary; copies by their hops first (``one-hop``,
+        ``two-hop``...), then replies."""
         out: dict[str, dict[str, LatencySummary]] = {}
-        for (kind, message_type), histogram in sorted(self._all().items()):
+        ordered = sorted(self._all().items(), key=lambda item: (_kind_order(item[0][0]), item[0]))
+        for (kind, message_type), histogram in ordered:
             out.setdefault(kind, {})[message_type_name(message_type)] = LatencySummary.of(histogram)
         return out
 
@@ -390,6 +392,16 @@ def hop_kind(hops: int) -> str:
     if 0 <= hops < len(_HOP_WORDS):
         return f"{_HOP_WORDS[hops]}-hop"
     return f"{hops}-hop"
+
+
+def _kind_order(kind: str) -> int:
+    """Where a latency row's kind goes: hop rows by their hops, then everything else."""
+    word = kind.removesuffix("-hop")
+    if word == kind:
+        return 1_000
+    if word in _HOP_WORDS:
+        return _HOP_WORDS.index(word)
+    return int(word) if word.isdigit() else 1_000
 
 
 _HOP_WORDS = (

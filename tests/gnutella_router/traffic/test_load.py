@@ -361,3 +361,38 @@ def test_a_sink_counts_a_copy_it_had_already_as_a_duplicate() -> None:
     assert _seen_before(seen, 70_001)
     assert not _seen_before(seen, 70_000)
     assert len(seen) < 70_001 // 8 + 4097  # a bit per message, not a byte
+
+
+def test_latency_rows_are_named_and_ordered_by_hops() -> None:
+    from traffic_models.latency import hop_kind
+
+    assert [hop_kind(h) for h in (1, 2, 3, 15, 20)] == [
+        "one-hop",
+        "two-hop",
+        "three-hop",
+        "fifteen-hop",
+        "20-hop",
+    ]
+    book = LatencyBook()
+    for kind in ("round-trip", "four-hop", "one-hop", "target-reply", "two-hop"):
+        book.record(kind, MessageType.QUERY, 1_000)
+    assert list(book.summaries()) == [
+        "one-hop",
+        "two-hop",
+        "four-hop",
+        "round-trip",
+        "target-reply",
+    ]
+
+
+def test_a_spread_run_names_a_copys_row_by_its_hops_a_plain_run_does_not() -> None:
+    """A plain run's sinks are the target's own peers (one hop through it, whatever hops
+    a stand-in writes); a spread run's sinks sit several routers out."""
+    from gnutella_router.testnet.spread_load import SpreadLoadRun
+    from gnutella_router.traffic.load import LoadRun
+
+    settings = LoadSettings(target=("127.0.0.1", 1), peers=3)
+    plain = LoadRun(settings, paper_traffic(10))
+    spread = SpreadLoadRun(settings, paper_traffic(10), [], registered=None)  # type: ignore[arg-type]
+    assert [plain.copy_kind(h) for h in (0, 1, 3)] == ["one-hop"] * 3
+    assert [spread.copy_kind(h) for h in (1, 3)] == ["one-hop", "three-hop"]
