@@ -90,7 +90,7 @@ def test_every_documented_command_parses(where: str, argv: list[str]) -> None:
 
 def _script_runs() -> list[tuple[str, str]]:
     """``(where, the command)`` for every mention of running a script under scripts/."""
-    runs = []
+    runs: list[tuple[str, str]] = []
     for path in DOCS:
         for line in path.read_text().splitlines():
             where = f"{path.relative_to(ROOT)}: {line.strip()[:80]}"
