@@ -77,6 +77,7 @@ PONG = MessageType.PONG
 QUERY = MessageType.QUERY
 QUERY_HIT = MessageType.QUERY_HIT
 BROADCAST_TYPES = frozenset({PING, QUERY})
+REPLY_TYPES = (PONG, QUERY_HIT)
 YOUNG_COLLECTION_THRESHOLD = 20_000
 READ_SIZE = 64 * 1024
 """Per read: small enough that decoding one read never keeps the sender waiting long."""
@@ -430,9 +431,10 @@ class LoadRun:
         deadline = trio.current_time() + self.settings.drain
         self._last_arrival = trio.current_time()
         while trio.current_time() < deadline:
-            if sum(self.received) >= sum(self.expected) and sum(self.routed_replies) >= sum(
-                self.answers_sent
-            ):
+            # By type: in a network, other routers' pongs come back routed too, and must
+            # not stand in for a hit still on its way.
+            replies_in = all(self.routed_replies[t] >= self.answers_sent[t] for t in REPLY_TYPES)
+            if replies_in and sum(self.received) >= sum(self.expected):
                 return
             if trio.current_time() - self._last_arrival >= DRAIN_QUIET:
                 return

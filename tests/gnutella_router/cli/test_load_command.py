@@ -95,7 +95,7 @@ async def test_an_explicit_duration_still_wins(tmp_path: Path) -> None:
 
 
 @pytest.mark.e2e
-def test_ctrl_c_prints_a_partial_report_and_exits_130() -> None:
+def test_ctrl_c_prints_a_partial_report_and_exits_130(tmp_path: Path) -> None:
     port = free_port()
     echo = subprocess.Popen(
         [*COMMAND, "echo", "--listen", f"127.0.0.1:{port}"], stderr=subprocess.PIPE
@@ -103,14 +103,22 @@ def test_ctrl_c_prints_a_partial_report_and_exits_130() -> None:
     try:
         assert echo.stderr is not None
         echo.stderr.readline()
+        kept = tmp_path / "run"
         arguments = ["--rate", "200", "--duration", "60", "--quiet", "--admin", "off"]
         load = subprocess.Popen(
-            [*COMMAND, "load", "--target", f"127.0.0.1:{port}", *arguments],
+            [*COMMAND, "load", "--target", f"127.0.0.1:{port}", *arguments, "--out", str(kept)],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
         )
         try:
-            time.sleep(3)  # connected and sending by then
+            # The manifest is written just before the run starts: past the imports, which
+            # take seconds on a busy machine (a Ctrl-C then is an ordinary interrupt).
+            deadline = time.monotonic() + 60
+            while not (kept / "manifest.json").exists():
+                assert time.monotonic() < deadline, "the load never started"
+                assert load.poll() is None, "the load ended early"
+                time.sleep(0.05)
+            time.sleep(1.5)  # connected and sending by then
             started = time.monotonic()
             load.send_signal(signal.SIGINT)
             out, err = load.communicate(timeout=20)
