@@ -87,6 +87,11 @@ class NetworkSettings:
     """What a node process dying does to the run: ``stop`` it, or ``continue`` without it."""
     leaves: LeafSettings | None = None
     """Leaf servents of this process, attached to the ultrapeers (:mod:`.leaves`)."""
+    console: bool = False
+    """Once formed, open the console (``gnutella-router console``) on the network
+    instead of driving traffic; the run ends when the console is left."""
+    console_script: Path | None = None
+    """With ``console``: run the console's commands from this file, not a terminal."""
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -124,6 +129,8 @@ class NetworkSettings:
             raise ValueError("--servent: the command must take {port}, where it listens")
         if not (math.isfinite(self.servent_timeout) and self.servent_timeout > 0):
             raise ValueError("--servent-timeout must be a positive number of seconds")
+        if self.console_script is not None and not self.console:
+            raise ValueError("a console script needs the console")
         if self.form_timeout is not None and self.form_timeout <= 0:
             raise ValueError("the formation timeout must be positive")
         if self.topology_file is not None:
