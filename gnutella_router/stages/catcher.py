@@ -40,6 +40,7 @@ import structlog
 import trio
 
 from gnutella_router.config import Config
+from gnutella_router.control.holds import PeerHolds
 from gnutella_router.discovery.gwebcache import GWebCacheError, fetch_hosts
 from gnutella_router.discovery.host_cache import SEED, HostCache, HostCacheStatistics
 from gnutella_router.discovery.ranges import classify_address
@@ -54,7 +55,7 @@ LearnedHost = tuple[str, int, str, str | None]
 """A host, its port, how it was learned, and the address of the peer that told us."""
 LIMIT_REASONS = ("ports-per-address", "group-full")
 MAINTENANCE_INTERVAL = 1.0
-MAX_HELD = 1024
+MAX_HELD = 256
 """Most addresses held back after an operator's drop (each drop holds two at most)."""
 GWEBCACHE_REPORT_INTERVAL = 3600.0
 """A router reports itself to its GWebCache at least this often (caches forget hosts
@@ -135,8 +136,10 @@ class GnutellaCatcher:
         )
         self.cache_path = Path(config.node.state_dir) / self.settings.host_cache_file
         self._dialing: set[tuple[str, int]] = set()
-        self._held: dict[tuple[str, int], float] = {}
-        """Addresses the operator dropped, and until when they are not dialled."""
+        self.dropped = PeerHolds(MAX_HELD)
+        """Addresses the operator dropped, held back from our dials for
+        ``catcher.drop_hold`` (a drop alone keeps the peer from nothing else: it may dial
+        in; ``ctl``'s holds, :attr:`GnutellaServer.holds`, refuse that too)."""
         self._pings_due: dict[int, float] = {}
         """When each neighbour (by connection id) gets our next ping; pruned to the live ones."""
         self.own_addresses_skipped = 0
@@ -275,7 +278,7 @@ class GnutellaCatcher:
         excluded |= self.server.holds.addresses(trio.current_time())
         excluded.add(self.server.advertised_address())
         excluded.update(self.server.listen_addresses)
-        excluded.update(self._still_held(trio.current_time()))
+        excluded |= self.dropped.addresses(trio.current_time())
         return excluded
 
     def is_dialling(self, host: str, port: int) -> bool:
@@ -284,25 +287,14 @@ class GnutellaCatcher:
 
     def hold_back(self, addresses: Iterable[tuple[str, int]], now: float) -> None:
         """Dial none of ``addresses`` for ``catcher.drop_hold`` seconds (the operator
-        dropped that peer). Bounded: at most :data:`MAX_HELD` addresses, the soonest to
-        be released going first."""
-        until = now + self.settings.drop_hold
+        dropped that peer). Bounded: at most :data:`MAX_HELD` addresses, the hold
+        nearest its end giving way."""
         for address in addresses:
-            self._held[address] = until
-        self._still_held(now)
-        while len(self._held) > MAX_HELD:
-            del self._held[min(self._held, key=self._held.__getitem__)]
+            self.dropped.hold(address, now, self.settings.drop_hold)
 
     def release(self, host: str, port: int) -> None:
-        """Lift a hold (the operator adds the peer again)."""
-        self._held.pop((host, port), None)
-
-    def _still_held(self, now: float) -> list[tuple[str, int]]:
-        """The held addresses; the expired holds are forgotten."""
-        expired = [address for address, until in self._held.items() if until <= now]
-        for address in expired:
-            del self._held[address]
-        return list(self._held)
+        """Lift a drop's hold (the operator adds the peer again)."""
+        self.dropped.release((host, port))
 
     def _ping_neighbours(self, missing: bool, now: float) -> None:
         """Ping each neighbour when it is due: TTL 1 at once when it connects, then TTL 2
