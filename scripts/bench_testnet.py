@@ -33,7 +33,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from benchdocs import machine, replace_section
+from benchdocs import machine, provenance, replace_section
 
 DEFAULT_RUNS = (
     "in-process:24,in-process:100,in-process:500,processes:24,processes:100,processes:200"
@@ -86,7 +86,7 @@ def one_run(mode: str, nodes: int, duration: float, out: Path) -> dict[str, Any]
     argv = [
         sys.executable, "-m", "gnutella_router", "testnet", "--nodes", str(nodes),
         "--processes" if mode == "processes" else "--in-process",
-        "--duration", str(duration), "--results", str(results),
+        "--duration", str(duration), "--out", str(results), "--overwrite",
     ]  # fmt: skip
     started = time.monotonic()
     process = subprocess.Popen(
@@ -169,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
         lines = [
             "## Test network scale (`scripts/bench_testnet.py`)",
             "",
-            f"Measured {time.strftime('%Y-%m-%d')} on {machine()}; load average before the "
+            f"Measured {provenance()} on {machine()}; load average before the "
             f"runs {os.getloadavg()[0]:.2f}. Each row is one `gnutella-router testnet` with "
             f"the default traffic (paper mix, 200 messages/s, random topology of degree 1 "
             f"plus the ring) for {args.duration:g} s. RSS per node: in one process, the "
