@@ -5,13 +5,14 @@ planned to dial, so the catchers build exactly the planned topology through the 
 bootstrap path a router uses on the real network.
 
 The cache learns each node's address as it comes up (:meth:`HostCacheService.publish_node`)
-but answers nobody until every node has been started (:meth:`HostCacheService.open`): a
-page answered in part would let a node dial the neighbours it has, learn other nodes
-from their pongs, and fill its outgoing slots with links nobody planned before the
-rest of its page could be told. So the first requests are held, up to ``hold``
-seconds (the catchers' fetch deadline is set above it), and then all pages are
-complete at once. Once open, a page is answered at once with the nodes that listen
-then (a node back from churn is told where its neighbours are now).
+but lists nobody until every node has been started (:meth:`HostCacheService.open`), so
+that leaves can join their ultrapeers (and publish their tables) before any overlay
+link comes up. A request is never held: before that, a page is answered at once with
+no hosts and a warning line, and the router asks again a second later (its cache
+interval in a test network); from then on every page lists the planned peers that
+listen (a node back from churn is told where its neighbours are now). A router of the
+test network dials no one else (``catcher.learn_from_peers`` is off), so a page
+answered in part cannot lead it to fill its slots with peers nobody planned.
 """
 
 from __future__ import annotations
@@ -25,9 +26,6 @@ import trio
 from gnutella_router.net.connection import format_address
 from gnutella_router.testnet.topology import Topology
 
-CACHE_HOLD_SECONDS = 8.0
-"""Longest a cache request waits for the network to listen, by default (below the
-catcher's default fetch deadline, 10 s; a run sets both to fit its start-up)."""
 REQUEST_SECONDS = 5.0
 """Longest a client may take to send its request."""
 LOOPBACK = "127.0.0.1"
@@ -40,22 +38,18 @@ class HostCacheService:
     ``GET /node/<i>?...`` answers node i with the nodes it should dial; any other page
     lists every node. The answer is v2 (``I|pong|...`` then ``H|ip:port|age``), or bare
     ``ip:port`` lines (v1) when the request asks ``hostfile=1`` without ``get=1``.
-    Requests wait (at most ``hold`` seconds) until :meth:`open` (or :meth:`publish`)
-    has been called.
+    Until :meth:`open` (or :meth:`publish`) has been called, every page lists nobody.
     """
 
-    def __init__(
-        self, topology: Topology, *, hold: float = CACHE_HOLD_SECONDS, host: str = LOOPBACK
-    ) -> None:
+    def __init__(self, topology: Topology, *, host: str = LOOPBACK) -> None:
         self.topology = topology
-        self.hold = hold
         self.host = host
         """Where it listens: loopback, or the bridge of a network in namespaces."""
         self.addresses: list[tuple[str, int] | None] = [None] * topology.nodes
         """Where each node listens, once it does (None before, or after it left)."""
         self.published_at = 0.0
         self.requests = 0
-        self._open = trio.Event()
+        self.opened = False
         self.port = 0
 
     def publish(self, addresses: Sequence[tuple[str, int]]) -> None:
@@ -70,8 +64,8 @@ class HostCacheService:
         self.published_at = trio.current_time()
 
     def open(self) -> None:
-        """Every node has been started: answer the held requests, and all later ones."""
-        self._open.set()
+        """Every node has been started: list the nodes from now on."""
+        self.opened = True
 
     def url(self, node: int | None = None) -> str:
         page = "gwc" if node is None else f"node/{node}"
@@ -88,7 +82,7 @@ class HostCacheService:
         lines = ["I|pong|gnutella-router testnet"]
         lines.extend(f"H|{format_address(*h)}|{age}" for h in hosts)
         if not hosts:
-            lines.append("I|WARNING|the test network is not listening yet")
+            lines.append("I|WARNING|the test network is not listening yet; ask again soon")
         return ("\n".join(lines) + "\n").encode()
 
     def _wanted(self, path: str) -> list[int]:
@@ -98,6 +92,8 @@ class HostCacheService:
         return list(range(self.topology.nodes))
 
     def _hosts_for(self, path: str) -> list[tuple[str, int]]:
+        if not self.opened:
+            return []
         return [a for n in self._wanted(path) if (a := self.addresses[n]) is not None]
 
     async def serve(self, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
@@ -120,8 +116,6 @@ class HostCacheService:
                 await stream.send_all(_http(400, b"only GET is served\n"))
                 return
             self.requests += 1
-            with trio.move_on_after(self.hold):
-                await self._open.wait()
             await stream.send_all(_http(200, self.body(line[1])))
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
             pass

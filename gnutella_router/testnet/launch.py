@@ -5,9 +5,20 @@ network: where it listens (a port the system picks on loopback, its own address 
 usual port in a namespace), its admin interface (loopback, or beyond it, always with the
 run's token), the run's GWebCache page that lists whom it dials, the servents and seeds it
 dials too, and limits that fit a test network (every peer comes from one address on
-loopback). It starts the foreign servents first, then the routers (a few child processes
-at a time: Python's start-up is CPU work), and publishes each router in the cache as
-soon as it listens, so the others can dial it.
+loopback). It starts the foreign servents first, then the routers, several at once
+(forked from the fork server, :mod:`.forks`, when there is one: then a start costs
+milliseconds; else a few at a time, since Python's start-up is CPU work), and publishes
+each router in the cache as soon as it listens.
+
+How the planned links come up, whatever the order the routers start in: each router
+dials only its planned peers (``catcher.learn_from_peers`` off: the hosts its
+neighbours name are not cached), which its page of the run's cache lists once every
+node has been started; until then the page lists nobody and the router asks again a
+second later. A dial that fails (a peer not up yet, a handshake that timed out on a
+busy machine) is retried after a backoff of a second or so, doubling up to a few
+seconds; a dial gives up after :data:`DIAL_TIMEOUT` seconds rather than wait on a peer
+that does not answer. So no router fills its slots with peers nobody planned, and a
+planned link that failed once is tried again until it is up.
 """
 
 from __future__ import annotations
@@ -24,6 +35,7 @@ from gnutella_router.net.connection import format_address
 from gnutella_router.testnet.cache import HostCacheService
 from gnutella_router.testnet.children import ChildNode, ServentNode
 from gnutella_router.testnet.churn import LEAVE, ChurnSettings, churn_schedule
+from gnutella_router.testnet.forks import ForkServer
 from gnutella_router.testnet.leaves import leaves_per_node
 from gnutella_router.testnet.namespaces import NamespaceNetwork
 from gnutella_router.testnet.nodes import LocalNode, NetworkNode, NodeError, NodeFailure
@@ -40,14 +52,20 @@ LOOPBACK = "127.0.0.1"
 MIN_MAX_CONNECTIONS = 32
 NAMESPACE_PORT = 6346
 """In namespaces every node listens on the usual Gnutella port (its admin on the next)."""
-CACHE_ANSWER_MARGIN = 10.0
+DIAL_TIMEOUT = 5.0
+"""Seconds a router's dial (connect and handshake) and cache request may take: a peer
+that does not answer by then is dialled again after its backoff."""
 RUN_CATCHER = {
-    # The run's own cache may be asked often, and a node that was not listening yet
-    # when dialled is dialled again soon.
-    "catcher.gwebcache_interval": 2.0,
-    "catcher.backoff_initial": 1.0,
-    "catcher.backoff_max": 5.0,
+    # The run's own cache may be asked often; a node that was not listening yet when
+    # dialled is dialled again soon; only planned peers are dialled.
+    "catcher.gwebcache_interval": 1.0,
+    "catcher.backoff_initial": 0.5,
+    "catcher.backoff_max": 4.0,
+    "catcher.dial_timeout": DIAL_TIMEOUT,
+    "catcher.learn_from_peers": False,
 }
+FORKED_AT_ONCE = 16
+"""Routers being forked and waiting to listen at the same time."""
 
 
 class Launcher:
@@ -59,6 +77,7 @@ class Launcher:
         topology: Topology,
         cache: HostCacheService,
         *,
+        forks: ForkServer | None = None,
         namespaces: NamespaceNetwork | None,
         servents: ServentSet | None,
         failures: list[NodeFailure],
@@ -69,6 +88,7 @@ class Launcher:
         self.mode = settings.node_mode
         self.topology = topology
         self.cache = cache
+        self.forks = forks
         self.namespaces = namespaces
         self.servents = servents
         self.failures = failures
@@ -93,12 +113,7 @@ class Launcher:
         out_degree = len(self.topology.out_neighbours(index))
         servents = self.servents.seeds_for(index) if self.servents is not None else []
         wanted = out_degree + len(settings.seeds) + len(servents)
-        # The first request to the run's cache is held until every node has started
-        # (see .cache): the catcher must wait for its answer as long.
-        extra: dict[str, object] = {
-            **RUN_CATCHER,
-            "catcher.dial_timeout": self.cache.hold + CACHE_ANSWER_MARGIN,
-        }
+        extra: dict[str, object] = dict(RUN_CATCHER)
         if self.namespaces is not None:
             # A host of its own: the usual ports, and an admin interface the controller
             # reaches across the bridge, with the run's token.
@@ -155,14 +170,18 @@ class Launcher:
 
     def new_node(self, index: int, limiter: trio.CapacityLimiter) -> NetworkNode:
         if self.mode == "processes":
+            namespaces = self.namespaces
+            forked = self.forks is not None
             return ChildNode(
                 index,
                 self.node_dir(index),
                 on_failure=self.on_failure,
-                prefix=() if self.namespaces is None else self.namespaces.exec_prefix(index),
+                prefix=() if namespaces is None or forked else namespaces.exec_prefix(index),
                 token=self.admin_token,
-                start_timeout=self.settings.formation_timeout,
+                start_timeout=self.settings.start_timeout,
                 limiter=limiter,
+                forks=self.forks,
+                namespace=None if namespaces is None else namespaces.namespace(index),
             )
         return LocalNode(index, self.node_dir(index))
 
@@ -182,7 +201,10 @@ class Launcher:
             await self.start_servents(nursery)
         admin_threads = trio.CapacityLimiter(16)
         self.nodes = [self.new_node(i, admin_threads) for i in range(self.settings.nodes)]
-        at_once = trio.Semaphore(STARTING_AT_ONCE if self.mode == "processes" else 1)
+        if self.mode != "processes":
+            at_once = trio.Semaphore(1)  # each start is CPU work on this very thread
+        else:
+            at_once = trio.Semaphore(FORKED_AT_ONCE if self.forks else STARTING_AT_ONCE)
         errors: list[str] = []
 
         async def start(node: NetworkNode) -> None:

@@ -37,8 +37,11 @@ SERVENT_START_TIMEOUT = 60.0
 STOP_TIMEOUT = 10.0
 """Seconds a node is given to stop its own way before it is killed."""
 STARTING_AT_ONCE = 4
-"""Child processes starting at the same time: Python's start-up is CPU work, and more at
-once only makes each slower to listen."""
+"""Child processes starting with an interpreter of their own at the same time (where
+there is no fork server): Python's start-up is CPU work, and more at once only makes
+each slower to listen."""
+START_TIMEOUT = 60.0
+"""Longest a node process may take to listen once it is started."""
 
 
 class NetworkError(Exception):
@@ -67,7 +70,8 @@ class NetworkSettings:
     """Node i listens on ``base_port + i``; ``None`` lets the system pick."""
     seed: int = 1
     form_timeout: float | None = None
-    """Seconds for every link to come up; None: 20 s, plus start-up time for processes."""
+    """Seconds for every planned link to come up once every node has started; None: 30 s
+    plus a second per 10 nodes."""
     late_threshold_ms: float = 1.0
     mode: str = "auto"
     """``in-process``, ``processes``, or ``auto`` (processes above a handful of nodes)."""
@@ -207,10 +211,14 @@ class NetworkSettings:
 
     @property
     def formation_timeout(self) -> float:
+        """Seconds for every planned link to come up, counted from when every node has
+        been started: every router dials its planned peers at once then, and retries
+        those that did not answer within a few seconds."""
         if self.form_timeout is not None:
             return self.form_timeout
-        if self.node_mode == "processes":
-            # Nodes start STARTING_AT_ONCE at a time, each in about a second of CPU.
-            return 20.0 + 1.5 * self.nodes / STARTING_AT_ONCE
-        # One process dials every link, handshakes included, on one core.
-        return 20.0 + self.nodes / 25
+        return 30.0 + self.nodes / 10
+
+    @property
+    def start_timeout(self) -> float:
+        """Longest one node may take to listen once it is started."""
+        return START_TIMEOUT
