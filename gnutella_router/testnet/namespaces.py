@@ -15,6 +15,17 @@ carry one address and differ only in ports, which is not how an overlay looks. W
   (``grtXXXXh<i>`` on the bridge, ``eth0`` inside) addressed ``.<(i+2)//256>.<(i+2)%256>``,
   so every node listens on the same port at an address of its own, as hosts do.
 
+Every address's link-layer address is fixed in advance (:meth:`NamespaceNetwork.mac`),
+so the run writes the neighbour entries its hosts need as permanent ones: each node
+knows the bridge's address and its planned peers' (``pairs``), and the bridge knows
+every node's. The kernel keeps one ARP table for every namespace of the machine and
+drops new entries past ``net.ipv4.neigh.default.gc_thresh3`` (1024 by default), which
+200 nodes that each resolve the bridge and a few peers, plus the bridge resolving 200
+nodes, would pass: connects then fail for want of an address ("neighbor table
+overflow"). Permanent entries are not counted against that limit (Linux 4.20 and
+later) and go with the namespaces and the bridge, so nothing is changed on the
+machine; any other peer is still resolved the usual way.
+
 ``XXXX`` is four hex digits drawn per run: two runs on one machine do not collide, and
 everything a run made carries its prefix, so :func:`remove_leftovers` (``testnet
 --cleanup``) can find what a run killed with ``kill -9`` left behind, and nothing else.
@@ -38,7 +49,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 PREFIX = "grt"
@@ -64,10 +75,15 @@ def check_available() -> None:
         raise NamespaceError("--netns needs the ip command from iproute2")
 
 
-def _ip(*arguments: str, check: bool = True) -> str:
+def _ip(*arguments: str, check: bool = True, stdin: str | None = None) -> str:
     try:
         done = subprocess.run(
-            ["ip", *arguments], capture_output=True, text=True, timeout=IP_TIMEOUT, check=False
+            ["ip", *arguments],
+            input=stdin,
+            capture_output=True,
+            text=True,
+            timeout=IP_TIMEOUT,
+            check=False,
         )
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise NamespaceError(f"ip {' '.join(arguments)}: {exc}") from exc
@@ -98,10 +114,19 @@ def choose_subnet(used: Sequence[ipaddress.IPv4Network], start: int) -> ipaddres
 class NamespaceNetwork:
     """One run's bridge and namespaces; see the module docstring."""
 
-    def __init__(self, nodes: int, *, run_id: str | None = None) -> None:
+    def __init__(
+        self, nodes: int, *, run_id: str | None = None, pairs: Iterable[tuple[int, int]] = ()
+    ) -> None:
         if not 1 <= nodes <= MAX_NODES:
             raise NamespaceError(f"--netns takes 1 to {MAX_NODES} nodes")
         self.nodes = nodes
+        self.peers: dict[int, set[int]] = {}
+        """For each node, the nodes it will talk to (both ways of each pair)."""
+        for a, b in pairs:
+            if not (0 <= a < nodes and 0 <= b < nodes):
+                raise NamespaceError(f"a pair of nodes outside 0..{nodes - 1}: {a}, {b}")
+            self.peers.setdefault(a, set()).add(b)
+            self.peers.setdefault(b, set()).add(a)
         self.run_id = run_id or secrets.token_hex(2)
         self.prefix = f"{PREFIX}{self.run_id}"
         self.bridge = f"{self.prefix}br"
@@ -126,6 +151,15 @@ class NamespaceNetwork:
         """Node ``index``'s address."""
         return str(self._subnet()[index + 2])
 
+    def mac(self, index: int | None) -> str:
+        """The link-layer address of node ``index``'s ``eth0`` (None: the bridge's):
+        locally administered, and unique to the run and the node."""
+        run = int(self.run_id, 16)
+        host = 0xFFFF if index is None else index
+        return ":".join(
+            f"{b:02x}" for b in (0x02, 0x67, run >> 8, run & 0xFF, host >> 8, host & 0xFF)
+        )
+
     def exec_prefix(self, index: int) -> tuple[str, ...]:
         """Put before a command to run it in node ``index``'s namespace."""
         return ("ip", "netns", "exec", self.namespace(index))
@@ -149,7 +183,7 @@ class NamespaceNetwork:
         check_available()
         self.subnet = choose_subnet(_used_networks(), int(self.run_id, 16))
         length = self.subnet.prefixlen
-        self._run("link", "add", self.bridge, "type", "bridge")
+        self._run("link", "add", self.bridge, "address", self.mac(None), "type", "bridge")
         self.bridge_made = True
         self._run("addr", "add", f"{self.gateway}/{length}", "dev", self.bridge)
         self._run("link", "set", self.bridge, "up")
@@ -159,7 +193,7 @@ class NamespaceNetwork:
             self.created.append(namespace)
             self._run(
                 "link", "add", outside, "type", "veth",
-                "peer", "name", INNER_INTERFACE, "netns", namespace,
+                "peer", "name", INNER_INTERFACE, "address", self.mac(index), "netns", namespace,
             )  # fmt: skip
             self._run("link", "set", outside, "master", self.bridge, "up")
             self._run("-n", namespace, "link", "set", "lo", "up")
@@ -168,6 +202,28 @@ class NamespaceNetwork:
                 "dev", INNER_INTERFACE,
             )  # fmt: skip
             self._run("-n", namespace, "link", "set", INNER_INTERFACE, "up")
+        self._add_neighbours()
+
+    def _add_neighbours(self) -> None:
+        """The permanent neighbour entries of the module docstring: one ``ip -batch`` on
+        the bridge's side, one in each namespace."""
+        entry = "neigh replace {} lladdr {} dev {} nud permanent"
+        bridge_side = [
+            entry.format(self.address(i), self.mac(i), self.bridge) for i in range(self.nodes)
+        ]
+        self._batch(None, bridge_side)
+        for index in range(self.nodes):
+            lines = [entry.format(self.gateway, self.mac(None), INNER_INTERFACE)]
+            lines += [
+                entry.format(self.address(peer), self.mac(peer), INNER_INTERFACE)
+                for peer in sorted(self.peers.get(index, ()))
+            ]
+            self._batch(self.namespace(index), lines)
+
+    def _batch(self, namespace: str | None, lines: Sequence[str]) -> None:
+        where = () if namespace is None else ("-n", namespace)
+        self.commands.extend(" ".join(("ip", *where, line)) for line in lines)
+        _ip(*where, "-batch", "-", stdin="\n".join(lines) + "\n")
 
     def remove(self) -> list[str]:
         """Stop what still runs in the namespaces, then delete them and the bridge;

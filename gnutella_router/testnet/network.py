@@ -59,7 +59,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
-import itertools
 import json
 import signal
 import sys
@@ -133,6 +132,9 @@ POLL_SECONDS = {"in-process": 0.05, "processes": 1.0}
 """How often formation and settling read the nodes' connection tables: a read costs a
 router process about half a millisecond of CPU, which 200 of them four times a second
 would take from their own start-up and handshakes."""
+COLLECT_SECONDS_PER_NODE = 0.15
+"""Added per node to the time the final collection may take: each node's route table
+and dump are large pages, read 16 at a time, on a machine the routers keep busy."""
 FORK_SERVER_LOG = "fork-server.log"
 READS_PER_SECOND = 50
 """Nodes whose counters the status line reads per second at most: a network larger than
@@ -173,7 +175,9 @@ class LocalNetwork:
             else None
         )  # fmt: skip
         hosts = settings.nodes + settings.servent_count
-        self.namespaces = NamespaceNetwork(hosts) if settings.netns else None
+        self.namespaces = (
+            NamespaceNetwork(hosts, pairs=self.topology.links) if settings.netns else None
+        )
         self.failures: list[NodeFailure] = []
         self.forks = (
             ForkServer(settings.results / FORK_SERVER_LOG)
@@ -219,8 +223,10 @@ class LocalNetwork:
         self._started = 0.0
         self._stop = trio.Event()
         self._work: trio.CancelScope | None = None
-        self._last_routed = 0
-        self._last_at = 0.0
+        self._read_totals: tuple[float, int] | None = None
+        """When the routers' totals were last read in full, and the messages routed then."""
+        self._routed_rate = 0.0
+        """Messages routed per second between the last two full reads."""
 
     @property
     def nodes(self) -> list[NetworkNode]:
@@ -337,7 +343,8 @@ class LocalNetwork:
                     # Not shielded: a second Ctrl-C cancels this too and stops at once.
                     with trio.move_on_after(SETTLE_SECONDS):
                         await self._poll_until(self._settled)
-                    with trio.move_on_after(STOP_TIMEOUT):
+                    collecting = STOP_TIMEOUT + COLLECT_SECONDS_PER_NODE * len(self.nodes)
+                    with trio.move_on_after(collecting):
                         collected = await self._collect()
                     stopped_in = await self._stop_nodes()
                 self.console.end_status()
@@ -709,9 +716,7 @@ class LocalNetwork:
         connections = sum(len(n.view.open_connections()) for n in running)
         routed = sum(n.view.received for n in self.nodes)
         dropped = sum(n.view.dropped for n in self.nodes)
-        span = now - self._last_at
-        rate = (routed - self._last_routed) / span if self._last_at and span > 0 else 0.0
-        self._last_routed, self._last_at = routed, now
+        rate = self._routed_rate
         line = (
             f"[{elapsed:6.1f} s] {self.phase:<8} nodes {len(running)}/{self.settings.nodes}  "
             f"{state.counts()}  conns {connections}  "
@@ -727,18 +732,35 @@ class LocalNetwork:
 
     async def _show_status(self) -> None:
         """The status line and a connectivity sample about once a second, from the
-        nodes' last views. While the network starts and forms, the formation poll reads
-        the nodes; later this does, a large network less often than once a second (at
-        most :data:`READS_PER_SECOND` nodes a second)."""
-        every = max(1, round(self.settings.nodes / READS_PER_SECOND))
-        for tick in itertools.count(1):
-            await trio.sleep(STATUS_INTERVAL)
-            if self.phase not in ("starting", "netns", "leaves", "forming") and tick % every == 0:
-                with trio.move_on_after(STATUS_INTERVAL):
-                    await self.refresh(totals=True)
-            state = self.overlay.sample(trio.current_time() - self._started, self.nodes)
-            if self.phase != "console":  # the console has the terminal
-                self.console.status(self.status_line(state))
+        nodes' last views (read by the formation poll, then by :meth:`_read_views`)."""
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._read_views)
+            while True:
+                await trio.sleep(STATUS_INTERVAL)
+                state = self.overlay.sample(trio.current_time() - self._started, self.nodes)
+                if self.phase != "console":  # the console has the terminal
+                    self.console.status(self.status_line(state))
+
+    async def _read_views(self) -> None:
+        """Once the network has formed, read every node's connections and counters
+        about once a second; a large network less often (at most
+        :data:`READS_PER_SECOND` nodes a second), so the reads do not take the routers'
+        CPU. A read that is slow delays the next, never the status line."""
+        every = max(STATUS_INTERVAL, self.settings.nodes / READS_PER_SECOND)
+        while True:
+            began = trio.current_time()
+            if self.phase not in ("starting", "netns", "leaves", "forming"):
+                await self.refresh(totals=True)
+                self._note_routed(trio.current_time())
+            await trio.sleep_until(began + every)
+
+    def _note_routed(self, now: float) -> None:
+        """Keep the routed rate between this full read of the totals and the last."""
+        routed = sum(n.view.received for n in self.nodes)
+        if self._read_totals is not None and now > self._read_totals[0]:
+            then, before = self._read_totals
+            self._routed_rate = max(0, routed - before) / (now - then)
+        self._read_totals = (now, routed)
 
     def _print_final(self, outcome: NetworkOutcome) -> None:
         text = final_text(outcome.summary, self.report, outcome.results)

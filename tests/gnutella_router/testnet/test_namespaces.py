@@ -140,6 +140,52 @@ def test_namespaces_get_addresses_reach_each_other_and_go(tmp_path: Path) -> Non
     assert leftovers(run) == []
 
 
+def test_link_layer_addresses_are_the_runs_own_and_distinct() -> None:
+    run = NamespaceNetwork(300, run_id="0a1b")
+    macs = {run.mac(i) for i in range(300)} | {run.mac(None)}
+    assert len(macs) == 301
+    assert run.mac(258) == "02:67:0a:1b:01:02"  # locally administered, unicast
+    assert run.mac(None) == "02:67:0a:1b:ff:ff"
+    with pytest.raises(NamespaceError, match="outside"):
+        NamespaceNetwork(3, pairs=[(0, 3)])
+
+
+def neighbours(*where: str, device: str | None = None) -> dict[str, tuple[str, str]]:
+    """The neighbour table (of one device) as {address: (link-layer address, state)}."""
+    on = () if device is None else ("dev", device)
+    text = subprocess.run(
+        ["ip", *where, "neigh", "show", *on], capture_output=True, text=True, check=True
+    ).stdout
+    table = {}
+    for line in text.splitlines():
+        fields = line.split()
+        if "lladdr" in fields:
+            table[fields[0]] = (fields[fields.index("lladdr") + 1], fields[-1])
+    return table
+
+
+@needs_root
+def test_planned_peers_and_the_bridge_are_permanent_neighbours() -> None:
+    # Resolved in advance, outside the machine's ARP limit: nothing to overflow.
+    run = NamespaceNetwork(3, pairs=[(0, 1)])
+    try:
+        run.create()
+        node0 = neighbours("-n", run.namespace(0))
+        assert node0[run.gateway] == (run.mac(None), "PERMANENT")
+        assert node0[run.address(1)] == (run.mac(1), "PERMANENT")
+        assert run.address(2) not in node0  # not a planned peer: resolved if ever needed
+        assert neighbours("-n", run.namespace(1))[run.address(0)] == (run.mac(0), "PERMANENT")
+        bridge = neighbours(device=run.bridge)
+        assert {bridge[run.address(i)] for i in range(3)} == {
+            (run.mac(i), "PERMANENT") for i in range(3)
+        }
+    finally:
+        problems = run.remove()
+    assert problems == []
+    assert leftovers(run) == []
+    assert run.address(0) not in neighbours()  # gone with the bridge
+
+
 @needs_root
 def test_a_half_made_network_is_still_removed() -> None:
     run = NamespaceNetwork(2)
