@@ -258,8 +258,8 @@ def add_testnet_parser(commands: argparse._SubParsersAction[argparse.ArgumentPar
         type=float,
         default=None,
         metavar="S",
-        help="seconds to wait for every link to come up (default 20 s plus 1 s per 25 "
-        "nodes in one process, plus start-up time in --processes mode)",
+        help="seconds to wait, once every node has started, for every planned link to come "
+        "up (default 30 s plus 1 s per 10 nodes)",
     )
     testnet.add_argument(
         "--log-format",

@@ -657,6 +657,9 @@ class LocalNetwork:
             "started_after_seconds": _rounded(self.started_after),
             "formation": None if self.formation is None else self.formation.describe(),
             "fork_server": self.forks is not None,
+            "namespaces": None
+            if self.namespaces is None
+            else {"prefix": self.namespaces.prefix, "subnet": str(self.namespaces.subnet)},
             "nodes": rows,
             "failures": [dataclasses.asdict(f) for f in self.failures],
             "overlay": self.overlay.conclude(hits) if self.load_run is not None else None,

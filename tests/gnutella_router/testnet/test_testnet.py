@@ -20,6 +20,7 @@ from gnutella_router.cli.main import build_parser, main
 from gnutella_router.discovery.gwebcache import fetch_hosts
 from gnutella_router.testnet.cache import HostCacheService
 from gnutella_router.testnet.network import LocalNetwork, run_network
+from gnutella_router.testnet.nodes import LocalNode
 from gnutella_router.testnet.settings import NetworkSettings
 from gnutella_router.testnet.topology import Topology, plan_topology, sink_nodes
 
@@ -205,6 +206,42 @@ async def test_idle_network_stays_up_until_stopped(tmp_path: Path) -> None:
     assert outcome.summary["load"] is None
     assert outcome.summary["stopped"] is True
     assert (tmp_path / "node-1" / "state.json").exists()
+
+
+@pytest.mark.e2e
+async def test_a_link_outside_the_plan_is_counted_apart_everywhere(tmp_path: Path) -> None:
+    network = LocalNetwork(
+        NetworkSettings(nodes=3, topology="star", duration=0, results=tmp_path),
+        out=io.StringIO(),
+    )
+
+    async def stray_when_formed() -> None:
+        with trio.fail_after(15):
+            while network.phase != "up":
+                await trio.sleep(0.05)
+        node1, node2 = network.nodes[1], network.nodes[2]
+        assert isinstance(node1, LocalNode) and node1.daemon is not None
+        assert node2.address is not None
+        await node1.daemon.add_peer(*node2.address)  # node 1 -> node 2: not planned
+        await network.refresh()
+        state = network.snapshot()
+        assert state.formed  # every planned link is still up ...
+        assert state.outside_plan == ((1, 2),)  # ... and the stray is counted apart
+        assert "links 2/2 (+1 outside the plan)" in network.status_line()
+        with trio.fail_after(10):  # a connectivity sample counts it too
+            while not any(s.links_outside_plan for s in network.overlay.connectivity):
+                await trio.sleep(0.1)
+        network.request_stop()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(stray_when_formed)
+        with trio.fail_after(40):
+            outcome = await network.run()
+    assert outcome.ok, outcome.error
+    assert outcome.summary["formation"]["outside_plan"] == []  # at formation: none yet
+    rows = (tmp_path / "connectivity.csv").read_text().splitlines()
+    column = rows[0].split(",").index("links_outside_plan")
+    assert any(row.split(",")[column] == "1" for row in rows[1:])
 
 
 @pytest.mark.e2e
