@@ -1,7 +1,7 @@
 """How big a test network this machine holds: start, formation, memory, traffic, stop.
 
     .venv/bin/python scripts/bench_testnet.py                                # the documented table
-    .venv/bin/python scripts/bench_testnet.py --runs processes:200,netns:200 --repeat 3
+    .venv/bin/python scripts/bench_testnet.py --runs processes:200x3,netns:200x3
 
 Each run is one ``gnutella-router testnet`` (a separate process, with its own results
 folder under ``--out``) at a size and mode (``in-process``, ``processes``, or ``netns``:
@@ -46,6 +46,8 @@ DEFAULT_RUNS = (
 )
 MODES = ("in-process", "processes", "netns")
 SAMPLE_SECONDS = 1.0
+START_SAMPLES = 20
+"""Routers started one after the other, each way, to measure what one start costs."""
 
 
 def memory_kib(pid: int) -> tuple[int, int] | None:
@@ -180,6 +182,66 @@ def one_run(mode: str, nodes: int, duration: float, out: Path, attempt: int) -> 
     }
 
 
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU a process has used so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def start_costs(out: Path, count: int = START_SAMPLES) -> dict[str, dict[str, float]]:
+    """What starting one router costs until it listens (wall time, and the CPU the router
+    process used by then), with an interpreter of its own and forked from the fork
+    server: medians over ``count`` routers started one after the other and stopped."""
+    import statistics
+
+    import trio
+
+    from gnutella_router.config import load_config
+    from gnutella_router.testnet.children import ChildNode
+    from gnutella_router.testnet.forks import ForkServer
+
+    def config(folder: Path) -> Any:
+        return load_config(
+            None,
+            {
+                "node.listen": "127.0.0.1:0",
+                "admin.listen": "127.0.0.1:0",
+                "node.state_dir": str(folder.resolve()),
+                "log.level": "warning",
+            },
+        )
+
+    results: dict[str, dict[str, float]] = {}
+    out.mkdir(parents=True, exist_ok=True)
+    server = ForkServer((out / "fork-server.log").resolve())
+
+    async def measure() -> None:
+        async with trio.open_nursery() as nursery:
+            try:
+                await server.start(nursery)
+                for way, forks in (("interpreter", None), ("forked", server)):
+                    walls, cpus = [], []
+                    for index in range(count):
+                        node = ChildNode(index, out / f"{way}-{index}", forks=forks)
+                        began = trio.current_time()
+                        await node.start(nursery, config(node.state_dir))
+                        walls.append(trio.current_time() - began)
+                        assert node.pid is not None
+                        cpus.append(cpu_seconds(node.pid))
+                        node.request_stop()
+                        await node.wait_stopped(15)
+                    results[way] = {
+                        "wall_s": round(statistics.median(walls), 3),
+                        "cpu_s": round(statistics.median(cpus), 3),
+                    }
+            finally:
+                await server.close()
+                nursery.cancel_scope.cancel()
+
+    trio.run(measure)
+    return results
+
+
 def _namespaces() -> list[str]:
     try:
         listed = subprocess.run(
@@ -249,26 +311,53 @@ def verdicts(rows: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
+def start_cost_lines(costs: dict[str, dict[str, float]] | None) -> list[str]:
+    if costs is None:
+        return []
+    own, forked = costs["interpreter"], costs["forked"]
+    return [
+        f"What one router costs to start, until it listens (median of {START_SAMPLES}, "
+        "one at a time on loopback): with an interpreter of its own "
+        f"(`python -m gnutella_router run`) {own['wall_s']:.3f} s, of which "
+        f"{own['cpu_s']:.3f} s of CPU in the router process; forked from the fork "
+        f"server {forked['wall_s']:.3f} s, {forked['cpu_s']:.3f} s of CPU.",
+        "",
+    ]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--runs", default=DEFAULT_RUNS, help="MODE:NODES,... (default %(default)s)")
-    parser.add_argument("--repeat", type=int, default=1, help="runs of each (default 1)")
+    parser.add_argument(
+        "--runs", default=DEFAULT_RUNS, help="MODE:NODES[xRUNS],... (default %(default)s)"
+    )
+    parser.add_argument(
+        "--repeat", type=int, default=1, help="runs of each size without xRUNS (default 1)"
+    )
     parser.add_argument("--duration", type=float, default=30.0, help="seconds of traffic")
     parser.add_argument("--out", type=Path, default=Path(".gnutella-router/bench-testnet"))
     parser.add_argument("--no-docs", action="store_true", help="print only")
+    parser.add_argument(
+        "--no-start-cost", action="store_true", help="skip measuring what one start costs"
+    )
     args = parser.parse_args(argv)
-    specs = []
-    for spec in args.runs.split(","):
-        mode, _, count = spec.partition(":")
-        if mode not in MODES or not count.isdigit():
-            parser.error(f"--runs: {spec!r} is not MODE:NODES with MODE one of {', '.join(MODES)}")
-        specs.append((mode, int(count)))
     if args.repeat < 1:
         parser.error("--repeat must be 1 or more")
+    specs = []
+    for spec in args.runs.split(","):
+        mode, _, size = spec.partition(":")
+        count, _, times = size.partition("x")
+        if mode not in MODES or not count.isdigit() or not (times or "1").isdigit():
+            parser.error(
+                f"--runs: {spec!r} is not MODE:NODES[xRUNS] with MODE one of {', '.join(MODES)}"
+            )
+        specs.append((mode, int(count), int(times) if times else args.repeat))
     load_before = os.getloadavg()[0]
+    costs = None if args.no_start_cost else start_costs(args.out / "start-cost")
+    if costs is not None:
+        print(json.dumps({"start_cost": costs}), flush=True)
     rows = []
-    for mode, count in specs:
-        for attempt in range(1, args.repeat + 1):
+    for mode, count, times in specs:
+        for attempt in range(1, times + 1):
             row = one_run(mode, count, args.duration, args.out, attempt)
             rows.append(row)
             print(json.dumps({k: v for k, v in row.items() if k != "tail"}), flush=True)
@@ -305,6 +394,7 @@ def main(argv: list[str] | None = None) -> int:
             "",
             *verdicts(rows),
             "",
+            *start_cost_lines(costs),
             f"Rerun: {rerun} (as root for `netns`; each 200-node run takes both cores and a "
             "minute or two).",
         ]

@@ -129,9 +129,9 @@ CHURN_IDLE_HORIZON = 24 * 3600.0
 ROUTES_READ = 100_000
 """Query route entries read per node at the end (the admin interface's most per page)."""
 POLL_SECONDS = {"in-process": 0.05, "processes": 1.0}
-"""How often formation and settling read the nodes' connection tables: a read costs a
-router process about half a millisecond of CPU, which 200 of them four times a second
-would take from their own start-up and handshakes."""
+"""How often formation and settling read the nodes' connection tables: every read is
+an HTTP request the router answers and the controller parses, CPU that 200 routers read
+four times a second would take from their own start-up and handshakes."""
 COLLECT_SECONDS_PER_NODE = 0.15
 """Added per node to the time the final collection may take: each node's route table
 and dump are large pages, read 16 at a time, on a machine the routers keep busy."""

@@ -220,7 +220,8 @@ async def test_a_link_outside_the_plan_is_counted_apart_everywhere(tmp_path: Pat
             while network.phase != "up":
                 await trio.sleep(0.05)
         node1, node2 = network.nodes[1], network.nodes[2]
-        assert isinstance(node1, LocalNode) and node1.daemon is not None
+        assert isinstance(node1, LocalNode)
+        assert node1.daemon is not None
         assert node2.address is not None
         await node1.daemon.add_peer(*node2.address)  # node 1 -> node 2: not planned
         await network.refresh()
