@@ -297,6 +297,11 @@ class ForkServer:
             if event is not None:
                 self._answers[ident] = message
                 event.set()
+            elif "pid" in message:
+                # Forked after its caller gave up waiting: nobody would stop it. It was
+                # forked moments ago, too recently for its pid to be another's.
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(int(message["pid"]), signal.SIGKILL)
         elif "exited" in message:
             pid, status = int(message["exited"]), int(message["status"])
             child = self._children.pop(pid, None)
