@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
-import sys
+import subprocess
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -129,8 +129,19 @@ async def test_when_the_fork_server_dies_its_routers_stop_gracefully(tmp_path: P
         assert "stopping at once" not in log
 
 
+def test_a_router_forked_after_its_caller_gave_up_is_killed(tmp_path: Path) -> None:
+    # The answer to a request nobody waits for any more: that child is nobody's.
+    orphan = subprocess.Popen(["sleep", "60"])
+    try:
+        ForkServer(tmp_path / "log")._take({"started": 41, "pid": orphan.pid})
+        assert orphan.wait(10) == -signal.SIGKILL
+    finally:
+        if orphan.poll() is None:
+            orphan.kill()
+            orphan.wait()
+
+
 @pytest.mark.e2e
-@pytest.mark.skipif(sys.platform != "linux", reason="Linux only")
 async def test_a_relative_log_path_is_refused(tmp_path: Path) -> None:
     async with fork_server(tmp_path) as (server, _):
         with pytest.raises(ValueError, match="absolute"):
