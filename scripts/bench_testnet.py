@@ -41,9 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from benchdocs import machine, provenance, replace_section
 
-DEFAULT_RUNS = (
-    "in-process:24,in-process:100,in-process:500,processes:24,processes:100,processes:200,netns:200"
-)
+DEFAULT_RUNS = "in-process:24,in-process:500,processes:24,processes:100,processes:200x3,netns:200x3"
 MODES = ("in-process", "processes", "netns")
 SAMPLE_SECONDS = 1.0
 START_SAMPLES = 20

@@ -7,10 +7,13 @@ bootstrap path a router uses on the real network.
 The cache learns each node's address as it comes up (:meth:`HostCacheService.publish_node`)
 but lists nobody until every node has been started (:meth:`HostCacheService.open`), so
 that leaves can join their ultrapeers (and publish their tables) before any overlay
-link comes up. A request is never held: before that, a page is answered at once with
-no hosts and a warning line, and the router asks again a second later (its cache
-interval in a test network); from then on every page lists the planned peers that
-listen (a node back from churn is told where its neighbours are now). A router of the
+link comes up. Until then a request is held, a long poll of at most ``hold`` seconds
+(below the routers' fetch deadline): it is answered the moment the cache opens, or
+with no hosts and a warning line when the hold runs out, and the router asks again.
+So a router asks a few times while the others start, not every second (a network in
+one process would spend its one core answering), and none waits long for a page.
+From then on every page lists the planned peers that listen, at once (a node back
+from churn is told where its neighbours are now). A router of the
 test network dials no one else (``catcher.learn_from_peers`` is off), so a page
 answered in part cannot lead it to fill its slots with peers nobody planned.
 """
@@ -26,6 +29,9 @@ import trio
 from gnutella_router.net.connection import format_address
 from gnutella_router.testnet.topology import Topology
 
+HOLD_SECONDS = 4.0
+"""Longest a request waits for the cache to open (the long poll of the module
+docstring); below the test network's fetch deadline, ``launch.DIAL_TIMEOUT``."""
 REQUEST_SECONDS = 5.0
 """Longest a client may take to send its request."""
 LOOPBACK = "127.0.0.1"
@@ -38,18 +44,22 @@ class HostCacheService:
     ``GET /node/<i>?...`` answers node i with the nodes it should dial; any other page
     lists every node. The answer is v2 (``I|pong|...`` then ``H|ip:port|age``), or bare
     ``ip:port`` lines (v1) when the request asks ``hostfile=1`` without ``get=1``.
-    Until :meth:`open` (or :meth:`publish`) has been called, every page lists nobody.
+    Until :meth:`open` (or :meth:`publish`) has been called, every page lists nobody,
+    and a request waits up to ``hold`` seconds for it.
     """
 
-    def __init__(self, topology: Topology, *, host: str = LOOPBACK) -> None:
+    def __init__(
+        self, topology: Topology, *, host: str = LOOPBACK, hold: float = HOLD_SECONDS
+    ) -> None:
         self.topology = topology
         self.host = host
+        self.hold = hold
         """Where it listens: loopback, or the bridge of a network in namespaces."""
         self.addresses: list[tuple[str, int] | None] = [None] * topology.nodes
         """Where each node listens, once it does (None before, or after it left)."""
         self.published_at = 0.0
         self.requests = 0
-        self.opened = False
+        self._opened = trio.Event()
         self.port = 0
 
     def publish(self, addresses: Sequence[tuple[str, int]]) -> None:
@@ -64,8 +74,13 @@ class HostCacheService:
         self.published_at = trio.current_time()
 
     def open(self) -> None:
-        """Every node has been started: list the nodes from now on."""
-        self.opened = True
+        """Every node has been started: list the nodes from now on, and answer the
+        requests held until now."""
+        self._opened.set()
+
+    @property
+    def opened(self) -> bool:
+        return self._opened.is_set()
 
     def url(self, node: int | None = None) -> str:
         page = "gwc" if node is None else f"node/{node}"
@@ -116,6 +131,8 @@ class HostCacheService:
                 await stream.send_all(_http(400, b"only GET is served\n"))
                 return
             self.requests += 1
+            with trio.move_on_after(self.hold):
+                await self._opened.wait()
             await stream.send_all(_http(200, self.body(line[1])))
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
             pass

@@ -13,12 +13,13 @@ each router in the cache as soon as it listens.
 How the planned links come up, whatever the order the routers start in: each router
 dials only its planned peers (``catcher.learn_from_peers`` off: the hosts its
 neighbours name are not cached), which its page of the run's cache lists once every
-node has been started; until then the page lists nobody and the router asks again a
-second later. A dial that fails (a peer not up yet, a handshake that timed out on a
-busy machine) is retried after a backoff of a second or so, doubling up to a few
-seconds; a dial gives up after :data:`DIAL_TIMEOUT` seconds rather than wait on a peer
-that does not answer. So no router fills its slots with peers nobody planned, and a
-planned link that failed once is tried again until it is up.
+node has been started; until then a request waits a few seconds at most, answered the
+moment the cache opens (:mod:`.cache`), and the router asks again if it was not. A
+dial that fails (a peer not up yet, a handshake that timed out on a busy machine) is
+retried after a backoff of half a second, doubling up to a few seconds; a dial gives
+up after :data:`DIAL_TIMEOUT` seconds rather than wait on a peer that does not answer.
+So no router fills its slots with peers nobody planned, and a planned link that failed
+once is tried again until it is up.
 """
 
 from __future__ import annotations

@@ -118,16 +118,27 @@ async def test_host_cache_serves_the_nodes_in_v2_format() -> None:
 
 
 @pytest.mark.e2e
-async def test_host_cache_lists_nobody_until_opened_and_never_holds_a_request() -> None:
-    cache = HostCacheService(plan_topology("star", 2))
+async def test_host_cache_holds_a_request_briefly_and_answers_it_when_it_opens() -> None:
+    cache = HostCacheService(plan_topology("star", 2), hold=0.3)
     async with trio.open_nursery() as nursery:
         await nursery.start(cache.serve)
         cache.publish_node(0, ("127.0.0.1", 9001))
-        with trio.fail_after(2):  # answered at once: the router asks again later
+        with trio.fail_after(3):  # the hold runs out: nobody listed, the router asks again
             assert (await fetch_hosts(cache.url(1), timeout=5)).hosts == ()
+        cache.hold = 30.0
+        answers: list[object] = []
+
+        async def ask() -> None:
+            answers.append((await fetch_hosts(cache.url(1), timeout=40)).hosts)
+
+        nursery.start_soon(ask)
+        await trio.sleep(0.2)
+        assert answers == []  # held ...
         cache.open()
-        with trio.fail_after(2):
-            assert (await fetch_hosts(cache.url(1), timeout=5)).hosts == (("127.0.0.1", 9001),)
+        with trio.fail_after(3):  # ... and answered as soon as the cache opens
+            while not answers:
+                await trio.sleep(0.01)
+        assert answers == [(("127.0.0.1", 9001),)]
         nursery.cancel_scope.cancel()
 
 
@@ -428,7 +439,7 @@ async def test_pages_list_the_planned_peers_that_listen_once_every_node_started(
     # Until every node has started (leaves join their ultrapeers then), no page lists
     # anyone; then each lists the planned peers that listen, and a node that left is
     # dropped from its neighbours' pages at once.
-    cache = HostCacheService(plan_topology("ring", 3))
+    cache = HostCacheService(plan_topology("ring", 3), hold=0.1)
     async with trio.open_nursery() as nursery:
         await nursery.start(cache.serve)
         cache.publish_node(2, ("127.0.0.1", 9002))
