@@ -82,7 +82,8 @@ def add_testnet_parser(commands: argparse._SubParsersAction[argparse.ArgumentPar
         "--cleanup",
         action="store_true",
         help="remove what killed --netns runs left (namespaces named grtXXXX-n*, the "
-        "processes in them, their bridges and veths), then exit",
+        "processes in them, their bridges and veths; a run whose controller still runs "
+        "is left alone), then exit",
     )
     testnet.add_argument(
         "--on-node-failure",
@@ -368,14 +369,16 @@ def _cleanup() -> int:
     from gnutella_router.testnet import namespaces
 
     try:
-        removed, problems = namespaces.remove_leftovers()
+        removed, problems, kept = namespaces.remove_leftovers()
     except namespaces.NamespaceError as exc:
         print(f"gnutella-router testnet --cleanup: {exc}", file=sys.stderr)
         return 2
     for thing in removed:
         print(f"removed {thing}")
+    for run in kept:
+        print(f"left alone: {run}")
     for problem in problems:
         print(f"gnutella-router testnet --cleanup: {problem}", file=sys.stderr)
     if not removed and not problems:
-        print("nothing to clean up: no test network namespaces or links are left")
+        print("nothing to clean up: no killed run's namespaces or links are left")
     return 1 if problems else 0

@@ -173,6 +173,8 @@ class GnutellaCatcher:
         self.gwebcache_failures = 0
         self.saves = 0
         self._last_gwebcache = -1e9
+        self._asking = False
+        """A GWebCache request is waiting for its answer."""
 
     # ------------------------------------------------------------------ learning
 
@@ -397,11 +399,15 @@ class GnutellaCatcher:
         return host, port
 
     async def _ask_gwebcache(self) -> None:
+        """Ask the GWebCache for hosts (and report our address), unless asked less than
+        ``gwebcache_interval`` ago or a request is still waiting for its answer: a cache
+        slow to answer is not sent a second request on top of the first."""
         now = trio.current_time()
-        if now - self._last_gwebcache < self.settings.gwebcache_interval:
+        if self._asking or now - self._last_gwebcache < self.settings.gwebcache_interval:
             return
         self._last_gwebcache = now
         self.gwebcache_requests += 1
+        self._asking = True
         try:
             reply = await fetch_hosts(
                 self.settings.gwebcache,
@@ -412,6 +418,8 @@ class GnutellaCatcher:
             self.gwebcache_failures += 1
             self.log.warning("gwebcache failed", url=self.settings.gwebcache, error=str(exc))
             return
+        finally:
+            self._asking = False
         now = trio.current_time()
         teller = self.hosts.gwebcache_teller(self.settings.gwebcache)
         for host, port in reply.hosts:

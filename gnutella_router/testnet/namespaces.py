@@ -29,6 +29,8 @@ machine; any other peer is still resolved the usual way.
 ``XXXX`` is four hex digits drawn per run: two runs on one machine do not collide, and
 everything a run made carries its prefix, so :func:`remove_leftovers` (``testnet
 --cleanup``) can find what a run killed with ``kill -9`` left behind, and nothing else.
+The bridge's alias names the controller's pid; a run whose controller still runs is
+no leftover, and ``--cleanup`` leaves it alone (several runs may share a machine).
 :meth:`NamespaceNetwork.remove` deletes the namespaces (which takes their veths) and
 the bridge; it is called on every exit path of a run, and it stops first any process
 still inside one of the run's namespaces.
@@ -59,6 +61,9 @@ POOL = ipaddress.IPv4Network("10.64.0.0/10")
 MAX_NODES = 65_000
 INNER_INTERFACE = "eth0"
 IP_TIMEOUT = 20.0
+OWNER_ALIAS = "gnutella-router testnet, controller pid "
+"""The start of the alias of a run's bridge; the controller's pid follows."""
+PREFIX_LENGTH = len(PREFIX) + 4
 
 
 class NamespaceError(Exception):
@@ -185,6 +190,7 @@ class NamespaceNetwork:
         length = self.subnet.prefixlen
         self._run("link", "add", self.bridge, "address", self.mac(None), "type", "bridge")
         self.bridge_made = True
+        self._run("link", "set", self.bridge, "alias", f"{OWNER_ALIAS}{os.getpid()}")
         self._run("addr", "add", f"{self.gateway}/{length}", "dev", self.bridge)
         self._run("link", "set", self.bridge, "up")
         for index in range(self.nodes):
@@ -308,23 +314,49 @@ def list_leftovers() -> tuple[list[str], list[str]]:
     return namespaces, links
 
 
-def remove_leftovers() -> tuple[list[str], list[str]]:
+def owner(prefix: str) -> int | None:
+    """The pid of the controller of the run named ``prefix`` (``grtXXXX``), from its
+    bridge's alias; None when the bridge or the alias is gone."""
+    try:
+        alias = Path(f"/sys/class/net/{prefix}br/ifalias").read_text().strip()
+    except OSError:
+        return None
+    pid = alias.removeprefix(OWNER_ALIAS)
+    return int(pid) if alias.startswith(OWNER_ALIAS) and pid.isdigit() else None
+
+
+def remove_leftovers() -> tuple[list[str], list[str], list[str]]:
     """Remove what killed runs left: their namespaces (and the processes in them), then
-    their bridges and veths; what was removed, and the problems met."""
+    their bridges and veths; what was removed, the problems met, and the runs left
+    alone because their controller still runs.
+
+    Raises:
+        NamespaceError: namespaces cannot be handled here (see :func:`check_available`).
+    """
     check_available()
     namespaces, links = list_leftovers()
+    live = {
+        prefix: pid
+        for prefix in {name[:PREFIX_LENGTH] for name in namespaces + links}
+        if (pid := owner(prefix)) is not None and _alive(pid)
+    }
+    kept = [f"run {prefix} (its controller, pid {pid}, still runs)" for prefix, pid in live.items()]
     removed: list[str] = []
     problems: list[str] = []
     for namespace in namespaces:
+        if namespace[:PREFIX_LENGTH] in live:
+            continue
         trouble = _remove_namespace(namespace)
         problems += trouble
         if not trouble:
             removed.append(f"namespace {namespace}")
     for link in links:
+        if link[:PREFIX_LENGTH] in live:
+            continue
         if _link_exists(link):  # a veth went with its namespace
             _ip("link", "del", link, check=False)
             if _link_exists(link):
                 problems.append(f"link {link} could not be deleted")
                 continue
         removed.append(f"link {link}")
-    return removed, problems
+    return removed, problems, kept

@@ -136,6 +136,42 @@ async def test_bootstraps_from_a_gwebcache(tmp_path: Path) -> None:
 
 
 @pytest.mark.e2e
+async def test_a_slow_gwebcache_is_not_asked_again_before_it_answers(tmp_path: Path) -> None:
+    asked = 0
+
+    async def answer_slowly(stream: trio.SocketStream) -> None:
+        nonlocal asked
+        asked += 1
+        await trio.sleep(3.0)  # a long poll: longer than the interval between requests
+        body = b"I|pong|slow cache\n"
+        head = b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(body)
+        await stream.send_all(head + body)
+        await stream.aclose()
+
+    async with trio.open_nursery() as nursery:
+        listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+        port = listeners[0].socket.getsockname()[1]
+        nursery.start_soon(trio.serve_listeners, answer_slowly, listeners)
+        daemon = await start(
+            nursery,
+            tmp_path,
+            {
+                "catcher.gwebcache": f"http://127.0.0.1:{port}/gwc",
+                "catcher.gwebcache_interval": 1.0,
+                "catcher.dial_timeout": 5.0,
+                "catcher.min_connections": 1,
+            },
+        )
+        await wait_until(lambda: asked >= 1, JOIN_TIMEOUT)
+        await trio.sleep(2.5)  # the maintenance loop came round twice meanwhile
+        assert asked == 1
+        assert daemon.catcher.gwebcache_requests == 1
+        await wait_until(lambda: asked >= 2, JOIN_TIMEOUT)  # asked again once answered
+        await stop(daemon)
+        nursery.cancel_scope.cancel()
+
+
+@pytest.mark.e2e
 async def test_the_routers_own_address_never_enters_its_host_cache(tmp_path: Path) -> None:
     async with running_daemons(tmp_path) as (daemon,):
         host, port = daemon.address
