@@ -309,6 +309,19 @@ def verdicts(rows: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
+def _without_out(arguments: list[str]) -> list[str]:
+    """The arguments as a rerun would give them: without where this run wrote."""
+    shown, skip = [], False
+    for argument in arguments:
+        if skip:
+            skip = False
+        elif argument == "--out":
+            skip = True
+        elif not argument.startswith("--out="):
+            shown.append(argument)
+    return shown
+
+
 def start_cost_lines(costs: dict[str, dict[str, float]] | None) -> list[str]:
     if costs is None:
         return []
@@ -365,9 +378,8 @@ def main(argv: list[str] | None = None) -> int:
     print("\n".join(lines))
     print("\n".join(verdicts(rows)))
     if not args.no_docs:
-        rerun = "`.venv/bin/python scripts/bench_testnet.py" + (
-            "`" if argv is None and sys.argv[1:] == [] else f" {' '.join(sys.argv[1:])}`"
-        )
+        shown = _without_out(sys.argv[1:] if argv is None else argv)
+        rerun = "`.venv/bin/python scripts/bench_testnet.py" + "".join(f" {a}" for a in shown) + "`"
         text = [
             "## Test network scale (`scripts/bench_testnet.py`)",
             "",
