@@ -76,6 +76,10 @@ def test_a_pure_install_says_why_it_was_not_compiled(
 ) -> None:
     record = tmp_path / "native_build.json"
     monkeypatch.setattr(native, "RECORD", record)
+    # As in an install where the sources run because nothing was compiled, not because
+    # GNUTELLA_ROUTER_INTERPRETED asked for them.
+    finders = [f for f in sys.meta_path if not isinstance(f, native.SourcesFinder)]
+    monkeypatch.setattr(sys, "meta_path", finders)
     pure = [native.NativeModule(native.import_name(p), False, True) for p in native.HOT_SOURCES]
     record.write_text(json.dumps({"modules": {}, "not_compiled": "GNUTELLA_ROUTER_PURE was set"}))
     assert native.describe(pure) == (
