@@ -66,7 +66,7 @@ PR_SET_PDEATHSIG = 1
 T = TypeVar("T")
 
 
-def _parent_death_signal() -> Callable[[], None] | None:
+def parent_death_signal() -> Callable[[], None] | None:
     """A function for the child to run between fork and exec: SIGHUP it when its
     parent dies. Resolved here, in the parent, so the child only makes one call.
 
@@ -182,7 +182,7 @@ class ChildNode(NetworkNode):
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
-                preexec_fn=_parent_death_signal(),
+                preexec_fn=parent_death_signal(),
                 env={**os.environ, "PYTHONUNBUFFERED": "1"},
             )
         nursery.start_soon(self._watch, self.process)

@@ -29,11 +29,13 @@ from gnutella_router.testnet.namespaces import NamespaceNetwork
 from gnutella_router.testnet.nodes import LocalNode, NetworkNode, NodeError, NodeFailure
 from gnutella_router.testnet.servents import ServentSet, free_router_port
 from gnutella_router.testnet.settings import (
+    SHARED_STARTING_AT_ONCE,
     STARTING_AT_ONCE,
     STOP_TIMEOUT,
     NetworkError,
     NetworkSettings,
 )
+from gnutella_router.testnet.shared import HostPool, SharedNode
 from gnutella_router.testnet.topology import MAX_REMOTE_SINKS, Topology
 
 LOOPBACK = "127.0.0.1"
@@ -77,6 +79,12 @@ class Launcher:
         self.admin_token = secrets.token_hex(16) if namespaces is not None else ""
         """Admin interfaces beyond loopback (in namespaces) take requests with it only."""
         self.nodes: list[NetworkNode] = []
+        self.shared = (
+            HostPool(settings.routers_per_process, settings.results)
+            if settings.routers_per_process is not None
+            else None
+        )
+        """``shared`` mode: the host processes the routers run in (:mod:`.shared`)."""
         self.leaf_slots = dict.fromkeys(range(settings.nodes), 0) | leaves_per_node(
             settings.leaf_count, settings.ultrapeers(topology)
         )
@@ -153,6 +161,15 @@ class Launcher:
         )
 
     def new_node(self, index: int, limiter: trio.CapacityLimiter) -> NetworkNode:
+        if self.shared is not None:
+            return SharedNode(
+                index,
+                self.node_dir(index),
+                self.shared.host_for(index),
+                namespace=None if self.namespaces is None else self.namespaces.namespace(index),
+                on_failure=self.on_failure,
+                start_timeout=self.settings.formation_timeout,
+            )
         if self.mode == "processes":
             return ChildNode(
                 index,
@@ -181,7 +198,9 @@ class Launcher:
             await self.start_servents(nursery)
         admin_threads = trio.CapacityLimiter(16)
         self.nodes = [self.new_node(i, admin_threads) for i in range(self.settings.nodes)]
-        at_once = trio.Semaphore(STARTING_AT_ONCE if self.mode == "processes" else 1)
+        at_once = trio.Semaphore(
+            {"processes": STARTING_AT_ONCE, "shared": SHARED_STARTING_AT_ONCE}.get(self.mode, 1)
+        )
         errors: list[str] = []
 
         async def start(node: NetworkNode) -> None:

@@ -13,17 +13,32 @@ carry one address and differ only in ports, which is not how an overlay looks. W
   namespaces get no default route, so their traffic stays on the bridge;
 * node i gets namespace ``grtXXXX-n<i>`` with loopback up and one end of a veth pair
   (``grtXXXXh<i>`` on the bridge, ``eth0`` inside) addressed ``.<(i+2)//256>.<(i+2)%256>``,
-  so every node listens on the same port at an address of its own, as hosts do.
+  so every node listens on the same port at an address of its own, as hosts do;
+* neighbour (ARP) entries are written ahead, fixed: the controller's for every node, and
+  each node's for the bridge and for the nodes it is planned to talk to. The kernel's
+  neighbour table is one for all namespaces, and by default it holds at most 1,024
+  entries that come and go (``gc_thresh3``): a thousand nodes that each asked the
+  controller and their neighbours for their MAC addresses would fill it and have their
+  next connections fail. Fixed entries do not count towards that limit, and they go
+  with their namespaces and the bridge; MAC addresses are drawn from the run's id and
+  the node's index (:meth:`NamespaceNetwork.hardware_address`) so that they can be.
 
 ``XXXX`` is four hex digits drawn per run: two runs on one machine do not collide, and
 everything a run made carries its prefix, so :func:`remove_leftovers` (``testnet
---cleanup``) can find what a run killed with ``kill -9`` left behind, and nothing else.
+--cleanup``) can find what a run killed with ``kill -9`` left behind, and nothing else;
+each run notes its controller's pid under :data:`RUNS_DIRECTORY`, so that a cleanup
+leaves alone the namespaces of a run that is still going.
 :meth:`NamespaceNetwork.remove` deletes the namespaces (which takes their veths) and
 the bridge; it is called on every exit path of a run, and it stops first any process
-still inside one of the run's namespaces.
+still inside one of the run's namespaces or holding one open (a process that runs
+several routers opens their sockets in their namespaces from its own:
+:mod:`gnutella_router.net.namespace_sockets`), found by reading ``/proc``.
 
-All of it is done with ``ip`` from iproute2; the commands a run issues are kept in
-order (:attr:`NamespaceNetwork.commands`) for the log.
+All of it is done with ``ip`` from iproute2, in batches (``ip -batch``: one process for
+all the links, one per namespace for its inside, one for all the deletions), so that a
+thousand nodes are set up and taken down in seconds; the commands a run issues are kept
+in order (:attr:`NamespaceNetwork.commands`) for the log. A Linux bridge takes at most
+:data:`MAX_BRIDGE_PORTS` ports, so a run has at most that many nodes and servents.
 """
 
 from __future__ import annotations
@@ -38,16 +53,23 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 PREFIX = "grt"
 NAME_PATTERN = re.compile(r"^grt[0-9a-f]{4}(?:br|h\d+|-n\d+)$")
 """Every bridge, veth and namespace name a run makes, and no other."""
 POOL = ipaddress.IPv4Network("10.64.0.0/10")
-MAX_NODES = 65_000
 INNER_INTERFACE = "eth0"
 IP_TIMEOUT = 20.0
+VETH_GONE_SECONDS = 20.0
+"""Longest wait for the kernel to take a deleted namespace's veth with it."""
+NETNS_DIRECTORY = Path("/run/netns")
+RUNS_DIRECTORY = Path("/run/gnutella-router-testnet")
+"""A file per run in namespaces, named by its prefix, holding its controller's pid."""
+MAX_BRIDGE_PORTS = 1023
+"""A Linux bridge takes at most 1023 ports (port numbers are 10 bits, 0 is reserved):
+one run's nodes and servents together, each with a veth on the run's bridge."""
 
 
 class NamespaceError(Exception):
@@ -76,6 +98,39 @@ def _ip(*arguments: str, check: bool = True) -> str:
     return done.stdout
 
 
+def _ip_batch(lines: Sequence[str], where: Sequence[str] = (), *, force: bool = False) -> None:
+    """Several ``ip`` commands in one process (``ip -batch``); ``where`` goes before
+    them (``("-n", NAME)``: inside a namespace); ``force`` goes on past failures."""
+    if not lines:
+        return
+    arguments = ["ip", *where, *(["-force"] if force else []), "-batch", "-"]
+    try:
+        done = subprocess.run(
+            arguments,
+            input="\n".join(lines) + "\n",
+            capture_output=True,
+            text=True,
+            timeout=IP_TIMEOUT + len(lines) * 0.05,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise NamespaceError(f"{' '.join(arguments)}: {exc}") from exc
+    if done.returncode != 0 and not force:
+        raise NamespaceError(f"{' '.join(arguments)}: {done.stderr.strip() or done.returncode}")
+
+
+def _run_links() -> list[str]:
+    """Links named as runs name theirs."""
+    links = []
+    for line in _ip("-o", "link", "show", check=False).splitlines():
+        parts = line.split(":", 2)
+        if len(parts) >= 2:
+            name = parts[1].strip().split("@")[0]
+            if NAME_PATTERN.match(name):
+                links.append(name)
+    return links
+
+
 def _used_networks() -> list[ipaddress.IPv4Network]:
     used = []
     for line in _ip("-o", "-4", "addr", "show").splitlines():
@@ -98,13 +153,25 @@ def choose_subnet(used: Sequence[ipaddress.IPv4Network], start: int) -> ipaddres
 class NamespaceNetwork:
     """One run's bridge and namespaces; see the module docstring."""
 
-    def __init__(self, nodes: int, *, run_id: str | None = None) -> None:
-        if not 1 <= nodes <= MAX_NODES:
-            raise NamespaceError(f"--netns takes 1 to {MAX_NODES} nodes")
+    def __init__(
+        self,
+        nodes: int,
+        *,
+        run_id: str | None = None,
+        neighbours: Mapping[int, Iterable[int]] | None = None,
+    ) -> None:
+        """``neighbours`` (by node index) are the nodes each one will talk to: they get
+        fixed neighbour entries (see :meth:`create`)."""
+        if not 1 <= nodes <= MAX_BRIDGE_PORTS:
+            raise NamespaceError(
+                f"--netns takes 1 to {MAX_BRIDGE_PORTS} nodes and servents in all (a Linux "
+                f"bridge has at most {MAX_BRIDGE_PORTS} ports), not {nodes}"
+            )
         self.nodes = nodes
         self.run_id = run_id or secrets.token_hex(2)
         self.prefix = f"{PREFIX}{self.run_id}"
         self.bridge = f"{self.prefix}br"
+        self.neighbours = {i: sorted(set(n)) for i, n in (neighbours or {}).items()}
         self.subnet: ipaddress.IPv4Network | None = None
         self.created: list[str] = []
         """Namespaces made so far (removed even when setting up failed half way)."""
@@ -126,6 +193,13 @@ class NamespaceNetwork:
         """Node ``index``'s address."""
         return str(self._subnet()[index + 2])
 
+    def hardware_address(self, index: int | None) -> str:
+        """Node ``index``'s MAC address (``None``: the bridge's), locally administered
+        and drawn from the run's id, so that neighbour entries can be written ahead."""
+        run = int(self.run_id, 16)
+        low = 0xFFFFFF if index is None else index
+        return ":".join(f"{b:02x}" for b in (0x02, run >> 8, run & 0xFF, *low.to_bytes(3, "big")))
+
     def exec_prefix(self, index: int) -> tuple[str, ...]:
         """Put before a command to run it in node ``index``'s namespace."""
         return ("ip", "netns", "exec", self.namespace(index))
@@ -142,6 +216,10 @@ class NamespaceNetwork:
     def create(self) -> None:
         """Make the bridge and every node's namespace and veth, addressed and up.
 
+        The links are made by one ``ip -batch`` and each namespace's inside by one more
+        (``ip -n NAME -batch``): a thousand nodes take a few seconds, where a command
+        each took minutes.
+
         Raises:
             NamespaceError: an ``ip`` command failed; what was made is still recorded,
                 so :meth:`remove` takes it away.
@@ -149,39 +227,52 @@ class NamespaceNetwork:
         check_available()
         self.subnet = choose_subnet(_used_networks(), int(self.run_id, 16))
         length = self.subnet.prefixlen
+        _record_run(self.prefix)
         self._run("link", "add", self.bridge, "type", "bridge")
         self.bridge_made = True
+        self._run("link", "set", self.bridge, "address", self.hardware_address(None))
         self._run("addr", "add", f"{self.gateway}/{length}", "dev", self.bridge)
         self._run("link", "set", self.bridge, "up")
+        # Recorded before they are made: a batch that fails half way leaves some.
+        self.created = [self.namespace(index) for index in range(self.nodes)]
+        outside = []
         for index in range(self.nodes):
-            namespace, outside = self.namespace(index), self.host_interface(index)
-            self._run("netns", "add", namespace)
-            self.created.append(namespace)
-            self._run(
-                "link", "add", outside, "type", "veth",
-                "peer", "name", INNER_INTERFACE, "netns", namespace,
-            )  # fmt: skip
-            self._run("link", "set", outside, "master", self.bridge, "up")
-            self._run("-n", namespace, "link", "set", "lo", "up")
-            self._run(
-                "-n", namespace, "addr", "add", f"{self.address(index)}/{length}",
-                "dev", INNER_INTERFACE,
-            )  # fmt: skip
-            self._run("-n", namespace, "link", "set", INNER_INTERFACE, "up")
+            namespace, veth = self.namespace(index), self.host_interface(index)
+            outside += [
+                f"netns add {namespace}",
+                f"link add {veth} type veth peer name {INNER_INTERFACE} "
+                f"address {self.hardware_address(index)} netns {namespace}",
+                f"link set {veth} master {self.bridge} up",
+                f"neigh replace {self.address(index)} lladdr {self.hardware_address(index)} "
+                f"dev {self.bridge} nud permanent",
+            ]
+        self._batch(outside)
+        gateway = f"neigh replace {self.gateway} lladdr {self.hardware_address(None)}"
+        for index in range(self.nodes):
+            inside = [
+                "link set lo up",
+                f"addr add {self.address(index)}/{length} dev {INNER_INTERFACE}",
+                f"link set {INNER_INTERFACE} up",
+                f"{gateway} dev {INNER_INTERFACE} nud permanent",
+                *(
+                    f"neigh replace {self.address(other)} lladdr "
+                    f"{self.hardware_address(other)} dev {INNER_INTERFACE} nud permanent"
+                    for other in self.neighbours.get(index, ())
+                    if other != index and 0 <= other < self.nodes
+                ),
+            ]
+            self._batch(inside, namespace=self.namespace(index))
+
+    def _batch(self, lines: Sequence[str], *, namespace: str | None = None) -> None:
+        where = () if namespace is None else ("-n", namespace)
+        for line in lines:
+            self.commands.append(" ".join(("ip", *where, line)))
+        _ip_batch(lines, where)
 
     def remove(self) -> list[str]:
         """Stop what still runs in the namespaces, then delete them and the bridge;
         problems met on the way (each a sentence), never an exception."""
-        problems = []
-        for namespace in reversed(self.created):
-            problems += _remove_namespace(namespace)
-            # A namespace's veths go with it, but later, from a kernel work queue: the
-            # host side is deleted now so that nothing is left when this returns.
-            index = int(namespace.rsplit("-n", 1)[1])
-            with contextlib.suppress(NamespaceError):
-                _ip("link", "del", self.host_interface(index), check=False)
-            if _link_exists(self.host_interface(index)):
-                problems.append(f"veth {self.host_interface(index)} could not be deleted")
+        problems = _remove_namespaces(list(reversed(self.created)))
         self.created.clear()
         if self.bridge_made:
             with contextlib.suppress(NamespaceError):
@@ -189,6 +280,8 @@ class NamespaceNetwork:
             if _link_exists(self.bridge):
                 problems.append(f"bridge {self.bridge} could not be deleted")
             self.bridge_made = False
+        if not problems:
+            _forget_run(self.prefix)
         return problems
 
 
@@ -199,27 +292,82 @@ def _link_exists(name: str) -> bool:
         return False
 
 
-def _remove_namespace(namespace: str, grace: float = 3.0) -> list[str]:
-    """Stop the processes inside (SIGTERM, then SIGKILL), then delete the namespace."""
-    problems = []
+def _remove_namespaces(namespaces: Sequence[str], grace: float = 3.0) -> list[str]:
+    """Stop the processes inside the namespaces or holding them open (SIGTERM, then
+    SIGKILL), delete the namespaces, and wait until their veths are gone; the problems
+    met, each a sentence."""
+    if not namespaces:
+        return []
+    problems: list[str] = []
+    pids = sorted(_processes_in(namespaces))
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, sig)
+        deadline = time.monotonic() + grace
+        while pids and time.monotonic() < deadline:
+            pids = [p for p in pids if _alive(p)]
+            time.sleep(0.05)
+        if not pids:
+            break
+    problems += [f"process {pid} in a test network namespace did not stop" for pid in pids]
     try:
-        pids = [int(p) for p in _ip("netns", "pids", namespace, check=False).split()]
-        for sig in (signal.SIGTERM, signal.SIGKILL):
-            for pid in pids:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.kill(pid, sig)
-            deadline = time.monotonic() + grace
-            while pids and time.monotonic() < deadline:
-                pids = [p for p in pids if _alive(p)]
-                time.sleep(0.05)
-            if not pids:
-                break
-        _ip("netns", "del", namespace, check=False)
-        if namespace in list_namespaces():
-            problems.append(f"namespace {namespace} could not be deleted")
+        _ip_batch([f"netns del {namespace}" for namespace in namespaces], force=True)
     except NamespaceError as exc:
         problems.append(str(exc))
+    # A deleted namespace takes its veths with it, a moment later, from a kernel work
+    # queue that handles many namespaces at once (a thousand in about a second, where
+    # deleting the veths one by one takes a minute): wait for that, then delete what
+    # is still there, so that nothing is left when this returns.
+    veths = {veth for namespace in namespaces if (veth := _veth_of(namespace)) is not None}
+    deadline = time.monotonic() + VETH_GONE_SECONDS
+    left = veths & set(_run_links())
+    while left and time.monotonic() < deadline:
+        time.sleep(0.1)
+        left &= set(_run_links())
+    if left:
+        with contextlib.suppress(NamespaceError):
+            _ip_batch([f"link del {veth}" for veth in sorted(left)], force=True)
+        left &= set(_run_links())
+    problems += [f"veth {veth} could not be deleted" for veth in sorted(left)]
+    still = set(namespaces) & set(list_namespaces())
+    problems += [f"namespace {namespace} could not be deleted" for namespace in sorted(still)]
     return problems
+
+
+def _veth_of(namespace: str) -> str | None:
+    """The host side of a namespace's veth, by the names runs give them."""
+    prefix, separator, index = namespace.rpartition("-n")
+    return f"{prefix}h{index}" if separator and index.isdigit() else None
+
+
+def _processes_in(namespaces: Sequence[str]) -> set[int]:
+    """Processes in any of ``namespaces``, or holding one open (a process that runs
+    several routers makes their sockets in their namespaces, from its own, and keeps
+    each namespace open: :mod:`gnutella_router.net.namespace_sockets`)."""
+    wanted = set()
+    for namespace in namespaces:
+        with contextlib.suppress(OSError):
+            wanted.add(f"net:[{os.stat(NETNS_DIRECTORY / namespace).st_ino}]")
+    found: set[int] = set()
+    if not wanted:
+        return found
+    me = os.getpid()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == me:
+            continue
+        try:
+            if os.readlink(entry / "ns" / "net") in wanted:
+                found.add(int(entry.name))
+                continue
+            for descriptor in (entry / "fd").iterdir():
+                with contextlib.suppress(OSError):
+                    if os.readlink(descriptor) in wanted:
+                        found.add(int(entry.name))
+                        break
+        except OSError:  # gone, or not ours to read
+            continue
+    return found
 
 
 def _alive(pid: int) -> bool:
@@ -242,28 +390,22 @@ def list_namespaces() -> list[str]:
 def list_leftovers() -> tuple[list[str], list[str]]:
     """Namespaces and links of test network runs (by their names), still here."""
     namespaces = [n for n in list_namespaces() if NAME_PATTERN.match(n)]
-    links = []
-    for line in _ip("-o", "link", "show", check=False).splitlines():
-        parts = line.split(":", 2)
-        if len(parts) >= 2:
-            name = parts[1].strip().split("@")[0]
-            if NAME_PATTERN.match(name):
-                links.append(name)
-    return namespaces, links
+    return namespaces, _run_links()
 
 
 def remove_leftovers() -> tuple[list[str], list[str]]:
     """Remove what killed runs left: their namespaces (and the processes in them), then
-    their bridges and veths; what was removed, and the problems met."""
+    their bridges and veths; what was removed, and the problems met. What belongs to a
+    run whose controller still runs (:func:`running_runs`) is left alone."""
     check_available()
+    live = running_runs()
     namespaces, links = list_leftovers()
+    namespaces = [n for n in namespaces if _run_prefix(n) not in live]
+    links = [link for link in links if _run_prefix(link) not in live]
     removed: list[str] = []
     problems: list[str] = []
-    for namespace in namespaces:
-        trouble = _remove_namespace(namespace)
-        problems += trouble
-        if not trouble:
-            removed.append(f"namespace {namespace}")
+    problems += _remove_namespaces(namespaces)
+    removed += [f"namespace {n}" for n in namespaces if not any(n in p for p in problems)]
     for link in links:
         if _link_exists(link):  # a veth went with its namespace
             _ip("link", "del", link, check=False)
@@ -271,4 +413,36 @@ def remove_leftovers() -> tuple[list[str], list[str]]:
                 problems.append(f"link {link} could not be deleted")
                 continue
         removed.append(f"link {link}")
+    for prefix in {_run_prefix(name) for name in namespaces + links}:
+        _forget_run(prefix)
     return removed, problems
+
+
+def _run_prefix(name: str) -> str:
+    """``grtXXXX``: the run a namespace or link belongs to."""
+    return name[: len(PREFIX) + 4]
+
+
+def _record_run(prefix: str) -> None:
+    """Note that this process runs ``prefix``'s network, for :func:`running_runs`."""
+    with contextlib.suppress(OSError):
+        RUNS_DIRECTORY.mkdir(mode=0o700, parents=True, exist_ok=True)
+        (RUNS_DIRECTORY / prefix).write_text(f"{os.getpid()}\n")
+
+
+def _forget_run(prefix: str) -> None:
+    with contextlib.suppress(OSError):
+        (RUNS_DIRECTORY / prefix).unlink()
+
+
+def running_runs() -> dict[str, int]:
+    """Runs whose controller is still alive, by prefix: their namespaces are in use (by
+    a run going on beside a ``--cleanup``, say), not left behind."""
+    live = {}
+    with contextlib.suppress(OSError):
+        for record in RUNS_DIRECTORY.iterdir():
+            with contextlib.suppress(OSError, ValueError):
+                pid = int(record.read_text().split()[0])
+                if pid != os.getpid() and _alive(pid):
+                    live[record.name] = pid
+    return live

@@ -116,7 +116,7 @@ CHURN_IDLE_HORIZON = 24 * 3600.0
 """With ``duration=0`` (up until Ctrl-C), churn is scheduled this far ahead."""
 ROUTES_READ = 100_000
 """Query route entries read per node at the end (the admin interface's most per page)."""
-POLL_SECONDS = {"in-process": 0.05, "processes": 0.25}
+POLL_SECONDS = {"in-process": 0.05, "processes": 0.25, "shared": 0.25}
 """How often formation and settling read the nodes' connection tables."""
 
 
@@ -154,7 +154,16 @@ class LocalNetwork:
             else None
         )  # fmt: skip
         hosts = settings.nodes + settings.servent_count
-        self.namespaces = NamespaceNetwork(hosts) if settings.netns else None
+        self.namespaces = (
+            NamespaceNetwork(
+                hosts,
+                neighbours=self.topology.host_neighbours(
+                    [] if self.servents is None else self.servents.links
+                ),
+            )
+            if settings.netns
+            else None
+        )
         self.failures: list[NodeFailure] = []
         self.launcher = Launcher(
             settings,
@@ -242,6 +251,8 @@ class LocalNetwork:
             # Whatever happened above (a second Ctrl-C included), no child outlives us,
             # and no namespace either.
             await stop_children([*self.nodes, *self._servent_nodes()], grace=STOP_TIMEOUT)
+            if self.launcher.shared is not None:
+                await self.launcher.shared.stop()
             if self.namespaces is not None:
                 with trio.CancelScope(shield=True):
                     problems = await trio.to_thread.run_sync(self.namespaces.remove)

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from gnutella_router.testnet.churn import ChurnSettings
 from gnutella_router.testnet.leaves import LeafSettings
+from gnutella_router.testnet.namespaces import MAX_BRIDGE_PORTS
 from gnutella_router.testnet.topology import (
     TOPOLOGIES,
     Topology,
@@ -24,11 +25,11 @@ from traffic_models.arrival_text import parse_arrivals
 from traffic_models.mix import mix_by_name_or_path
 
 DEFAULT_RESULTS = Path(".gnutella-router") / "testnet"
-MODES = ("auto", "in-process", "processes")
+MODES = ("auto", "in-process", "processes", "shared")
 AUTO_PROCESSES_ABOVE = 8
 """``mode="auto"``: up to this many nodes share this process (they start in a moment);
 more get a process each (each has a core to itself, as far as the machine has cores)."""
-MAX_NODES = {"in-process": 500, "processes": 300}
+MAX_NODES = {"in-process": 500, "processes": 300, "shared": 2000}
 ON_NODE_FAILURE = ("stop", "continue")
 MAX_SERVENTS = 50
 STOP_TIMEOUT = 10.0
@@ -36,6 +37,9 @@ STOP_TIMEOUT = 10.0
 STARTING_AT_ONCE = 4
 """Child processes starting at the same time: Python's start-up is CPU work, and more at
 once only makes each slower to listen."""
+SHARED_STARTING_AT_ONCE = 16
+"""Routers starting at the same time in ``shared`` mode: a router in a host process
+starts in a few milliseconds, so this only keeps every host busy."""
 
 
 class NetworkError(Exception):
@@ -67,7 +71,10 @@ class NetworkSettings:
     """Seconds for every link to come up; None: 20 s, plus start-up time for processes."""
     late_threshold_ms: float = 1.0
     mode: str = "auto"
-    """``in-process``, ``processes``, or ``auto`` (processes above a handful of nodes)."""
+    """``in-process``, ``processes``, ``shared`` (set by ``routers_per_process``), or
+    ``auto`` (processes above a handful of nodes)."""
+    routers_per_process: int | None = None
+    """``shared`` mode: this many routers share each OS process (:mod:`.shared`)."""
     netns: bool = False
     """Every node in a network namespace of its own, with its own address (Linux, root;
     implies processes)."""
@@ -85,6 +92,15 @@ class NetworkSettings:
     def __post_init__(self) -> None:
         if self.mode not in MODES:
             raise ValueError(f"--mode must be one of {', '.join(MODES)}")
+        if self.routers_per_process is not None:
+            if self.routers_per_process < 1:
+                raise ValueError("--routers-per-process must be 1 or more")
+            if self.mode not in ("auto", "shared"):
+                raise ValueError(f"--routers-per-process and --{self.mode} exclude each other")
+            if self.churn is not None:
+                raise ValueError("--churn is not available with --routers-per-process")
+        elif self.mode == "shared":
+            raise ValueError("shared mode needs --routers-per-process")
         if self.on_node_failure not in ON_NODE_FAILURE:
             raise ValueError(f"--on-node-failure must be one of {', '.join(ON_NODE_FAILURE)}")
         most = MAX_NODES[self.node_mode]
@@ -106,6 +122,11 @@ class NetworkSettings:
             raise ValueError("--netns runs every node as a process: drop --in-process")
         if self.churn is not None and self.mode == "in-process":
             raise ValueError("--churn restarts node processes: drop --in-process")
+        if self.netns and self.nodes + self.servent_count > MAX_BRIDGE_PORTS:
+            raise ValueError(
+                f"--netns takes at most {MAX_BRIDGE_PORTS} nodes and servents in all (the "
+                "ports of one Linux bridge)"
+            )
         if self.netns and self.base_port is not None:
             raise ValueError(
                 "--netns gives every node its own address and port 6346: drop --base-port"
@@ -162,6 +183,7 @@ class NetworkSettings:
             "seed": self.seed,
             "on_node_failure": self.on_node_failure,
             "netns": self.netns,
+            "routers_per_process": self.routers_per_process,
             "servent": self.servent,
             "servents": self.servent_count,
             "leaves": None if self.leaves is None else dataclasses.asdict(self.leaves),
@@ -182,7 +204,10 @@ class NetworkSettings:
 
     @property
     def node_mode(self) -> str:
-        """``in-process`` or ``processes``: what ``auto`` means for this many nodes."""
+        """``in-process``, ``processes`` or ``shared``: what ``auto`` means for this many
+        nodes."""
+        if self.routers_per_process is not None:
+            return "shared"
         if self.netns or self.churn is not None:
             return "processes"
         if self.mode != "auto":
@@ -196,5 +221,9 @@ class NetworkSettings:
         if self.node_mode == "processes":
             # Nodes start STARTING_AT_ONCE at a time, each in about a second of CPU.
             return 20.0 + 1.5 * self.nodes / STARTING_AT_ONCE
+        if self.node_mode == "shared":
+            # A host process starts in about a second, then each of its routers in a few
+            # tens of milliseconds, and every router's links take handshakes on few cores.
+            return 30.0 + 0.15 * self.nodes
         # One process dials every link, handshakes included, on one core.
         return 20.0 + self.nodes / 25

@@ -28,7 +28,7 @@ from __future__ import annotations
 import dataclasses
 import random
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -78,6 +78,20 @@ class Topology:
                     found[other] = found[node] + 1
                     queue.append(other)
         return found
+
+    def host_neighbours(self, servent_links: Sequence[Sequence[int]] = ()) -> dict[int, set[int]]:
+        """Who talks to whom, links taken both ways, by host: the nodes, then servent j
+        as host ``nodes + j``, linked with the routers ``servent_links[j]``."""
+        talks: dict[int, set[int]] = {n: set() for n in range(self.nodes + len(servent_links))}
+        for a, b in self.links:
+            talks[a].add(b)
+            talks[b].add(a)
+        for servent, routers in enumerate(servent_links):
+            host = self.nodes + servent
+            for router in routers:
+                talks[host].add(router)
+                talks[router].add(host)
+        return talks
 
     def is_connected(self) -> bool:
         return self.nodes == 0 or len(self.distances(0)) == self.nodes
