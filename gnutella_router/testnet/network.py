@@ -298,7 +298,7 @@ class LocalNetwork:
                     # Not shielded: a second Ctrl-C cancels this too and stops at once.
                     with trio.move_on_after(SETTLE_SECONDS):
                         await self._poll_until(self._settled)
-                    with trio.move_on_after(STOP_TIMEOUT):
+                    with trio.move_on_after(self.settings.collect_timeout):
                         collected = await self._collect()
                     stopped_in = await self._stop_nodes()
                 self.console.end_status()

@@ -34,6 +34,7 @@ ON_NODE_FAILURE = ("stop", "continue")
 MAX_SERVENTS = 50
 STOP_TIMEOUT = 10.0
 """Seconds a node is given to stop its own way before it is killed."""
+COLLECT_SECONDS_PER_NODE = 0.05
 STARTING_AT_ONCE = 4
 """Child processes starting at the same time: Python's start-up is CPU work, and more at
 once only makes each slower to listen."""
@@ -213,6 +214,12 @@ class NetworkSettings:
         if self.mode != "auto":
             return self.mode
         return "processes" if self.nodes > AUTO_PROCESSES_ABOVE else "in-process"
+
+    @property
+    def collect_timeout(self) -> float:
+        """Seconds for reading every node's pages at the end (state, routes, counters):
+        a thousand nodes' pages are a few hundred MB of JSON."""
+        return STOP_TIMEOUT + COLLECT_SECONDS_PER_NODE * self.nodes
 
     @property
     def formation_timeout(self) -> float:
