@@ -12,6 +12,7 @@ import trio
 from gnutella_router.cli.interrupt import INTERRUPTED
 from gnutella_router.config import ConfigError, parse_host_port
 from gnutella_router.testnet.churn import ChurnSettings
+from gnutella_router.testnet.emulated_links import parse_delay
 from gnutella_router.testnet.leaves import LeafSettings
 from gnutella_router.testnet.settings import (
     AUTO_PROCESSES_ABOVE,
@@ -167,6 +168,22 @@ def add_testnet_parser(commands: argparse._SubParsersAction[argparse.ArgumentPar
         "line, # comments) or GraphML (.graphml); it must be connected",
     )
     testnet.add_argument(
+        "--link-delay",
+        metavar="MS[,JITTER]",
+        help="every planned link's one-way delay in milliseconds, give or take JITTER: "
+        "by netem where the kernel has it (with --netns), else by the routers holding "
+        "their writes ([emulation], shown in their /stats); a GraphML topology file's "
+        "own delay/jitter edge attributes win (default none)",
+    )
+    testnet.add_argument(
+        "--link-bandwidth",
+        type=float,
+        metavar="KBPS",
+        help="every planned link's rate each way in kbit/s, shaped with tc's tbf in the "
+        "nodes' namespaces (needs --netns); a GraphML topology file's own bandwidth "
+        "(kbit/s) or LinkSpeedRaw (bit/s) edge attributes win (default none)",
+    )
+    testnet.add_argument(
         "--degree",
         type=int,
         default=1,
@@ -259,6 +276,7 @@ def cmd_testnet(args: argparse.Namespace) -> int:
             print(f"gnutella-router testnet: {exc}", file=sys.stderr)
             return 2
     try:
+        delay, jitter = (0.0, 0.0) if args.link_delay is None else parse_delay(args.link_delay)
         nodes = 5 if args.nodes is None else args.nodes
         if args.topology_file is not None and args.nodes is None:
             nodes = load_topology(args.topology_file).nodes
@@ -287,6 +305,9 @@ def cmd_testnet(args: argparse.Namespace) -> int:
             if args.churn is None
             else ChurnSettings.parse(args.churn, kill=args.churn_kill),
             on_node_failure=args.on_node_failure,
+            link_delay_ms=delay,
+            link_jitter_ms=jitter,
+            link_bandwidth_kbps=args.link_bandwidth,
             leaves=None
             if not args.leaves
             else LeafSettings(

@@ -134,7 +134,7 @@ ENDPOINTS = {
     "/connections": "live connections: peer, capabilities, queues, counters",
     "/qrp": "QRP tables of leaves and ultrapeers; ?keyword=WORD: who would get it",
     "/stages": "stage queues, worker pools and the thread governor",
-    "/stats": "router counters by type and drop reason, server and catcher",
+    "/stats": "router counters by type and drop reason, server, catcher, link emulation",
     "/dump": "everything above, with identity and configuration; ?limit=N",
     "/metrics": "Prometheus text exposition",
     "/profile": "the profiler's samples (404 when it is off); ?format=json|csv",

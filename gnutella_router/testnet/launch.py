@@ -24,6 +24,7 @@ from gnutella_router.net.connection import format_address
 from gnutella_router.testnet.cache import HostCacheService
 from gnutella_router.testnet.children import ChildNode, ServentNode
 from gnutella_router.testnet.churn import LEAVE, ChurnSettings, churn_schedule
+from gnutella_router.testnet.emulated_links import LinkPlan
 from gnutella_router.testnet.leaves import leaves_per_node
 from gnutella_router.testnet.namespaces import NamespaceNetwork
 from gnutella_router.testnet.nodes import LocalNode, NetworkNode, NodeError, NodeFailure
@@ -66,6 +67,7 @@ class Launcher:
         failures: list[NodeFailure],
         on_failure: Callable[[NodeFailure], None],
         note: Callable[[str], None],
+        link_plan: LinkPlan | None = None,
     ) -> None:
         self.settings = settings
         self.mode = settings.node_mode
@@ -76,6 +78,11 @@ class Launcher:
         self.failures = failures
         self.on_failure = on_failure
         self.note = note
+        self.link_plan = link_plan or LinkPlan(topology)
+        """Emulated links (:mod:`.emulated_links`): the routers' share of them goes into
+        their configurations."""
+        if namespaces is None and settings.base_port is None:
+            self.link_plan.choose_ports(settings.nodes)
         self.admin_token = secrets.token_hex(16) if namespaces is not None else ""
         """Admin interfaces beyond loopback (in namespaces) take requests with it only."""
         self.nodes: list[NetworkNode] = []
@@ -133,10 +140,15 @@ class Launcher:
                 ],
             }
         else:
-            port = 0 if settings.base_port is None else settings.base_port + index
+            port = (
+                self.link_plan.ports.get(index, 0)
+                if settings.base_port is None
+                else settings.base_port + index
+            )
             where = format_address(*listen) if listen is not None else f"{LOOPBACK}:{port}"
             # The admin default, the node's port + 1, is the next node's port.
             extra |= {"node.listen": where, "admin.listen": f"{LOOPBACK}:0"}
+        extra |= self.link_plan.node_overrides(index, self.planned_address)
         return load_config(
             None,
             {
@@ -159,6 +171,15 @@ class Launcher:
                 "network.max_leaves": max(Config().network.max_leaves, self.leaf_slots[index]),
             },
         )
+
+    def planned_address(self, index: int) -> tuple[str, int] | None:
+        """Where node ``index`` will listen, when that is known before it starts."""
+        if self.namespaces is not None:
+            return self.namespaces.address(index), NAMESPACE_PORT
+        if self.settings.base_port is not None:
+            return LOOPBACK, self.settings.base_port + index
+        port = self.link_plan.ports.get(index)
+        return None if port is None else (LOOPBACK, port)
 
     def new_node(self, index: int, limiter: trio.CapacityLimiter) -> NetworkNode:
         if self.shared is not None:

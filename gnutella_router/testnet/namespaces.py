@@ -53,7 +53,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
 PREFIX = "grt"
@@ -159,9 +159,11 @@ class NamespaceNetwork:
         *,
         run_id: str | None = None,
         neighbours: Mapping[int, Iterable[int]] | None = None,
+        after_create: Callable[[NamespaceNetwork], None] | None = None,
     ) -> None:
         """``neighbours`` (by node index) are the nodes each one will talk to: they get
-        fixed neighbour entries (see :meth:`create`)."""
+        fixed neighbour entries (see :meth:`create`). ``after_create`` is called at the
+        end of :meth:`create` (to put qdiscs into the namespaces, say)."""
         if not 1 <= nodes <= MAX_BRIDGE_PORTS:
             raise NamespaceError(
                 f"--netns takes 1 to {MAX_BRIDGE_PORTS} nodes and servents in all (a Linux "
@@ -172,6 +174,7 @@ class NamespaceNetwork:
         self.prefix = f"{PREFIX}{self.run_id}"
         self.bridge = f"{self.prefix}br"
         self.neighbours = {i: sorted(set(n)) for i, n in (neighbours or {}).items()}
+        self.after_create = after_create
         self.subnet: ipaddress.IPv4Network | None = None
         self.created: list[str] = []
         """Namespaces made so far (removed even when setting up failed half way)."""
@@ -262,6 +265,8 @@ class NamespaceNetwork:
                 ),
             ]
             self._batch(inside, namespace=self.namespace(index))
+        if self.after_create is not None:
+            self.after_create(self)
 
     def _batch(self, lines: Sequence[str], *, namespace: str | None = None) -> None:
         where = () if namespace is None else ("-n", namespace)
@@ -345,29 +350,44 @@ def _processes_in(namespaces: Sequence[str]) -> set[int]:
     """Processes in any of ``namespaces``, or holding one open (a process that runs
     several routers makes their sockets in their namespaces, from its own, and keeps
     each namespace open: :mod:`gnutella_router.net.namespace_sockets`)."""
-    wanted = set()
+    wanted: set[tuple[int, int]] = set()
     for namespace in namespaces:
         with contextlib.suppress(OSError):
-            wanted.add(f"net:[{os.stat(NETNS_DIRECTORY / namespace).st_ino}]")
-    found: set[int] = set()
+            found = os.stat(NETNS_DIRECTORY / namespace)
+            wanted.add((found.st_dev, found.st_ino))
+    holders: set[int] = set()
     if not wanted:
-        return found
+        return holders
     me = os.getpid()
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit() or int(entry.name) == me:
             continue
-        try:
-            if os.readlink(entry / "ns" / "net") in wanted:
-                found.add(int(entry.name))
-                continue
-            for descriptor in (entry / "fd").iterdir():
-                with contextlib.suppress(OSError):
-                    if os.readlink(descriptor) in wanted:
-                        found.add(int(entry.name))
-                        break
-        except OSError:  # gone, or not ours to read
-            continue
-    return found
+        with contextlib.suppress(OSError):  # gone, or not ours to read
+            if _same_file(entry / "ns" / "net", wanted) or any(
+                _same_file(descriptor, wanted)
+                for descriptor in (entry / "fd").iterdir()
+                if _may_be_namespace(descriptor)
+            ):
+                holders.add(int(entry.name))
+    return holders
+
+
+def _may_be_namespace(descriptor: Path) -> bool:
+    """Whether an open file may be a network namespace (read off its link, which is
+    cheap, before the file itself is looked at)."""
+    try:
+        target = os.readlink(descriptor)
+    except OSError:
+        return False
+    return target.startswith(("net:[", str(NETNS_DIRECTORY)))
+
+
+def _same_file(path: Path, wanted: set[tuple[int, int]]) -> bool:
+    try:
+        found = os.stat(path)
+    except OSError:
+        return False
+    return (found.st_dev, found.st_ino) in wanted
 
 
 def _alive(pid: int) -> bool:

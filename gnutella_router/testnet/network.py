@@ -95,6 +95,7 @@ from gnutella_router.testnet.report import (
 )
 from gnutella_router.testnet.servents import ServentSet, resolve_seeds, unconnected_seeds
 from gnutella_router.testnet.settings import STOP_TIMEOUT, NetworkError, NetworkSettings
+from gnutella_router.testnet.shared import SharedNode
 from gnutella_router.testnet.spread_load import SpreadLoadRun
 from gnutella_router.testnet.topology import sink_nodes
 from gnutella_router.traffic.load import LoadError, LoadSettings
@@ -154,12 +155,14 @@ class LocalNetwork:
             else None
         )  # fmt: skip
         hosts = settings.nodes + settings.servent_count
+        self.link_plan = settings.link_plan(self.topology)
         self.namespaces = (
             NamespaceNetwork(
                 hosts,
                 neighbours=self.topology.host_neighbours(
                     [] if self.servents is None else self.servents.links
                 ),
+                after_create=self.link_plan.shape_namespaces,
             )
             if settings.netns
             else None
@@ -174,6 +177,7 @@ class LocalNetwork:
             failures=self.failures,
             on_failure=self._node_failed,
             note=self._note,
+            link_plan=self.link_plan,
         )
         self.overlay = OverlayRecord(self.topology)
         self.leaves = (
@@ -567,7 +571,7 @@ class LocalNetwork:
         rows = collected[0] if collected else []
         for row in rows:
             node = self.nodes[row["node"]]
-            if isinstance(node, ChildNode):  # read now: the exits came after collection
+            if isinstance(node, ChildNode | SharedNode):  # read now: exits came after collection
                 row["exit_status"] = node.exit_status
             row["links"] = self.overlay.rates(node.index)
         hits = self.load_run.query_hits if self.load_run is not None else {}
@@ -582,6 +586,7 @@ class LocalNetwork:
                 "sinks_on": [0, *sink_nodes(self.topology)] if settings.duration else [],
             },
             "formed_after_seconds": _rounded(self.formed_after),
+            "emulated_links": self.link_plan.describe(),
             "nodes": rows,
             "failures": [dataclasses.asdict(f) for f in self.failures],
             "overlay": self.overlay.conclude(hits) if self.load_run is not None else None,

@@ -13,6 +13,7 @@ from typing import Any
 from gnutella_router.net.connection import format_address
 from gnutella_router.testnet.children import ChildNode
 from gnutella_router.testnet.nodes import NetworkNode, NodeFailure, totals_from_stats
+from gnutella_router.testnet.shared import SharedNode
 from traffic_models.latency import LoadReport
 
 RESULT_FILES = ("node-*", "summary.json", "*.csv", "*.png")
@@ -48,7 +49,7 @@ def node_summary(
         "guid": node.guid,
         "planned_out": planned_out,
     }
-    if isinstance(node, ChildNode):
+    if isinstance(node, ChildNode | SharedNode):
         row["pid"] = node.pid
         row["exit_status"] = node.exit_status
     if node.failure is not None:

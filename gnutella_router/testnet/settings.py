@@ -13,6 +13,7 @@ import math
 from pathlib import Path
 
 from gnutella_router.testnet.churn import ChurnSettings
+from gnutella_router.testnet.emulated_links import MAX_DELAY_MS, LinkPlan, check_bandwidth
 from gnutella_router.testnet.leaves import LeafSettings
 from gnutella_router.testnet.namespaces import MAX_BRIDGE_PORTS
 from gnutella_router.testnet.topology import (
@@ -89,6 +90,11 @@ class NetworkSettings:
     """What a node process dying does to the run: ``stop`` it, or ``continue`` without it."""
     leaves: LeafSettings | None = None
     """Leaf servents of this process, attached to the ultrapeers (:mod:`.leaves`)."""
+    link_delay_ms: float = 0.0
+    """Every planned link's one-way delay (a topology file's own values win)."""
+    link_jitter_ms: float = 0.0
+    link_bandwidth_kbps: float | None = None
+    """Every planned link's rate each way (needs ``netns``: tc's tbf)."""
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -140,8 +146,22 @@ class NetworkSettings:
             raise ValueError("--servent: the command must take {port}, where it listens")
         if self.form_timeout is not None and self.form_timeout <= 0:
             raise ValueError("the formation timeout must be positive")
+        for name in ("link_delay_ms", "link_jitter_ms"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and 0 <= value <= MAX_DELAY_MS):
+                raise ValueError(f"--link-delay: milliseconds from 0 to {MAX_DELAY_MS:g}")
+        if self.link_bandwidth_kbps is not None:
+            check_bandwidth(self.link_bandwidth_kbps)
         if self.topology_file is not None:
             self.plan()  # a file that is no usable graph is refused now
+        if not self.netns and (
+            self.link_bandwidth_kbps is not None
+            or (self.topology_file is not None and self.link_plan().bandwidths)
+        ):
+            raise ValueError(
+                "link bandwidths (--link-bandwidth, or a topology file's) are shaped with tc "
+                "in network namespaces: add --netns"
+            )
         # The mix and the arrival process are checked here, before any router starts,
         # so a typo is refused in a second rather than after the network has formed.
         try:
@@ -169,6 +189,15 @@ class NetworkSettings:
             )
         return planned
 
+    def link_plan(self, topology: Topology | None = None) -> LinkPlan:
+        """The planned links' emulated delays and rates (:mod:`.emulated_links`)."""
+        return LinkPlan(
+            self.plan() if topology is None else topology,
+            delay_ms=self.link_delay_ms,
+            jitter_ms=self.link_jitter_ms,
+            bandwidth_kbps=self.link_bandwidth_kbps,
+        )
+
     def describe(self) -> dict[str, object]:
         """The settings as ``summary.json`` records them."""
         return {
@@ -188,6 +217,9 @@ class NetworkSettings:
             "servent": self.servent,
             "servents": self.servent_count,
             "leaves": None if self.leaves is None else dataclasses.asdict(self.leaves),
+            "link_delay_ms": self.link_delay_ms,
+            "link_jitter_ms": self.link_jitter_ms,
+            "link_bandwidth_kbps": self.link_bandwidth_kbps,
         }
 
     def ultrapeers(self, topology: Topology) -> list[int]:
