@@ -304,7 +304,7 @@ def _remove_namespaces(namespaces: Sequence[str], grace: float = 3.0) -> list[st
     if not namespaces:
         return []
     problems: list[str] = []
-    pids = sorted(_processes_in(namespaces))
+    pids = sorted(processes_in(namespaces))
     for sig in (signal.SIGTERM, signal.SIGKILL):
         for pid in pids:
             with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -346,7 +346,7 @@ def _veth_of(namespace: str) -> str | None:
     return f"{prefix}h{index}" if separator and index.isdigit() else None
 
 
-def _processes_in(namespaces: Sequence[str]) -> set[int]:
+def processes_in(namespaces: Sequence[str]) -> set[int]:
     """Processes in any of ``namespaces``, or holding one open (a process that runs
     several routers makes their sockets in their namespaces, from its own, and keeps
     each namespace open: :mod:`gnutella_router.net.namespace_sockets`)."""
