@@ -156,6 +156,21 @@ def _node_table(nodes: Sequence[dict[str, Any]], limit: int = TABLE_ROWS) -> str
     return "\n".join(rows)
 
 
+def emulated_links_text(links: dict[str, Any]) -> str:
+    """``emulated links: 4, delay 20 ms one way (held by the routers), ...``."""
+    parts = [f"emulated links: {links['links']}"]
+    if links.get("delay_ms"):
+        low, high = links["delay_ms"]["min"], links["delay_ms"]["max"]
+        span = f"{low:g} ms" if low == high else f"{low:g} to {high:g} ms"
+        by = "by netem" if links["delay_by"] == "netem" else "held by the routers"
+        parts.append(f"delay {span} one way ({by})")
+    if links.get("bandwidth_kbps"):
+        low, high = links["bandwidth_kbps"]["min"], links["bandwidth_kbps"]["max"]
+        span = f"{low:g} kbit/s" if low == high else f"{low:g} to {high:g} kbit/s"
+        parts.append(f"bandwidth {span} each way (tbf)")
+    return ", ".join(parts)
+
+
 def final_text(summary: dict[str, Any], report: LoadReport | None, results: Path) -> str:
     """What a run prints at its end: the network, the load report, the node table,
     failures and errors, how the nodes stopped, and where the results are."""
@@ -166,6 +181,8 @@ def final_text(summary: dict[str, Any], report: LoadReport | None, results: Path
         f"{topology['kind']} topology, {_count(len(topology['links']), 'link')}"
         + (f", formed in {formed:.1f} s" if formed is not None else "")
     ]
+    if summary.get("emulated_links"):
+        lines.append(emulated_links_text(summary["emulated_links"]))
     if report is not None:
         lines.append(report.to_text())
         sinks = ", ".join(str(n) for n in topology["sinks_on"])
