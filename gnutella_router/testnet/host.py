@@ -20,7 +20,8 @@ The controller drives the host over its standard input and output (:mod:`.host_w
   starts a router and is answered with where it listens, once it listens;
 * ``get`` (a node, an admin target such as ``/stats``) is answered with the page, made
   by the router's own admin interface without a socket or HTTP, as the in-process test
-  network reads its nodes;
+  network reads its nodes; ``view`` with what the controller polls every node for
+  (its connections and its totals), far cheaper than the whole ``/stats``;
 * ``stop`` asks a router to stop its own way (Bye to its peers), ``kill`` ends it at
   once (no Bye, as a crash would), ``dump`` has it write its full dump file;
 * each router that ends, for whatever reason, is reported with an ``exited`` event
@@ -38,6 +39,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import json
 import resource
 import signal
 import sys
@@ -57,6 +59,7 @@ from gnutella_router.net.namespace_sockets import (
     use_namespace,
 )
 from gnutella_router.observe.admin import AdminServer, write_dump_file
+from gnutella_router.observe.dumps import dump_connections, jsonable
 from gnutella_router.testnet.host_wire import MessageReader, WireError, encode
 
 KILLED = -9
@@ -155,6 +158,8 @@ class Host:
             return
         if op == "get":
             await self._get(ident, router, str(header.get("target", "/")))
+        elif op == "view":
+            await self._view(ident, router)
         elif op == "stop":
             router.daemon.request_stop()
         elif op == "kill":
@@ -255,6 +260,19 @@ class Host:
         headers = [(b"authorization", b"Bearer " + token.encode())] if token else []
         reply = await router.pages.answer("GET", target, headers, LOCAL_PEER)
         await self.send({"id": ident, "status": reply.status}, reply.body)
+
+    async def _view(self, ident: object, router: HostedRouter) -> None:
+        """What the controller polls a node for (its connections, as ``/connections``
+        lists them, and its totals): a small part of ``/stats``, whose whole costs a
+        router about half a millisecond to make, a thousand times a second."""
+        daemon = router.daemon
+        view = {
+            "connections": dump_connections(daemon),
+            "received": sum(daemon.router.received),
+            "dropped": daemon.router.total_dropped(),
+        }
+        body = json.dumps(jsonable(view), separators=(",", ":")).encode()
+        await self.send({"id": ident, "status": 200}, body)
 
 
 def _first_leaf(error: BaseException) -> BaseException:

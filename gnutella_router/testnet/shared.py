@@ -15,8 +15,9 @@ admin pages (``/connections``, ``/stats``, ``/dump``), writes dumps and stops. I
 configuration is written to ``node-I/router.toml``, as a router process's is (and can be
 run by hand with ``gnutella-router run --config``). Where a router process would be
 reached over HTTP, a shared node's pages come over its host's pipes, made by the router's
-own admin interface without a socket: a thousand nodes read every second cost the
-machine far less that way.
+own admin interface without a socket; and the poll for its connections and totals is
+one small request (``view``) instead of ``/connections`` and the whole ``/stats``: a
+thousand nodes read every second cost the machine far less that way.
 
 :class:`HostProcess` is one host: the process, a task that reads its replies and events
 (:mod:`.host_wire`) and hands each reply to the request waiting for it, a task that
@@ -33,7 +34,6 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
-import math
 import os
 import signal
 import subprocess
@@ -53,12 +53,19 @@ from gnutella_router.testnet.children import (
     wait_for_exit,
 )
 from gnutella_router.testnet.host_wire import MessageReader, WireError, encode
-from gnutella_router.testnet.nodes import NetworkNode, NodeError, NodeFailure
+from gnutella_router.testnet.nodes import (
+    NetworkNode,
+    NodeError,
+    NodeFailure,
+    NodeView,
+    connections_from_page,
+)
 
 HOST_COMMAND = (sys.executable, "-m", "gnutella_router.testnet.host")
 DEFAULT_ROUTERS_PER_PROCESS = 100
-QUEUED_COMMANDS = 4096
-"""Commands waiting to be written to one host at most (a few per node at any time)."""
+QUEUED_COMMANDS_PER_ROUTER = 8
+"""Commands waiting to be written to one host at most, per router it holds (the
+controller has a few at a time for each: its pages, a stop)."""
 KILL_GRACE = 3.0
 """After a router did not stop in its grace period and was told to end at once, how
 long its host is given to report it gone."""
@@ -73,9 +80,11 @@ class HostProcess:
         number: int,
         log_path: Path,
         *,
+        routers: int = 1,
         log_format: str = "console",
         on_exit: Callable[[HostProcess], None] | None = None,
     ) -> None:
+        """``routers``: how many it will hold at most."""
         self.number = number
         self.log_path = log_path
         self.log_format = log_format
@@ -87,7 +96,9 @@ class HostProcess:
         self._starting = trio.Lock()
         self._ids = itertools.count(1)
         self._waiting: dict[int, tuple[trio.Event, list[tuple[dict[str, Any], bytes]]]] = {}
-        self._commands, self._queued = trio.open_memory_channel[bytes](QUEUED_COMMANDS)
+        self._commands, self._queued = trio.open_memory_channel[bytes](
+            QUEUED_COMMANDS_PER_ROUTER * max(routers, 64)
+        )
         self._input: trio.lowlevel.FdStream | None = None
 
     @property
@@ -332,6 +343,24 @@ class SharedNode(NetworkNode):
     def running(self) -> bool:
         return self._started and not self._exited.is_set()
 
+    async def refresh(self, *, totals: bool = True) -> NodeView:
+        """Its connections and totals in one small request (``view``): the controller
+        polls every node once a second, and the whole ``/stats`` of a thousand routers
+        took most of a core to make."""
+        if not self.running():
+            raise NodeError(f"node-{self.index} is not running")
+        _, body = await self.host.request("view", self.index)
+        try:
+            view = json.loads(body)
+            connections = connections_from_page(view["connections"])
+            received, dropped = int(view["received"]), int(view["dropped"])
+        except (ValueError, KeyError, TypeError) as exc:
+            raise NodeError(f"node-{self.index}: a view that does not read: {exc!r}") from None
+        if not totals:
+            received, dropped = self.view.received, self.view.dropped
+        self.view = NodeView(connections, received, dropped)
+        return self.view
+
     async def write_dump(self) -> None:
         if self.running():
             self.host.send("dump", self.index)
@@ -378,12 +407,12 @@ class HostPool:
         host = self.hosts.get(number)
         if host is None:
             host = self.hosts[number] = HostProcess(
-                number, self.results / f"host-{number}.log", log_format=self.log_format
+                number,
+                self.results / f"host-{number}.log",
+                routers=self.per_process,
+                log_format=self.log_format,
             )
         return host
-
-    def hosts_needed(self, nodes: int) -> int:
-        return math.ceil(nodes / self.per_process)
 
     async def stop(self, grace: float = HOST_STOP_GRACE) -> None:
         """Stop every host (see :meth:`HostProcess.stop`), all at once, shielded."""
