@@ -79,6 +79,7 @@ COLUMNS = (
     "routed msgs/s (all nodes)",
     "copies lost",
     "queries not arrived",
+    "query latency p50 / p99 (ms)",
     "exit, stopped, left behind",
 )
 
@@ -238,6 +239,7 @@ def one_run(
         "routed_per_s": round(received / duration) if duration and received else None,
         "copies_lost": None if not expected else 1 - arrived / expected,
         "not_arrived_query": (report.get("loss") or {}).get("query"),
+        "query_latency_us": ((report.get("latency") or {}).get("one-hop") or {}).get("query"),
         "stopped": summary.get("stopped"),
         "left_behind": left,
         "wall_s": round(elapsed, 1),
@@ -250,7 +252,7 @@ def _number(value: float | None, digits: int = 1) -> str:
 
 
 def table_row(r: dict[str, Any]) -> str:
-    lost, query = r["copies_lost"], r["not_arrived_query"]
+    lost, query, latency = r["copies_lost"], r["not_arrived_query"], r["query_latency_us"]
     cells = [
         r["mode"],
         f"{r['nodes']:,}",
@@ -264,6 +266,7 @@ def table_row(r: dict[str, Any]) -> str:
         "-" if r["routed_per_s"] is None else f"{r['routed_per_s']:,}",
         "-" if lost is None else f"{lost:.2%}",
         "-" if query is None else f"{query:.2%}",
+        "-" if not latency else f"{latency['p50'] / 1000:,.0f} / {latency['p99'] / 1000:,.0f}",
         f"{r['exit']}, {r['stopped']}, {len(r['left_behind']) or 'nothing'}",
     ]
     return "| " + " | ".join(cells) + " |"
@@ -349,7 +352,10 @@ def main(argv: list[str] | None = None) -> int:
             "GWebCache) beside it. Routed msgs/s: messages all routers received per second "
             "of traffic (every copy of a flood counts at every node it reaches). Copies "
             "lost: of every copy owed to the load client's sinks, pings and queries, those "
-            "that never came. Left behind: processes, namespaces and links of the run still "
+            "that never came. Query latency: from a query's scheduled send to its copy at a "
+            "sink (node 0's, or one up to 5 hops away), over every copy; where the machine "
+            "cannot keep up (the load client shares it with every router), it grows. "
+            "Left behind: processes, namespaces and links of the run still "
             "there after it (checked by the script). Rerun with "
             "`.venv/bin/python scripts/bench_testnet.py` (as root for the namespace modes), "
             "or `--runs shared-netns:1000` for one row; a run replaces its own row only.",
