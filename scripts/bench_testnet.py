@@ -170,9 +170,7 @@ def abandoned(names: set[str]) -> list[str]:
     return left
 
 
-def one_run(
-    mode: str, nodes: int, duration: float, out: Path, per_process: int
-) -> dict[str, Any]:
+def one_run(mode: str, nodes: int, duration: float, out: Path, per_process: int) -> dict[str, Any]:
     results = out / f"{mode}-{nodes}"
     argv = [
         sys.executable, "-m", "gnutella_router", "testnet", "--nodes", str(nodes),
