@@ -24,8 +24,9 @@ daemon carries on; the same views are served live by the admin interface
 from __future__ import annotations
 
 import gc
+import math
 import signal
-from collections.abc import Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Self
 
@@ -41,17 +42,19 @@ from gnutella_router.control.governor import ThreadGovernor
 from gnutella_router.discovery.host_cache import OPERATOR
 from gnutella_router.logs import set_level
 from gnutella_router.net.connection import Connection, format_address
+from gnutella_router.net.connection_table import ConnectionTable
+from gnutella_router.net.deflate_pool import DeflatePool
+from gnutella_router.net.outbox import Outbox
 from gnutella_router.observe.admin import serve_admin, write_dump_logged
 from gnutella_router.observe.profiler import Profiler
 from gnutella_router.observe.recorder import Recorder
 from gnutella_router.ready_file import remove_ready_file, write_ready_file
 from gnutella_router.runtime.stage import StageRegistry
 from gnutella_router.stages.catcher import GnutellaCatcher
-from gnutella_router.stages.link import Link
 from gnutella_router.stages.router import GnutellaRouter
 from gnutella_router.stages.server import GnutellaServer
 from gnutella_router.state_lock import lock_state_directory
-from protocol.messages import random_guid
+from protocol.messages import Message, random_guid
 
 BYE_GRACE_SECONDS = 2.0
 YOUNG_COLLECTION_THRESHOLD = 10_000
@@ -68,17 +71,19 @@ class Daemon:
         self.guid = bytes.fromhex(config.node.guid) if config.node.guid else random_guid()
         self.log = log or structlog.get_logger("gnutella-router")
         self.registry = StageRegistry()
+        connections = ConnectionTable()
+        threads = config.network.deflate_threads
+        self.outbox = Outbox(connections, DeflatePool(threads) if threads else None)
+        """The router's one way out to the connections (:mod:`.net.outbox`)."""
         self.router = GnutellaRouter(
             config.router,
-            connections=self._connections,
-            connection_by_id=self._connection_by_id,
+            outbox=self.outbox,
             own_address=self._own_address,
             own_guid=self.guid,
             max_ttl=config.network.max_ttl,
             hard_ttl_limit=config.network.hard_ttl_limit,
             allow_private=config.network.allow_private_addresses,
             shedding=config.shedding,
-            flush_links=self._flush_links,
             trusted=self._link_trusted,
             on_host_learned=self._learn,
             log=self.log.bind(stage="router"),
@@ -86,6 +91,8 @@ class Daemon:
         self.server = GnutellaServer(
             config,
             router=self.router,
+            outbox=self.outbox,
+            connections=connections,
             own_guid=self.guid,
             try_hosts=self._try_hosts,
             on_hosts_learned=self._learn_many,
@@ -132,12 +139,6 @@ class Daemon:
         """Cancels the running profiler; None while none runs."""
 
     # Late-bound callbacks: the stages reference each other through the daemon.
-    def _connections(self) -> tuple[Connection, ...]:
-        return self.server.connections.snapshot()
-
-    def _connection_by_id(self, connection_id: int) -> Connection | None:
-        return self.server.connections.get(connection_id)
-
     def _link_trusted(self, connection_id: int) -> bool:
         """Whether a connection's peer is in the trusted networks (its queries are then
         not rate-limited)."""
@@ -145,9 +146,6 @@ class Daemon:
         return connection is not None and in_networks(
             connection.peer[0], self.server.trusted_networks
         )
-
-    def _flush_links(self, links: Sequence[Link]) -> None:
-        self.server.flush_links(links)
 
     def _own_address(self) -> tuple[str, int]:
         return self.server.advertised_address()
@@ -193,6 +191,62 @@ class Daemon:
         self.log.info("peer dropped by the operator", peer=connection.peer_text)
         connection.close("dropped by the operator", bye_code=200)
         return True
+
+    def hold_peer(self, host: str, port: int, seconds: float = math.inf) -> int:
+        """Take the link to the peer listening at ``host:port`` down and keep it down:
+        its connections are closed (Bye 200), and it is neither dialled nor accepted for
+        ``seconds`` (until :meth:`release_peer` by default). How many connections were
+        closed.
+
+        Raises:
+            ValueError: ``seconds`` is out of range (see :mod:`.control.holds`).
+        """
+        self.server.holds.hold((host, port), trio.current_time(), seconds)
+        closed = self._close_where(
+            lambda c: (host, port) in (c.peer, c.listen_address), "held down by the operator"
+        )
+        self.log.info(
+            "peer held down by the operator", peer=format_address(host, port), closed=closed
+        )
+        return closed
+
+    def release_peer(self, host: str, port: int) -> bool:
+        """End the hold on ``host:port``; whether there was one. The catcher may dial it
+        again when it needs peers; the operator's ``peers add`` dials it now."""
+        released = self.server.holds.release((host, port))
+        if released:
+            self.log.info("peer released by the operator", peer=format_address(host, port))
+        return released
+
+    def set_offline(self, offline: bool) -> int:
+        """Go offline (every connection closed with Bye 200, no handshake accepted,
+        nothing dialled; the admin interface stays up) or back online, when the catcher
+        dials again. How many connections were closed."""
+        self.server.holds.offline = offline
+        closed = self._close_where(lambda c: True, "offline") if offline else 0
+        self.log.info("offline" if offline else "online", by="the operator", closed=closed)
+        return closed
+
+    def _close_where(self, chosen: Callable[[Connection], bool], reason: str) -> int:
+        closed = 0
+        for connection in self.server.connections.snapshot():
+            if not connection.closing and chosen(connection):
+                connection.close(reason, bye_code=200)
+                closed += 1
+        return closed
+
+    def inject(self, message: Message) -> int:
+        """Send ``message`` (a ping or a query) to our neighbours as one of our own; how
+        many it was sent to (see :meth:`GnutellaRouter.inject`)."""
+        sent = self.router.inject(message, trio.current_time())
+        self.log.info(
+            "message injected by the operator",
+            guid=message.guid.hex(),
+            type=type(message.payload).__name__.lower(),
+            ttl=message.ttl,
+            sent_to=sent,
+        )
+        return sent
 
     def set_log_level(self, level: str) -> None:
         """Change the log level of the whole process now (ValueError for an unknown one)."""

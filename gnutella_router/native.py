@@ -26,6 +26,7 @@ HOT_SOURCES = (
     "protocol/framing.py",
     "gnutella_router/stages/rules.py",
     "gnutella_router/stages/flood.py",
+    "gnutella_router/stages/reply_runs.py",
     "gnutella_router/net/route_table.py",
 )
 """The modules the build compiles where it can, as paths from the project root (one

@@ -52,7 +52,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from benchdocs import BENCHMARKS_DOC, commit, machine, replace_section
 
-from gnutella_router.testnet.namespaces import list_leftovers, processes_in, running_runs
+from gnutella_router.testnet.namespaces import abandoned_leftovers
 
 DEFAULT_RUNS = (
     "in-process:100,processes:100,netns:100,shared:100,shared-netns:100,shared-netns:1000"
@@ -147,27 +147,11 @@ def alive(pid: int) -> bool:
 
 
 def network_names() -> set[str]:
-    """Namespaces and links of test network runs, but those of runs still going."""
+    """Namespaces and links of test network runs that are over."""
     try:
-        live = running_runs()
-        return {name for names in list_leftovers() for name in names if name[:7] not in live}
+        return set(abandoned_leftovers())
     except Exception:  # no iproute2 here: nothing of the kind can be left either
         return set()
-
-
-def abandoned(names: set[str]) -> list[str]:
-    """Of ``names``, those of runs that nothing runs in any more: a run going on beside
-    this one (another user's, from another checkout) has its routers in its namespaces."""
-    runs: dict[str, list[str]] = {}
-    for name in names:
-        runs.setdefault(name[:7], []).append(name)
-    left = []
-    for found in runs.values():
-        spaces = [n for n in found if "-n" in n]
-        if spaces and processes_in(spaces):
-            continue
-        left += sorted(found)
-    return left
 
 
 def one_run(mode: str, nodes: int, duration: float, out: Path, per_process: int) -> dict[str, Any]:
@@ -202,7 +186,7 @@ def one_run(mode: str, nodes: int, duration: float, out: Path, per_process: int)
     elapsed = time.monotonic() - started
     time.sleep(1.0)  # a killed run's children get their parent-death signal meanwhile
     left = [f"pid {pid}" for pid in sorted(sampler.seen) if alive(pid)]
-    left += abandoned(network_names() - names_before)
+    left += sorted(network_names() - names_before)
     try:
         summary = json.loads((results / "summary.json").read_text())
     except (OSError, ValueError):

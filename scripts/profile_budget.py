@@ -40,7 +40,7 @@ PARTS: tuple[tuple[str, str], ...] = (
     ),
     (
         "fan-out (each destination's list, its queue)",
-        r"_flush_broadcasts|_fan_out|Broadcasts\.|offer_bulk|send_batch|send_all|"
+        r"_flush_broadcasts|_fan_out|Broadcasts\.|offer_bulk|offer_many|offer_whole|Outbox\.|"
         r"DestinationFilter|_count_fanned",
     ),
     (

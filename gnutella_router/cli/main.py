@@ -17,6 +17,7 @@ from gnutella_router.cli.arguments import count, positive
 from gnutella_router.cli.check_config import add_check_config_parser
 from gnutella_router.cli.completion import add_completion_parser
 from gnutella_router.cli.config_flags import add_config_arguments
+from gnutella_router.cli.console import add_console_parser
 from gnutella_router.cli.ctl import add_ctl_parser
 from gnutella_router.cli.dump import add_dump_parser
 from gnutella_router.cli.gwebcache import add_gwebcache_parser
@@ -365,6 +366,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_echo_parser(commands)
     add_dump_parser(commands)
     add_testnet_parser(commands)
+    add_console_parser(commands)
     add_gwebcache_parser(commands)
     add_plot_parser(commands)
     add_ctl_parser(commands)

@@ -216,6 +216,21 @@ def add_testnet_parser(commands: argparse._SubParsersAction[argparse.ArgumentPar
         help="seconds of traffic; 0 forms the network and keeps it up until Ctrl-C (default 20)",
     )
     testnet.add_argument(
+        "--console",
+        action="store_true",
+        help="once the network has formed, open the console on it (gnutella-router "
+        "console: nodes, links, reach, pingall, link and node down/up, tables) instead of "
+        "driving traffic; leaving the console stops the network (--duration is not used)",
+    )
+    testnet.add_argument(
+        "--console-script",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="with --console: run the console's commands from FILE instead of a terminal; "
+        "a command that fails ends the run with exit status 1",
+    )
+    testnet.add_argument(
         "--seed",
         action="append",
         default=[],
@@ -308,6 +323,8 @@ def cmd_testnet(args: argparse.Namespace) -> int:
             link_delay_ms=delay,
             link_jitter_ms=jitter,
             link_bandwidth_kbps=args.link_bandwidth,
+            console=args.console or args.console_script is not None,
+            console_script=args.console_script,
             leaves=None
             if not args.leaves
             else LeafSettings(

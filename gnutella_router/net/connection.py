@@ -8,11 +8,12 @@ into frames and hands each read's frames to the server in one batch. The server'
 ``deliver`` may wait (backpressure: the router's queue is full), and while it waits the
 reader does not read, so the peer's TCP window closes instead of our memory growing.
 
-A connection is the router's :class:`~gnutella_router.stages.link.Link` to one peer. The
-router never waits for a peer: :meth:`Connection.send` and :meth:`Connection.send_batch`
-offer messages to the outgoing queue and return at once; the queue's verdict (queued,
-dropped, or "this peer is too slow, close it") is acted on here, not by the router.
-When the router ends a batch, :meth:`Connection.flush` joins everything queued into one
+A connection is the router's :class:`~gnutella_router.stages.link.Link` to one peer, and
+what the router's :class:`~gnutella_router.net.outbox.Outbox` writes to. The router
+never waits for a peer: the outbox offers messages to the connection's outgoing queue
+and returns at once; a queue's verdict that ends the peer ("too slow, close it") is
+acted on here (:meth:`Connection.act_on`), not by the router. When the router ends a
+batch, the outbox calls :meth:`Connection.flush`, which joins everything queued into one
 write, deflates it with one sync flush if negotiated, and offers it to the non-blocking
 socket straight away (docs/benchmarks.md measures what this saves over leaving every
 write to a task). Only what the kernel does not take is left to a writer task, started
@@ -57,13 +58,13 @@ import trio
 
 from gnutella_router.control.abuse import AbuseMeter, Kick, Offence
 from gnutella_router.net.deflate_pool import DeflatePool
+from gnutella_router.net.outbox import WRITE_SIZE
 from gnutella_router.net.outqueue import OutgoingQueue, OutgoingQueueStatistics, Verdict
 from protocol.codec import encode_message
 from protocol.compression import DeflateCompressor, DeflateDecompressor
 from protocol.errors import CompressionError, DeflateRatioError, RemoteProtocolError
 from protocol.framing import Frame, FrameDecoder, FrameTooLargeError
 from protocol.handshake import Capabilities
-from protocol.header import HOPS_OFFSET, TYPE_OFFSET
 from protocol.messages import Bye, Message, random_guid
 from protocol.vendor import NO_HOPS_FLOW, Feature, VendorMessageId
 
@@ -81,7 +82,6 @@ what that saves (docs/benchmarks.md): ``GNUTELLA_ROUTER_DIRECT_WRITES=0`` leaves
 write to a writer task, started by the flush."""
 
 READ_SIZE = 64 * 1024
-WRITE_SIZE = 64 * 1024
 BYE_GRACE_SECONDS = 2.0
 MAX_LISTED_BY_PEER = 64
 """How many of the vendor messages and features a peer lists are kept (for dumps): a
@@ -154,7 +154,6 @@ class Connection:
         "_failure",
         "_fd",
         "_final",
-        "_held",
         "_home",
         "_log",
         "_read_fd",
@@ -225,8 +224,6 @@ class Connection:
         self._decompressor = DeflateDecompressor() if decompress_incoming else None
         self._deflate_pool = deflate_pool
         self._deferred = False
-        self._held = False
-        """Its writes waited for the router's next batch once (:meth:`may_defer_flush`)."""
         """A direct write waits for its deflate at the end of the router's batch."""
         self._decoder = FrameDecoder(max_payload=max_payload, source=self.id)
         self._trailing = trailing_data
@@ -338,68 +335,6 @@ class Connection:
             self.log.debug("hops flow", hops=hops, was=self.hops_flow)
         self.hops_flow = hops
 
-    def send(self, data: bytes, message_type: int, hops: int, now: float) -> bool:
-        """Offer one encoded message; never waits. False when it was not queued.
-
-        Like :meth:`send_batch`, it leaves the writer be until :meth:`flush`.
-        """
-        verdict = self.outgoing.offer(data, message_type, hops, now)
-        if verdict is Verdict.QUEUED:
-            return True
-        self._refused(verdict)
-        return False
-
-    def send_batch(self, datas: list[bytes], total_bytes: int, now: float) -> list[bytes]:
-        """Offer a batch (type and hops read from each header); what was not queued.
-
-        The queue takes the whole batch in one call when it can; otherwise it decides
-        message by message, and a verdict that ends the connection refuses the rest.
-        The writer is not woken: the router calls :meth:`flush` once its batch is done.
-        """
-        outgoing = self.outgoing
-        if outgoing.offer_bulk(datas, total_bytes):
-            return []
-        refused: list[bytes] = []
-        for index, data in enumerate(datas):
-            verdict = outgoing.offer(data, data[TYPE_OFFSET], data[HOPS_OFFSET], now)
-            if verdict is Verdict.QUEUED:
-                continue
-            refused.append(data)
-            if verdict is not Verdict.DROPPED:
-                self._act_on(verdict)
-                refused.extend(datas[index + 1 :])
-                break
-        return refused
-
-    def send_all(self, datas: list[bytes], total_bytes: int, now: float) -> bool:
-        """Queue all of ``datas`` if the queue can without a decision; else none (see
-        :meth:`~gnutella_router.net.outqueue.OutgoingQueue.offer_bulk`)."""
-        return self.outgoing.offer_bulk(datas, total_bytes)
-
-    def may_defer_flush(self, upcoming: int) -> bool:
-        """Whether this link's queued messages may wait for the router's next batch
-        instead of being written now: its queue takes ``upcoming`` more without a
-        decision of its policy, and holds less than half a write.
-
-        Under a flood the router's queue is never empty, and one write per destination
-        per batch was a good part of its cost (each a syscall, which on loopback also
-        runs the receiving side); writing after every other batch instead raised the
-        throughput by 10 to 19 % (docs/benchmarks.md). The condition keeps the slow-peer
-        policy's verdicts what they were: a deferred write never makes the queue pass
-        its threshold. A link waits for one batch at most: under a flood that never lets
-        the router's queue empty, waiting from batch to batch would hold an honest
-        peer's pong until a batch's worth of copies piled up behind it.
-        """
-        if self._held:
-            return False  # it waited for one batch already: written now, whatever comes
-        outgoing = self.outgoing
-        self._held = (
-            outgoing.pending_bytes <= WRITE_SIZE // 2
-            and outgoing.has_room_for(upcoming)
-            and not self.closing
-        )
-        return self._held
-
     @property
     def writer_busy(self) -> bool:
         """Whether a writer holds work the socket has not taken (see :class:`Link`): a
@@ -416,7 +351,6 @@ class Connection:
         not take right away is left for a writer task, which is the only code that ever
         waits on the socket.
         """
-        self._held = False
         if (
             self._deferred
             or self._writer_running
@@ -471,20 +405,21 @@ class Connection:
         if self._home is not None:
             self._start_writer_now()
 
-    def _refused(self, verdict: Verdict) -> None:
-        """Act on an offer that did not queue: close if the queue says so."""
+    def act_on(self, verdict: Verdict) -> None:
+        """Act on a verdict of the outgoing queue that did not queue an offer: close if
+        it says so (the outbox calls this, see :mod:`.outbox`)."""
         if verdict is not Verdict.DROPPED and verdict is not Verdict.QUEUED:
-            self._act_on(verdict)
+            self._close_for(verdict)
 
     def check(self, now: float) -> None:
         """Let the outgoing queue apply its time limits, and drop the deflate state of a
         link that wrote nothing since the last check (called about once a second)."""
-        self._refused(self.outgoing.check(now))
+        self.act_on(self.outgoing.check(now))
         compressor = self._compressor
         if compressor is not None and not self._deferred and not self._writer_running:
             compressor.release_if_idle()
 
-    def _act_on(self, verdict: Verdict) -> None:
+    def _close_for(self, verdict: Verdict) -> None:
         reason = self.outgoing.close_reason or "slow peer"
         if verdict is Verdict.BYE_AND_CLOSE:
             self.close(reason, bye_code=self.outgoing.close_code or 502)

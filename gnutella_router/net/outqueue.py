@@ -221,7 +221,7 @@ class OutgoingQueue(abc.ABC):
     def has_room_for(self, count: int) -> bool:
         """Whether ``count`` more messages would all be queued without a decision (none
         refused, dropped or evicted), whatever they are. The router lets a link's
-        writes wait for its next batch only then (see ``Connection.may_defer_flush``).
+        writes wait for its next batch only then (see :mod:`gnutella_router.net.outbox`).
         This general version cannot tell, and says False.
         """
         return False

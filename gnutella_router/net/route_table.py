@@ -49,6 +49,7 @@ from gnutella_router.net.route_entry import RouteEntry
 
 __all__ = [
     "DEFAULT_CAPACITY",
+    "OWN",
     "PING_GENERATION_SECONDS",
     "PUSH_GENERATION_SECONDS",
     "QUERY_GENERATION_SECONDS",
@@ -75,6 +76,8 @@ DEFAULT_CAPACITY = 50_000
 
 #: Where an entry's value begins: below it, 32 bits of milliseconds and 8 of detail.
 VALUE_SHIFT: Final = 40
+OWN: Final = 0
+"""The value of routes to the router itself (connection ids start at 1)."""
 _OFFSET_LIMIT: Final = 0xFFFF_FFFF  # 49 days of milliseconds
 
 
@@ -563,7 +566,9 @@ class RouteTable:
         connections in it): that one is the cause, and its oldest entries go, down to
         half a share, with no rotation, so the others' routes live out their time.
         Otherwise (the generation is shared about evenly, or one connection is all
-        there is) it rotates, as it always did. Counting and evicting are passes over
+        there is) it rotates, as it always did. The router's own entries (value
+        :data:`OWN`: its pings and queries) are nobody's share: a peer alone beside
+        them is all there is. Counting and evicting are passes over
         the generation at C speed, made at most once per eighth of a generation of
         inserts, so a spraying peer pays for its own evictions and nobody else's routes
         go.
@@ -575,7 +580,7 @@ class RouteTable:
             most = 0
             holders = 0
             for value, count in counts.items():  # the largest; of equals, the highest value
-                if count > 0:
+                if count > 0 and value != OWN:
                     holders += 1
                     if count > most or (count == most and value > heaviest):
                         heaviest = value

@@ -10,6 +10,7 @@ request per connection (every response says ``Connection: close``), GET only:
 ``/connections``                       live connections (:func:`~.dumps.dump_connections`)
 ``/stages``                            stage queues, pools, governor (:func:`~.dumps.dump_stages`)
 ``/stats``                             router, server and catcher counters
+``/holds``                             links the operator holds down, offline or not
 ``/dump[?limit=]``                     all of the above with identity and configuration
 ``/metrics``                           Prometheus text exposition (:mod:`.metrics`)
 ``/healthz``                           ``{"status": "ok", ...}`` while the daemon runs
@@ -55,6 +56,7 @@ import dataclasses
 import hmac
 import http
 import json
+import math
 import os
 import time
 import urllib.parse
@@ -135,6 +137,7 @@ ENDPOINTS = {
     "/qrp": "QRP tables of leaves and ultrapeers; ?keyword=WORD: who would get it",
     "/stages": "stage queues, worker pools and the thread governor",
     "/stats": "router counters by type and drop reason, server, catcher, link emulation",
+    "/holds": "peers held down by the operator (POST /peers/hold), and whether offline",
     "/dump": "everything above, with identity and configuration; ?limit=N",
     "/metrics": "Prometheus text exposition",
     "/profile": "the profiler's samples (404 when it is off); ?format=json|csv",
@@ -236,6 +239,7 @@ class AdminServer:
             "/qrp": self._qrp_page,
             "/stages": self._stages_page,
             "/stats": self._stats_page,
+            "/holds": self._holds_page,
             "/dump": self._dump_page,
             "/metrics": self._metrics_page,
             "/profile": self._profile_page,
@@ -559,6 +563,27 @@ class AdminServer:
     def _stats_page(self, params: dict[str, str]) -> Reply:
         _allow(params)
         return _json(200, dump_stats(self.daemon))
+
+    def _holds_page(self, params: dict[str, str]) -> Reply:
+        _allow(params)
+        holds = self.daemon.server.holds
+        now = trio.current_time()
+        return _json(
+            200,
+            {
+                "offline": holds.offline,
+                "holds": [
+                    {
+                        "address": format_address(*hold.address),
+                        "seconds_left": (
+                            round(hold.until - now, 3) if math.isfinite(hold.until) else None
+                        ),
+                    }
+                    for hold in holds.holds(now)
+                ],
+                "capacity": holds.capacity,
+            },
+        )
 
     def _dump_page(self, params: dict[str, str]) -> StreamedReply:
         _allow(params, "limit")

@@ -1,7 +1,10 @@
 """What an operator can change while the router runs: the admin interface's POSTs.
 
 In the manner of gtk-gnutella's shell, a few actions that would otherwise need a
-restart: dial a peer, drop one (with Bye), change the log level, start or stop the
+restart: dial a peer, drop one (with Bye), hold a link down or take the whole node
+offline (:mod:`gnutella_router.control.holds`) and back, send a ping or query of the
+operator's as the router's own (the console's ``reach`` probe, followed through the
+other routers' route tables by its GUID), change the log level, start or stop the
 profiler. Each is a POST with a small JSON body (at most :data:`MAX_BODY_BYTES`) and a
 JSON answer; ``gnutella-router ctl`` is the client.
 
@@ -15,12 +18,14 @@ request and turns outcomes into status codes.
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 from gnutella_router.config import ConfigError, parse_host_port
 from gnutella_router.logs import LOG_LEVELS
 from gnutella_router.observe.view import RouterControl
 from gnutella_router.stages.server import DialError
+from protocol.messages import Message, Ping, Query, random_guid
 
 MAX_BODY_BYTES = 4096
 """Largest request body accepted by a control endpoint."""
@@ -28,6 +33,13 @@ MAX_BODY_BYTES = 4096
 CONTROL_ENDPOINTS = {
     "/peers/add": 'POST {"address": "HOST:PORT"}: dial a peer now',
     "/peers/drop": 'POST {"connection": ID} or {"address": "HOST:PORT"}: close it with Bye',
+    "/peers/hold": 'POST {"address": "HOST:PORT", "seconds": S}: close it, and neither '
+    "dial nor accept it for S seconds (until released without seconds)",
+    "/peers/release": 'POST {"address": "HOST:PORT"}: end its hold',
+    "/offline": 'POST {"offline": true|false}: close every connection and accept and dial '
+    "none, or come back",
+    "/inject": 'POST {"type": "ping|query", "ttl": N, "text": "..."}: send our own ping or '
+    "query to the neighbours; its GUID",
     "/log-level": 'POST {"level": "debug|info|warning|error"}: change the log level',
     "/profiler": 'POST {"action": "start|stop"}: start or stop the profiler',
 }
@@ -58,6 +70,31 @@ async def handle_control(control: RouterControl, path: str, body: bytes) -> dict
         return {"connected": True, "connection": connection}
     if path == "/peers/drop":
         return {"dropped": _drop(control, request)}
+    if path == "/peers/hold":
+        host, port = _address(request)
+        seconds = _seconds(request)
+        try:
+            closed = control.hold_peer(host, port, seconds)
+        except ValueError as exc:
+            raise ControlError(400, f"seconds: {exc}") from None
+        return {"held": f"{host}:{port}", "closed": closed, "seconds": _finite(seconds)}
+    if path == "/peers/release":
+        host, port = _address(request)
+        return {"released": control.release_peer(host, port)}
+    if path == "/offline":
+        offline = request.get("offline")
+        if not isinstance(offline, bool):
+            raise ControlError(400, "offline: expected true or false")
+        return {"offline": offline, "closed": control.set_offline(offline)}
+    if path == "/inject":
+        message = _message(request, control.config.network.max_ttl)
+        sent = control.inject(message)
+        return {
+            "guid": message.guid.hex(),
+            "type": "ping" if isinstance(message.payload, Ping) else "query",
+            "ttl": message.ttl,
+            "sent_to": sent,
+        }
     if path == "/log-level":
         level = request.get("level")
         if not isinstance(level, str) or level.lower() not in LOG_LEVELS:
@@ -111,3 +148,42 @@ def _drop(control: RouterControl, request: dict[str, Any]) -> int:
     if not control.drop_peer(connection):
         raise ControlError(404, f"no open connection {connection}")
     return connection
+
+
+MAX_QUERY_TEXT = 200
+"""Longest query text ``/inject`` takes, in characters."""
+
+
+def _seconds(request: dict[str, Any]) -> float:
+    seconds = request.get("seconds")
+    if seconds is None:
+        return math.inf
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float):
+        raise ControlError(400, "seconds: expected a number of seconds")
+    return float(seconds)
+
+
+def _finite(seconds: float) -> float | None:
+    return seconds if math.isfinite(seconds) else None
+
+
+def _message(request: dict[str, Any], max_ttl: int) -> Message:
+    """The ping or query an ``/inject`` body asks for, with a fresh GUID."""
+    kind = request.get("type", "query")
+    ttl = request.get("ttl", max_ttl)
+    if isinstance(ttl, bool) or not isinstance(ttl, int) or not 1 <= ttl <= max_ttl:
+        raise ControlError(
+            400, f"ttl: expected a whole number from 1 to {max_ttl} (network.max_ttl)"
+        )
+    if kind == "ping":
+        if "text" in request:
+            raise ControlError(400, "text: a ping carries none")
+        return Message(random_guid(), ttl, 0, Ping())
+    if kind != "query":
+        raise ControlError(400, 'type: expected "ping" or "query"')
+    text = request.get("text")
+    if not isinstance(text, str) or not 0 < len(text) <= MAX_QUERY_TEXT or "\0" in text:
+        raise ControlError(
+            400, f"text: expected 1 to {MAX_QUERY_TEXT} characters (no NUL) for a query"
+        )
+    return Message(random_guid(), ttl, 0, Query(text.encode()))

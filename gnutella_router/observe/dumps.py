@@ -49,6 +49,7 @@ import trio
 from gnutella_router import __version__
 from gnutella_router.config import config_as_dict
 from gnutella_router.net.connection import Connection, format_address
+from gnutella_router.net.connection_table import ConnectionTable
 from gnutella_router.net.route_table import (
     RouteEntry,
     RouteSnapshot,
@@ -57,7 +58,6 @@ from gnutella_router.net.route_table import (
 )
 from gnutella_router.observe.view import RouterView
 from gnutella_router.stages.replies import LOCAL
-from gnutella_router.stages.server import ConnectionTable
 from protocol.constants import message_type_name
 from protocol.qrp import QrpReceiver, qrp_hashcode, query_words
 

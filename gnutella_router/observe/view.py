@@ -24,6 +24,7 @@ from gnutella_router.runtime.stage import StageRegistry
 from gnutella_router.stages.catcher import GnutellaCatcher
 from gnutella_router.stages.router import GnutellaRouter
 from gnutella_router.stages.server import GnutellaServer
+from protocol.messages import Message
 
 __all__ = ["ProfileSource", "RouterControl", "RouterView"]
 
@@ -95,6 +96,25 @@ class RouterControl(RouterView, Protocol):
 
     def drop_peer(self, connection_id: int) -> bool:
         """Close a connection with Bye; False when there is no such open connection."""
+        ...
+
+    def hold_peer(self, host: str, port: int, seconds: float = ...) -> int:
+        """Close the connections to the peer listening there and neither dial nor
+        accept it for ``seconds`` (until released by default); how many were closed."""
+        ...
+
+    def release_peer(self, host: str, port: int) -> bool:
+        """End a hold; whether there was one."""
+        ...
+
+    def set_offline(self, offline: bool) -> int:
+        """Go offline (close everything, accept and dial nothing) or back online; how
+        many connections were closed."""
+        ...
+
+    def inject(self, message: Message) -> int:
+        """Send a ping or query of the operator's to the neighbours as our own; how many
+        it was sent to."""
         ...
 
     def set_log_level(self, level: str) -> None: ...

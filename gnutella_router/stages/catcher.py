@@ -263,7 +263,10 @@ class GnutellaCatcher:
         return addresses
 
     def _excluded(self) -> set[tuple[str, int]]:
+        """Hosts not to dial: ourselves, our peers, those being dialled, and those the
+        operator holds down (:mod:`gnutella_router.control.holds`)."""
         excluded = self.server.connections.addresses() | self._dialing
+        excluded |= self.server.holds.addresses(trio.current_time())
         excluded.add(self.server.advertised_address())
         excluded.update(self.server.listen_addresses)
         return excluded
@@ -298,7 +301,7 @@ class GnutellaCatcher:
                 - len(self._dialing)
             )
             self._ping_neighbours(missing > 0, trio.current_time())
-            if missing > 0:
+            if missing > 0 and not self.server.holds.offline:
                 now = trio.current_time()
                 candidates = self.hosts.candidates(now, exclude=self._excluded(), limit=missing)
                 if len(candidates) < missing and self.settings.gwebcache:

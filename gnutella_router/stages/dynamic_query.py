@@ -46,13 +46,12 @@ from __future__ import annotations
 import collections
 import dataclasses
 import enum
-from collections.abc import Callable
 
-from gnutella_router.stages.link import Link
+from gnutella_router.stages.link import Link, Outbox
 from gnutella_router.stages.query_routing import QueryRouting
 from protocol.codec import encode_message
 from protocol.constants import GUID_SIZE, MessageType
-from protocol.header import HOPS_OFFSET, TTL_OFFSET, with_ttl
+from protocol.header import TTL_OFFSET, with_ttl
 from protocol.vendor import QUERY_STATUS_REQUEST, STOP_QUERY, query_status_request
 
 QUERY = MessageType.QUERY
@@ -166,15 +165,13 @@ class DynamicQuerying:
 
     def __init__(
         self,
-        links: Callable[[], tuple[Link, ...]],
-        link_by_id: Callable[[int], Link | None],
+        outbox: Outbox,
         routing: QueryRouting,
         forwarded: list[int],
         limit: int = MAX_DYNAMIC_QUERIES,
         per_leaf: int = MAX_DYNAMIC_QUERIES_PER_LEAF,
     ) -> None:
-        self._links = links
-        self._link_by_id = link_by_id
+        self._outbox = outbox
         self._routing = routing
         self._forwarded = forwarded
         """The router's per-type forwarded counters, which these copies add to."""
@@ -191,11 +188,12 @@ class DynamicQuerying:
         """A leaf's query (``data`` as forwarded): to the other leaves it matches now,
         then its first step; or why it goes no further (:data:`TOO_MANY`,
         :data:`TOO_MANY_FROM_LEAF`)."""
-        for link in self._links():
+        outbox = self._outbox
+        for link in outbox.links():
             if link.capabilities.ultrapeer is False and link is not leaf and not link.closing:
                 copies, _ = self._routing.for_leaf(link.id, [data])
                 for copy in copies:
-                    self._forwarded[QUERY] += link.send(copy, QUERY, copy[HOPS_OFFSET], now)
+                    self._forwarded[QUERY] += outbox.offer(link.id, copy, now)
         if len(self.queries) >= self.limit:
             return TOO_MANY
         if self._by_leaf[leaf.id] >= self.per_leaf:
@@ -210,7 +208,7 @@ class DynamicQuerying:
         """Every query's next step, if due; the queries of leaves that left end."""
         ultrapeers = self._ultrapeers()
         for query in list(self.queries.values()):
-            leaf = self._link_by_id(query.leaf)
+            leaf = self._outbox.link(query.leaf)
             if leaf is None or leaf.closing:
                 self._end(query, Outcome.LEAF_GONE)
             else:
@@ -239,7 +237,7 @@ class DynamicQuerying:
     def _ultrapeers(self) -> list[int]:
         return [
             link.id
-            for link in self._links()
+            for link in self._outbox.links()
             if link.capabilities.ultrapeer is not False and not link.closing
         ]
 
@@ -254,24 +252,26 @@ class DynamicQuerying:
         for link_id in chosen:
             if self._send(link_id, with_ttl(query.data, ttl), now):
                 self.counts["copies"] += 1
-        leaf = self._link_by_id(query.leaf)
+        outbox = self._outbox
+        leaf = outbox.link(query.leaf)
         if leaf is not None and leaf.understands(QUERY_STATUS_REQUEST):
             # Ask how many results it kept: its answer guides the next step.
-            if leaf.send(encode_message(query_status_request(query.guid)), VENDOR, 0, now):
+            if outbox.offer(leaf.id, encode_message(query_status_request(query.guid)), now):
                 self.counts["status-requests"] += 1
-            leaf.flush()
+            outbox.write(leaf.id)
 
     def _send(self, link_id: int, copy: bytes, now: float) -> bool:
-        link = self._link_by_id(link_id)
+        outbox = self._outbox
+        link = outbox.link(link_id)
         if link is None:
             return False
         if copy[TTL_OFFSET] > link.capabilities.max_ttl:
             copy = with_ttl(copy, link.capabilities.max_ttl)
         if copy[TTL_OFFSET] == 1 and not self._routing.for_last_hop(link_id, [copy])[0]:
             return False  # its last-hop table says its leaves have nothing for it
-        sent = link.send(copy, QUERY, copy[HOPS_OFFSET], now)
+        sent = outbox.offer(link_id, copy, now)
         self._forwarded[QUERY] += sent
-        link.flush()
+        outbox.write(link_id)
         return sent
 
     def _end(self, query: DynamicQuery, outcome: Outcome) -> None:

@@ -51,7 +51,7 @@ from mypy_extensions import i64
 from gnutella_router.config.sections import RouterConfig
 from gnutella_router.control.query_rate import QueryRate
 from gnutella_router.net.route_table import RouteTable
-from gnutella_router.stages.link import Link
+from gnutella_router.stages.link import Link, Outbox
 from gnutella_router.stages.pongs import CachedAnswers, OwnPong
 from gnutella_router.stages.rules import (
     NO_COPY,
@@ -74,6 +74,7 @@ from protocol.header import HEADER_STRUCT, TTL_OFFSET, TYPE_OFFSET
 PING: Final = 0x00
 PONG: Final = 0x01
 QUERY: Final = 0x80
+QUERY_HIT: Final = 0x81
 
 _pack_header: Final = HEADER_STRUCT.pack
 _NO_GUID: Final = bytes(16)
@@ -177,10 +178,6 @@ class RunOwner(Protocol):
         """Whether any leaf is connected (queries at their last hop are kept for them)."""
         ...
 
-    def links(self) -> tuple[Link, ...]:
-        """The connected links (cached answers name our neighbours)."""
-        ...
-
     def route_single(self, link: Link, frame: Frame, now: float) -> None:
         """Handle a frame that ends a stretch (see the module)."""
         ...
@@ -204,6 +201,14 @@ class RunOwner(Protocol):
 
     def drop_closing(self, frames: list[Frame]) -> None:
         """Count frames whose link closed before they were routed."""
+        ...
+
+
+class RepliesRouter(Protocol):
+    """Routes a run of pongs and query hits back (:class:`.reply_runs.ReplyRun`)."""
+
+    def route(self, link: Link, frames: list[Frame], start: int, now: float) -> int:
+        """Route the replies from ``start``; where their run ends."""
         ...
 
 
@@ -264,6 +269,9 @@ class RunRouter:
         self,
         *,
         owner: RunOwner,
+        outbox: Outbox,
+        replies: RepliesRouter,
+        copies: Copies,
         ping_routes: RouteTable,
         query_routes: RouteTable,
         own_pong: OwnPong,
@@ -273,6 +281,9 @@ class RunRouter:
         query_rate: QueryRate,
     ) -> None:
         self.owner = owner
+        self.outbox = outbox
+        self.replies = replies
+        """Routes the runs of pongs and query hits."""
         self.query_rate = query_rate
         self.ping_routes = ping_routes
         self.query_routes = query_routes
@@ -280,7 +291,7 @@ class RunRouter:
         self.cached_answers = cached_answers
         self.received = received
         self.generated = generated
-        self.copies = Copies()
+        self.copies = copies
         self.stretches = 0
         """Stretches routed in bulk (for tests and profiles)."""
         self.accepted_queries = 0
@@ -300,9 +311,12 @@ class RunRouter:
             end = self._stretch(link, frames, start, now)
             if end == start:
                 frame = frames[start]
-                received[frame.payload_type] += 1
-                owner.route_single(link, frame, now)
-                end = start + 1
+                if frame.payload_type == PONG or frame.payload_type == QUERY_HIT:
+                    end = self.replies.route(link, frames, start, now)
+                else:
+                    received[frame.payload_type] += 1
+                    owner.route_single(link, frame, now)
+                    end = start + 1
             start = end
 
     def _stretch(self, link: Link, frames: list[Frame], start: int, now: float) -> int:
@@ -475,13 +489,15 @@ class RunRouter:
         ]
         generated = self.generated
         answers_due = from_cache and self.cached_answers.would_be_due(link.id, now)
-        if not answers_due and link.send_all(pongs, len(pongs) * len(pongs[0]), now):
+        outbox = self.outbox
+        link_id = link.id
+        if not answers_due and outbox.offer_whole(link_id, pongs, len(pongs) * len(pongs[0])):
             generated[PONG] += len(pongs)
             return -1
         flow_controlled = link.flow_controlled
-        send = link.send
+        offer = outbox.offer
         for k in range(first, last):
-            if send(pongs[k - first], PONG, 0, now):
+            if offer(link_id, pongs[k - first], now):
                 generated[PONG] += 1
             if answers_due and details[k] >> 4 > 1:
                 answers_due = not self._cached_answers(link, guids[k], details[k] & 0x0F, now)
@@ -491,7 +507,7 @@ class RunRouter:
 
     def _cached_answers(self, link: Link, guid: bytes, hops: int, now: float) -> bool:
         """Cached pongs for a caching peer's ping, if due (then True)."""
-        links = self.owner.links()
+        links = self.outbox.links()
         cached = self.cached_answers
         if not cached.due(link.id, now, links):
             return False
@@ -499,7 +515,7 @@ class RunRouter:
         copies_of = self.copies
         for payload, cached_hops in cached.answers(link, now, links):
             answer = copies_of.copy(guid, PONG, hops + 1, cached_hops + 1, payload)
-            if link.send(answer, PONG, cached_hops + 1, now):
+            if self.outbox.offer(link.id, answer, now):
                 generated[PONG] += 1
         return True
 

@@ -1,19 +1,23 @@
-"""What the router stage needs of a peer connection, and nothing more: a :class:`Link`.
+"""What the router stage needs of its peers, and nothing more: a :class:`Link` for each,
+and one :class:`Outbox` for everything it sends.
 
-The router decides where messages go; a link carries them. The router hands a link one
-encoded message (:meth:`Link.send`) or a batch's broadcasts (:meth:`Link.send_batch`),
-and the link's outgoing queue gives its verdict at once; the link acts on that verdict
-itself (a peer too slow to keep up is closed by its own link, with the right Bye), and
-only tells the router what was not queued, so the router can count it. Frames arrive
-carrying their link's id (:attr:`protocol.framing.Frame.source`), never the link itself.
+The router decides where messages go; it reads each peer through its :class:`Link`
+(what it announced, whether it is closing or flow-controlled, its Hops Flow) and tells
+the link what it saw of the peer (offences, Bye, vendor messages, frames done). It sends
+only through the outbox: it offers a peer (named by its link id) encoded messages and
+gets the queue's verdict back at once; the peer's too-slow verdicts are acted on behind
+the outbox, which also decides when each peer's queue is written (the end of a batch)
+and deflates them. Frames arrive carrying their link's id
+(:attr:`protocol.framing.Frame.source`), never the link itself.
 
-:class:`gnutella_router.net.connection.Connection` is the link of a TCP peer; the
-router's unit tests drive it with fake links that queue into a real sans-IO outgoing
-queue.
+:class:`gnutella_router.net.connection.Connection` is the link of a TCP peer and
+:class:`gnutella_router.net.outbox.Outbox` the outbox; the router's unit tests use the
+same outbox over fake links that queue into a real sans-IO outgoing queue.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Protocol
 
 from gnutella_router.control.abuse import Offence
@@ -57,42 +61,6 @@ class Link(Protocol):
         (its Hops Flow vendor message; 255 until it sends one)."""
         ...
 
-    def send(self, data: bytes, message_type: int, hops: int, now: float) -> bool:
-        """Queue one encoded message; never waits. False when it was not queued.
-        Nothing is written before :meth:`flush`."""
-        ...
-
-    def send_batch(self, datas: list[bytes], total_bytes: int, now: float) -> list[bytes]:
-        """Queue a batch of encoded messages (their type and hops read from their
-        headers); never waits. Returns the ones that were not queued. Nothing is
-        written before :meth:`flush`."""
-        ...
-
-    def send_all(self, datas: list[bytes], total_bytes: int, now: float) -> bool:
-        """Queue all of ``datas`` if the outgoing queue takes them without a decision
-        of its policy (room for all, nothing to drop or evict, no verdict); otherwise
-        queue none and answer False, and the caller offers them one by one."""
-        ...
-
-    def flush(self) -> None:
-        """Start writing what was queued. The router calls it on every link once per
-        batch (except one whose writes may wait for the next, see
-        :meth:`may_defer_flush`), and after each message it originates outside a batch."""
-        ...
-
-    def may_defer_flush(self, upcoming: int) -> bool:
-        """Whether what is queued may wait for the router's next batch, which will
-        queue at most ``upcoming`` more messages here, before being written: true only
-        when that cannot change a verdict of the link's outgoing-queue policy."""
-        ...
-
-    @property
-    def writer_busy(self) -> bool:
-        """Whether the link's writer has work the socket has not taken yet (the rest of
-        a write, or a deflate under way): it needs the scheduler before the router
-        queues another batch here."""
-        ...
-
     def frames_done(self, count: int) -> None:
         """The router has finished with ``count`` more of this link's frames (routed,
         dropped or shed): a link whose peer hung up closes once all are done."""
@@ -125,4 +93,46 @@ class Link(Protocol):
 
     def close(self, reason: str, *, bye_code: int | None = None) -> None:
         """End the link, with a Bye of ``bye_code`` if the peer understands Byes."""
+        ...
+
+
+class Outbox(Protocol):
+    """The router's one way out (see :mod:`gnutella_router.net.outbox`)."""
+
+    def links(self) -> Sequence[Link]:
+        """The live peers, a snapshot safe to iterate while offering."""
+        ...
+
+    def link(self, link_id: int) -> Link | None:
+        """The live peer of ``link_id``; None once it has gone."""
+        ...
+
+    def offer(self, link_id: int, data: bytes, now: float) -> bool:
+        """Offer one encoded message; never waits or writes. False when not queued."""
+        ...
+
+    def offer_many(
+        self, link_id: int, datas: list[bytes], total_bytes: int, now: float
+    ) -> list[bytes]:
+        """Offer several; returns those that were not queued."""
+        ...
+
+    def offer_whole(self, link_id: int, datas: list[bytes], total_bytes: int) -> bool:
+        """Queue all if the queue takes them without a decision of its policy; else
+        none (False), and the caller offers them one by one."""
+        ...
+
+    def write(self, link_id: int) -> None:
+        """Write one peer's queue now (a message made outside a batch)."""
+        ...
+
+    def end_batch(self, upcoming: int = 0) -> None:
+        """A batch is done: write every peer's queue (``upcoming``: the most the next
+        batch, already queued, may offer one peer; a peer that can take that may wait
+        for it, once)."""
+        ...
+
+    @property
+    def idle(self) -> bool:
+        """Whether no writer has work left from the last batch."""
         ...

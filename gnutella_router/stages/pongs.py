@@ -16,7 +16,7 @@ a TTL 2 ping.
 from __future__ import annotations
 
 import collections
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from gnutella_router import __version__
 from gnutella_router.stages.link import Link
@@ -124,7 +124,7 @@ class CachedAnswers:
         router answers a run's pings in bulk unless a cached answer falls among them."""
         return now - self._answered.get(link_id, -1e9) >= CACHE_ANSWER_INTERVAL
 
-    def due(self, link_id: int, now: float, links: tuple[Link, ...]) -> bool:
+    def due(self, link_id: int, now: float, links: Sequence[Link]) -> bool:
         """Whether a link's ping may be answered from the cache now (then noted)."""
         if not self.would_be_due(link_id, now):
             return False
@@ -135,7 +135,7 @@ class CachedAnswers:
             self._answered = {k: t for k, t in answered.items() if k in alive}
         return True
 
-    def answers(self, asker: Link, now: float, links: tuple[Link, ...]) -> list[tuple[bytes, int]]:
+    def answers(self, asker: Link, now: float, links: Sequence[Link]) -> list[tuple[bytes, int]]:
         """Up to ``per_ping`` (payload, hops) pairs: cached pongs first, then our
         neighbours'. The cache only holds pongs that crossed this router, which is
         nothing on a young network; where our neighbours listen is always worth telling.

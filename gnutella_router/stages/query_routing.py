@@ -37,12 +37,12 @@ clock or a socket; the router hands in links, times and the messages to apply.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 
 import structlog
 
 from gnutella_router.control.abuse import Offence
-from gnutella_router.stages.link import Link
+from gnutella_router.stages.link import Link, Outbox
 from protocol.codec import encode_message
 from protocol.constants import MessageType
 from protocol.header import TTL_OFFSET, TYPE_OFFSET, with_ttl
@@ -52,6 +52,7 @@ from protocol.qrp import (
     QrpError,
     QrpReceiver,
     QrpTable,
+    TableIndex,
     TableUnion,
     qrp_hashcode,
     query_words,
@@ -91,6 +92,11 @@ class QueryRouting:
         """Per ultrapeer link: which generation of our leaves' table it has, and when."""
         self._hashcodes: dict[bytes, list[int]] = {}
         """The batch's queries' words, hashed."""
+        self._leaf_index = TableIndex()
+        """The leaves' tables, asked all at once per query (:class:`TableIndex`)."""
+        self._for_leaves: tuple[list[bytes], dict[int, list[bytes]], int] | None = None
+        """For the batch's broadcast list (compared by identity): what each leaf's bit
+        gets of it, and how many queries it holds."""
 
     def receiver(self, link_id: int) -> QrpReceiver | None:
         """A link's QRP receiver (its table, how many it sent), for dumps."""
@@ -117,6 +123,7 @@ class QueryRouting:
         except QrpError as exc:
             del receivers[link.id]
             self._union.discard(link.id)  # its table is gone from our leaves' union
+            self._leaf_index.discard(link.id)
             self.log.info("bad qrp sequence", conn=link.id, leaf=leaf, reason=exc.reason)
             link.offended(Offence.QRP_INVALID, now)  # kicks, by default
             if not link.closing:
@@ -133,6 +140,7 @@ class QueryRouting:
             assert table is not None
             if leaf:
                 self._union.put(link.id, table)
+                self._leaf_index.put(link.id, table)
             self.log.debug(
                 "qrp table", conn=link.id, leaf=leaf, slots=table.slots, filled=table.filled
             )
@@ -145,6 +153,7 @@ class QueryRouting:
         if len(kept) < len(self.leaves):
             for gone in self.leaves.keys() - kept.keys():
                 self._union.discard(gone)
+                self._leaf_index.discard(gone)
             self.leaves = kept
         self.ultrapeers = {i: r for i, r in self.ultrapeers.items() if alive(i)}
         self._sent = {i: sent for i, sent in self._sent.items() if alive(i)}
@@ -157,22 +166,47 @@ class QueryRouting:
             codes = self._hashcodes[data] = qrp_hashcodes(data)
         return codes
 
-    def for_leaf(self, link_id: int, datas: Iterable[bytes]) -> tuple[list[bytes], int]:
+    def for_leaf(self, link_id: int, datas: list[bytes]) -> tuple[list[bytes], int]:
         """The queries of ``datas`` a leaf's table matches (a copy at its last hop, TTL
         0 here, goes with TTL 1), and how many it did not; never pings, which leaves do
-        not take from their ultrapeer."""
-        receiver = self.leaves.get(link_id)
-        table = receiver.table if receiver is not None else None
-        kept = []
-        missed = 0
+        not take from their ultrapeer.
+
+        The router asks this for every leaf, most often with the same list (a batch's
+        broadcasts): the first asking sorts that list's queries out to every leaf at
+        once, each query asked of all the tables in one pass
+        (:meth:`TableIndex.matching`), and the other leaves find their share made.
+        """
+        bit = self._leaf_index.bit(link_id)
+        made = self._for_leaves
+        if made is None or made[0] is not datas:
+            made = self._for_leaves = (datas, *self._sorted_out(datas))
+        _, shares, queries = made
+        kept = shares.get(bit, []) if bit else []
+        return kept, queries - len(kept)
+
+    def _sorted_out(self, datas: list[bytes]) -> tuple[dict[int, list[bytes]], int]:
+        """Each leaf's share of ``datas`` (by its bit), and how many queries it holds."""
+        shares: dict[int, list[bytes]] = {}
+        queries = 0
+        matching = self._leaf_index.matching
+        codes = self._codes
         for data in datas:
             if data[TYPE_OFFSET] != QUERY:
                 continue
-            if table is not None and table.matches_hashcodes(self._codes(data)):
-                kept.append(data if data[TTL_OFFSET] else with_ttl(data, 1))
-            else:
-                missed += 1
-        return kept, missed
+            queries += 1
+            members = matching(codes(data))
+            if not members:
+                continue
+            copy = data if data[TTL_OFFSET] else with_ttl(data, 1)
+            while members:
+                lowest = members & -members
+                members ^= lowest
+                share = shares.get(lowest)
+                if share is None:
+                    shares[lowest] = [copy]
+                else:
+                    share.append(copy)
+        return shares, queries
 
     def for_last_hop(self, link_id: int, datas: list[bytes]) -> tuple[list[bytes], int]:
         """``datas`` less the queries at an ultrapeer's last hop (TTL 1) that its table
@@ -193,6 +227,7 @@ class QueryRouting:
     def end_batch(self) -> None:
         if self._hashcodes:
             self._hashcodes = {}
+        self._for_leaves = None
 
     def last_hop_sent(self, link_id: int) -> tuple[bool, float] | None:
         """Whether an ultrapeer has our leaves' table as it is now, and when it was last
@@ -221,13 +256,13 @@ class QueryRouting:
             self._encoded = (generation, messages)
         return self._encoded
 
-    def send_tables(self, links: Iterable[Link], now: float) -> int:
+    def send_tables(self, outbox: Outbox, now: float) -> int:
         """Our leaves' table to every ultrapeer that takes last-hop tables and is due
         one; how many messages were queued."""
         self.prune()
         generation = self._union.generation
         queued = 0
-        for link in links:
+        for link in outbox.links():
             capabilities = link.capabilities
             if link.closing or capabilities.ultrapeer is False:
                 continue
@@ -237,8 +272,8 @@ class QueryRouting:
             if had == generation or now - sent_at < LAST_HOP_TABLE_INTERVAL:
                 continue
             for data in self._leaves_table_messages()[1]:
-                queued += link.send(data, MessageType.QRP, 0, now)
-            link.flush()
+                queued += outbox.offer(link.id, data, now)
+            outbox.write(link.id)
             self._sent[link.id] = (generation, now)
         return queued
 

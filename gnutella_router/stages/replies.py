@@ -16,10 +16,10 @@ from collections.abc import Callable
 
 from gnutella_router.control.abuse import LARGE_HIT, Offence, in_networks
 from gnutella_router.discovery.ranges import NON_PUBLIC_REASONS, classify_address
-from gnutella_router.net.route_table import RouteTable, SeenTable
+from gnutella_router.net.route_table import OWN, RouteTable, SeenTable
 from gnutella_router.stages import vendor_messages
 from gnutella_router.stages.dynamic_query import DynamicQuerying
-from gnutella_router.stages.link import Link
+from gnutella_router.stages.link import Link, Outbox
 from gnutella_router.stages.pongs import PongCache
 from gnutella_router.stages.query_routing import QueryRouting
 from gnutella_router.stages.rules import DROP_REASONS, MALFORMED, OFFENCES, OK, ttl_verdict
@@ -36,7 +36,7 @@ PUSH = MessageType.PUSH
 QUERY_HIT = MessageType.QUERY_HIT
 VENDOR = MessageType.VENDOR
 QRP = MessageType.QRP
-LOCAL = 0
+LOCAL = OWN
 """The route of a message this router originated (connection ids start at 1)."""
 
 HostLearned = Callable[[str, int, str, int], None]
@@ -74,8 +74,7 @@ class ReplyRouting:
     forwarded: list[int]
     consumed: list[int]
     dropped: collections.Counter[tuple[str, int]]
-    _connections: Callable[[], tuple[Link, ...]]
-    _connection_by_id: Callable[[int], Link | None]
+    outbox: Outbox
     _copy: Callable[[bytes, int, int, int, bytes], bytes]
 
     def refuse(self, link: Link, frame: Frame, verdict: int, now: float) -> None:
@@ -93,13 +92,15 @@ class ReplyRouting:
             return False
         return True
 
-    def _forward_reply(self, route_id: int, frame: Frame, now: float) -> None:
-        """Send a pong, query hit or push one hop further along its recorded path."""
+    def forward_reply(self, route_id: int, frame: Frame, now: float) -> None:
+        """Send a pong, query hit or push one hop further along its recorded path, alone
+        (the reply run's way when a destination's queue must decide message by message,
+        see :mod:`.reply_runs`)."""
         message_type = frame.payload_type
         if route_id == LOCAL:
             self.consumed[message_type] += 1
             return
-        route = self._connection_by_id(route_id)
+        route = self.outbox.link(route_id)
         if route is None or route.closing:
             self.dropped["route-closed", message_type] += 1
             return
@@ -108,18 +109,19 @@ class ReplyRouting:
             self.dropped["ttl-expired", message_type] += 1
             return
         data = self._copy(frame.guid, message_type, ttl, frame.hops + 1, frame.payload)
-        if route.send(data, message_type, frame.hops + 1, now):
+        if self.outbox.offer(route_id, data, now):
             self.forwarded[message_type] += 1
         else:
             self.dropped["outgoing-queue", message_type] += 1
 
-    def _on_pong(self, connection: Link, frame: Frame, now: float) -> None:
-        if not self._ttl_ok(connection, frame, now):
-            return
+    def pong_seen(self, connection: Link, frame: Frame, now: float) -> bool:
+        """What a pong tells us, before it is routed back: its host goes into the pong
+        cache (unless its address may not be handed out) and, if news, to the catcher.
+        False when its payload is malformed (counted, and the sender's offence)."""
         address = self.pong_addresses.read(frame.payload)
         if address is None:
-            self._malformed(connection, frame, now)
-            return
+            self.malformed(connection, frame, now)
+            return False
         ip, port = address
         if port:
             problem = self._uncacheable(ip)
@@ -130,13 +132,35 @@ class ReplyRouting:
                 self.pongs_not_cached[problem] += 1
             if self.on_host_learned is not None and self._news(ip, port, now):
                 self.on_host_learned(ip, port, "pong", connection.id)
-        route = self.ping_routes.lookup(frame.guid, now)
-        if route is None:
-            self.dropped["no-route", PONG] += 1
-            connection.offended(Offence.UNROUTABLE, now)
+        return True
+
+    def pong_without_route(self, connection: Link, frame: Frame, now: float) -> None:
+        """A pong for no ping we routed: dropped, and the sender's offence."""
+        self.dropped["no-route", PONG] += 1
+        connection.offended(Offence.UNROUTABLE, now)
+
+    def hit_without_route(self, connection: Link, frame: Frame, now: float) -> None:
+        """A query hit for no query we routed: dropped, and the sender's offence: a
+        large one at once (too costly to parse for a verdict), any other parsed whole,
+        so that garbage sent as hits is the offence it is, not a lost route."""
+        payload = frame.payload
+        if len(payload) > LARGE_HIT:
+            self.dropped["no-route", QUERY_HIT] += 1
+            connection.offended(Offence.UNROUTABLE_LARGE, now)
             return
-        self.ping_routes.note_hit(frame.guid)
-        self._forward_reply(route, frame, now)
+        try:
+            parse_payload(QUERY_HIT, payload)
+        except MalformedPayloadError:
+            self.malformed(connection, frame, now)
+            return
+        self.dropped["no-route", QUERY_HIT] += 1
+        connection.offended(Offence.UNROUTABLE, now)
+
+    def dynamic_hit(self, guid: bytes, route: int, results: int) -> None:
+        """A hit for ``guid`` going back on ``route``: dynamic querying counts it if it
+        is one of a leaf's queries under way."""
+        if self.dynamic.queries:
+            self.dynamic.note_hit(guid, route, results)
 
     def _uncacheable(self, ip: str) -> str | None:
         """Why pongs naming ``ip`` may not be handed out again (None: they may).
@@ -171,43 +195,12 @@ class ReplyRouting:
         told[key] = now
         return True
 
-    def _on_query_hit(self, connection: Link, frame: Frame, now: float) -> None:
-        if not self._ttl_ok(connection, frame, now):
-            return
-        payload = frame.payload
-        if len(payload) < 11 + GUID_SIZE:
-            self._malformed(connection, frame, now)
-            return
-        self.push_routes.refresh(payload[-GUID_SIZE:], connection.id, now)
-        route = self.query_routes.lookup(frame.guid, now)
-        if route is not None and self.dynamic.queries:
-            self.dynamic.note_hit(frame.guid, route, payload[0])  # its result count
-        if route is None:
-            if len(payload) > LARGE_HIT:
-                # Too costly to parse for a verdict: a large hit nobody asked for is
-                # an offence of its own.
-                self.dropped["no-route", QUERY_HIT] += 1
-                connection.offended(Offence.UNROUTABLE_LARGE, now)
-                return
-            # Only a hit we drop is parsed whole (routed ones are passed on untouched):
-            # garbage sent as hits is then the offence it is, not a lost route.
-            try:
-                parse_payload(QUERY_HIT, payload)
-            except MalformedPayloadError:
-                self._malformed(connection, frame, now)
-                return
-            self.dropped["no-route", QUERY_HIT] += 1
-            connection.offended(Offence.UNROUTABLE, now)
-            return
-        self.query_routes.note_hit(frame.guid)
-        self._forward_reply(route, frame, now)
-
     def _on_push(self, connection: Link, frame: Frame, now: float) -> None:
         if not self._ttl_ok(connection, frame, now):
             return
         payload = frame.payload
         if len(payload) < 26:
-            self._malformed(connection, frame, now)
+            self.malformed(connection, frame, now)
             return
         if not self.push_seen.add(frame.guid, now):
             self.dropped["duplicate", PUSH] += 1
@@ -222,7 +215,7 @@ class ReplyRouting:
             connection.offended(Offence.UNROUTABLE, now)
             return
         self.push_routes.note_hit(servent)
-        self._forward_reply(route, frame, now)
+        self.forward_reply(route, frame, now)
 
     def _on_bye(self, connection: Link, frame: Frame, now: float) -> None:
         if frame.hops != 0 or frame.ttl > 1:
@@ -248,7 +241,7 @@ class ReplyRouting:
         message = self._parsed(connection, frame, now)
         if not isinstance(message, QrpReset | QrpPatch):
             return
-        if self.query_routing.receive(connection, message, len(self._connections()), now):
+        if self.query_routing.receive(connection, message, len(self.outbox.links()), now):
             self.consumed[QRP] += 1
         else:  # begun too soon after the peer's last table, or a patch of such a table
             self.dropped["qrp-too-soon", QRP] += 1
@@ -264,7 +257,7 @@ class ReplyRouting:
             else:
                 vendor_messages.handle(connection, message)
         except MalformedPayloadError:  # a body we act on that does not parse
-            self._malformed(connection, frame, now)
+            self.malformed(connection, frame, now)
             return
         self.consumed[VENDOR] += 1
 
@@ -273,10 +266,10 @@ class ReplyRouting:
         try:
             return parse_payload(frame.payload_type, frame.payload)
         except MalformedPayloadError:
-            self._malformed(connection, frame, now)
+            self.malformed(connection, frame, now)
             return None
 
-    def _malformed(self, connection: Link, frame: Frame, now: float) -> None:
+    def malformed(self, connection: Link, frame: Frame, now: float) -> None:
         self.refuse(connection, frame, MALFORMED, now)
 
     def _on_unknown(self, connection: Link, frame: Frame, now: float) -> None:

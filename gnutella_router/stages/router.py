@@ -60,21 +60,20 @@ from gnutella_router.stages.admission import admit
 from gnutella_router.stages.broadcasts import Broadcasts
 from gnutella_router.stages.destinations import DestinationFilter
 from gnutella_router.stages.dynamic_query import TICK_SECONDS, DynamicQuerying
-from gnutella_router.stages.flood import RunCopies, RunRouter, runs_of
-from gnutella_router.stages.link import Link
+from gnutella_router.stages.flood import Copies, RunCopies, RunRouter, runs_of
+from gnutella_router.stages.link import Link, Outbox
 from gnutella_router.stages.pongs import CachedAnswers, OwnPong, PongCache
 from gnutella_router.stages.query_routing import QueryRouting
 from gnutella_router.stages.replies import (
     BYE,
     LOCAL,
-    PONG,
     PUSH,
     QRP,
-    QUERY_HIT,
     VENDOR,
     HostLearned,
     ReplyRouting,
 )
+from gnutella_router.stages.reply_runs import ReplyRun
 from gnutella_router.stages.router_statistics import RouterStatistics
 from gnutella_router.stages.rules import SOURCE_OVER_RATE, ping_verdict, query_verdict
 from protocol.codec import encode_message
@@ -112,8 +111,7 @@ class GnutellaRouter(ReplyRouting):
         self,
         config: RouterConfig,
         *,
-        connections: Callable[[], tuple[Link, ...]],
-        connection_by_id: Callable[[int], Link | None],
+        outbox: Outbox,
         own_address: Callable[[], tuple[str, int]],
         own_guid: bytes,
         max_ttl: int,
@@ -121,17 +119,14 @@ class GnutellaRouter(ReplyRouting):
         allow_private: bool = True,
         on_host_learned: HostLearned | None = None,
         shedding: SheddingConfig | None = None,
-        flush_links: Callable[[Sequence[Link]], None] | None = None,
         trusted: Callable[[int], bool] | None = None,
         log: structlog.typing.FilteringBoundLogger | None = None,
         now: float = 0.0,
     ) -> None:
         self.config = config
-        self._flush_links = flush_links or _flush_each
-        """Starts the writes of a batch's links (the server's, which may deflate them
-        side by side; by default each link's own flush)."""
-        self._connections = connections
-        self._connection_by_id = connection_by_id
+        self.outbox = outbox
+        """The one way out: every message the router sends is offered here
+        (:class:`.link.Outbox`)."""
         self._own_address = own_address
         self.own_guid = own_guid
         self.max_ttl = max_ttl
@@ -194,28 +189,39 @@ class GnutellaRouter(ReplyRouting):
         if self.admission is not None:
             self.stage.response_observer = self._observe_response
         self._handlers: list[Callable[[Link, Frame, float], None]] = [self._on_unknown] * 256
-        self._handlers[PONG] = self._on_pong
         self._handlers[BYE] = self._on_bye
         self._handlers[PUSH] = self._on_push
-        self._handlers[QUERY_HIT] = self._on_query_hit
         for message_type in HOP_BY_HOP:
             self._handlers[message_type] = self._on_hop_by_hop
         self._handlers[VENDOR] = self._on_vendor
         self._handlers[QRP] = self._on_qrp
         self.query_routing = QueryRouting(
-            connection_by_id, self.log, table_interval=config.qrp_table_interval
+            outbox.link, self.log, table_interval=config.qrp_table_interval
         )
         self._destinations = DestinationFilter(self.query_routing, self.dropped, self.ttl_trimmed)
-        self.dynamic = DynamicQuerying(
-            connections, connection_by_id, self.query_routing, self.forwarded
-        )
+        self.dynamic = DynamicQuerying(outbox, self.query_routing, self.forwarded)
         self.query_rate = QueryRate(config.peer_query_rate, config.peer_query_burst, exempt=trusted)
         """Each untrusted peer's query rate (``trusted``: whether a link's peer is in
         the trusted networks, which are not limited)."""
         self._over_rate_said: dict[int, float] = {}
         self._over_rate_held: dict[int, int] = {}
+        copies = Copies()
         self._runs = RunRouter(
             owner=self,
+            outbox=outbox,
+            replies=ReplyRun(
+                owner=self,
+                outbox=outbox,
+                ping_routes=self.ping_routes,
+                query_routes=self.query_routes,
+                push_routes=self.push_routes,
+                copies=copies,
+                received=self.received,
+                forwarded=self.forwarded,
+                consumed=self.consumed,
+                dropped=self.dropped,
+            ),
+            copies=copies,
             ping_routes=self.ping_routes,
             query_routes=self.query_routes,
             own_pong=self.own_pong,
@@ -224,7 +230,7 @@ class GnutellaRouter(ReplyRouting):
             generated=self.generated,
             query_rate=self.query_rate,
         )
-        self._copy = self._runs.copies.copy
+        self._copy = copies.copy
         """The one encoder of what the router sends (copies, our pongs, replies passed
         on): kept header tails, see :class:`.flood.Copies`."""
 
@@ -248,7 +254,7 @@ class GnutellaRouter(ReplyRouting):
         now = trio.current_time()
         if self.query_delay:
             return await self._handle_delayed(batch, now)
-        by_id = self._connection_by_id
+        by_id = self.outbox.link
         route = self._runs.route
         for run in runs_of(batch):
             connection = by_id(run[0].source)
@@ -263,7 +269,7 @@ class GnutellaRouter(ReplyRouting):
     async def _handle_delayed(self, batch: list[Frame], now: float) -> int | None:
         """Route a batch a frame at a time, running the injected query delay after each
         query routed on (the paper's blocking work per query)."""
-        by_id = self._connection_by_id
+        by_id = self.outbox.link
         runs = self._runs
         for index, frame in enumerate(batch):
             connection = by_id(frame.source)
@@ -293,7 +299,7 @@ class GnutellaRouter(ReplyRouting):
         held, self._broadcasts = self._broadcasts, Broadcasts()
         await self.stage.run_blocking(time.sleep, self.query_delay)
         if held:
-            self._fan_out(held, self._connections(), trio.current_time())
+            self._fan_out(held, self.outbox.links(), trio.current_time())
         self._flush_broadcasts(trio.current_time())
 
     def _count_shed(self, reason: str, frame: Frame) -> None:
@@ -307,9 +313,6 @@ class GnutellaRouter(ReplyRouting):
 
     def has_leaves(self) -> bool:
         return bool(self.query_routing.leaves)
-
-    def links(self) -> tuple[Link, ...]:
-        return self._connections()
 
     def drop_closing(self, frames: list[Frame]) -> None:
         """Frames whose link is gone or closing: received, and dropped for it."""
@@ -354,8 +357,9 @@ class GnutellaRouter(ReplyRouting):
             return
         held.pop(link.id, None)
         self._over_rate_said[link.id] = now
-        if len(self._over_rate_said) > 64 + 2 * len(self._connections()):
-            alive = {c.id for c in self._connections()}
+        links = self.outbox.links()
+        if len(self._over_rate_said) > 64 + 2 * len(links):
+            alive = {c.id for c in links}
             self._over_rate_said = {k: t for k, t in self._over_rate_said.items() if k in alive}
             self._over_rate_held = {k: n for k, n in held.items() if k in alive}
         self.log.warning(
@@ -400,21 +404,17 @@ class GnutellaRouter(ReplyRouting):
         With ``next_batch_due`` (more events are queued, and the worker takes them as
         soon as this batch is done), a link whose queue can take a whole batch more
         without a policy decision is left unwritten: the next batch's write carries
-        both (:meth:`Link.may_defer_flush`). Under a flood that halves the writes; with
+        both (:meth:`.link.Outbox.end_batch`). Under a flood that halves the writes; with
         an empty queue, as at any load the router keeps up with, nothing waits.
         """
-        connections = self._connections()
         if self._broadcasts:
             taken, self._broadcasts = self._broadcasts, Broadcasts()
-            self._fan_out(taken, connections, now)
+            self._fan_out(taken, self.outbox.links(), now)
         self.query_routing.end_batch()
-        if next_batch_due:
-            upcoming = self.config.batch_size  # the largest batch the stage takes
-            self._flush_links([c for c in connections if not c.may_defer_flush(upcoming)])
-        else:
-            self._flush_links(connections)
+        # The largest batch the stage takes, when the next one is already queued.
+        self.outbox.end_batch(self.config.batch_size if next_batch_due else 0)
 
-    def _fan_out(self, broadcasts: Broadcasts, connections: tuple[Link, ...], now: float) -> None:
+    def _fan_out(self, broadcasts: Broadcasts, connections: Sequence[Link], now: float) -> None:
         """Every connection's share of ``broadcasts``, queued in one call each."""
         datas = broadcasts.datas
         senders = {source for source, _ in broadcasts.runs}
@@ -429,6 +429,7 @@ class GnutellaRouter(ReplyRouting):
             highest_ttl = 0
         forwarded = self.forwarded
         for_destination = self._destinations.apply
+        offer_many = self.outbox.offer_many
         for connection in connections:
             if connection.closing:
                 continue
@@ -446,21 +447,18 @@ class GnutellaRouter(ReplyRouting):
             )
             if out is not datas:
                 if out:
-                    refused = connection.send_batch(out, sum(map(len, out)), now)
+                    refused = offer_many(connection.id, out, sum(map(len, out)), now)
                     self._count_fanned_out(out, refused)
-            elif refused := connection.send_batch(datas, broadcasts.size, now):
+            elif refused := offer_many(connection.id, datas, broadcasts.size, now):
                 self._count_fanned_out(datas, refused)
             else:
                 forwarded[PING] += pings
                 forwarded[QUERY] += queries
 
     def _links_written(self) -> bool:
-        """Whether no link's writer has work left (every write of the batch went straight
-        to its socket, or waits for the next batch by :meth:`Link.may_defer_flush`): the
-        stage may then route its next batch before the other tasks run. A writer with
-        work must run first, or its peer's queue could grow by more than a batch between
-        two writes, and the slow-peer threshold is set on the promise that it does not."""
-        return not any(link.writer_busy for link in self._connections())
+        """Whether the stage may route its next batch before the other tasks run: no
+        writer has work left from this one (:attr:`.link.Outbox.idle`)."""
+        return self.outbox.idle
 
     # ------------------------------------------------------------------ dynamic querying
 
@@ -483,7 +481,7 @@ class GnutellaRouter(ReplyRouting):
             if now - tables_at >= 1.0:
                 tables_at = now
                 self.send_last_hop_tables(now)
-                links = self._connections()
+                links = self.outbox.links()
                 if len(self.query_rate) > 64 + 2 * len(links):
                     self.query_rate.forget({link.id for link in links})
 
@@ -500,7 +498,7 @@ class GnutellaRouter(ReplyRouting):
 
     def _observe_response(self, seconds: float, now: float, oldest: Frame) -> None:
         assert self.admission is not None
-        link = self._connection_by_id(oldest.source)
+        link = self.outbox.link(oldest.source)
         from_leaf = link is not None and link.capabilities.ultrapeer is False
         self.admission.observe(seconds, now, admission_class(oldest.payload_type, from_leaf))
 
@@ -524,7 +522,7 @@ class GnutellaRouter(ReplyRouting):
     def send_last_hop_tables(self, now: float) -> None:
         """Our leaves' keywords to the ultrapeers that take last-hop tables and are due
         them (see :mod:`.query_routing`)."""
-        self.generated[QRP] += self.query_routing.send_tables(self._connections(), now)
+        self.generated[QRP] += self.query_routing.send_tables(self.outbox, now)
 
     def qrp_receiver(self, link_id: int) -> QrpReceiver | None:
         """A link's QRP receiver (its table, how many it sent), for dumps."""
@@ -539,27 +537,53 @@ class GnutellaRouter(ReplyRouting):
         if not connection.capabilities.vendor_messages:
             return
         for data in vendor_messages.INTRODUCTIONS:
-            if connection.send(data, VENDOR, 0, now):
+            if self.outbox.offer(connection.id, data, now):
                 self.generated[VENDOR] += 1
-        connection.flush()
+        self.outbox.write(connection.id)
 
     def originate_ping(self, connection: Link, ttl: int, now: float) -> bytes:
         """Send our own ping (to learn hosts); its pongs are consumed here."""
         guid = random_guid()
         self.ping_routes.record(guid, LOCAL, now)
-        if connection.send(encode_message(Message(guid, ttl, 0, Ping())), PING, 0, now):
+        if self.outbox.offer(connection.id, encode_message(Message(guid, ttl, 0, Ping())), now):
             self.generated[PING] += 1
-        connection.flush()
+        self.outbox.write(connection.id)
         return guid
 
     def originate_query(self, connection: Link | None, message: Message, now: float) -> None:
         """Send a query of our own (tests, tools); its hits are consumed here."""
         self.query_routes.record(message.guid, LOCAL, now)
         data = encode_message(message)
-        for target in (connection,) if connection is not None else self._connections():
-            if not target.closing and target.send(data, QUERY, 0, now):
+        outbox = self.outbox
+        for target in (connection,) if connection is not None else outbox.links():
+            if not target.closing and outbox.offer(target.id, data, now):
                 self.generated[QUERY] += 1
-            target.flush()
+            outbox.write(target.id)
+
+    def inject(self, message: Message, now: float) -> int:
+        """Originate the operator's ping or query (the console's probe) as our own: its
+        route is recorded as ours (with its TTL, so the route dumps show where it
+        started), and it goes to every ultrapeer neighbour, and to the leaves whose QRP
+        table a query matches (leaves take no pings from us). Its replies are consumed
+        here, counted on its route. How many neighbours it was sent to."""
+        is_ping = isinstance(message.payload, Ping)
+        message_type, table = (PING, self.ping_routes) if is_ping else (QUERY, self.query_routes)
+        table.record(message.guid, LOCAL, now, message.ttl, 0)
+        data = encode_message(message)
+        one = [data]  # one list for every leaf: their shares are sorted out once
+        outbox = self.outbox
+        sent = 0
+        for link in outbox.links():
+            if link.closing:
+                continue
+            leaf = link.capabilities.ultrapeer is False
+            if leaf and (is_ping or not self.query_routing.for_leaf(link.id, one)[0]):
+                continue
+            if outbox.offer(link.id, data, now):
+                self.generated[message_type] += 1
+                sent += 1
+            outbox.write(link.id)
+        return sent
 
     # ------------------------------------------------------------------ observation
 
@@ -601,8 +625,3 @@ def _current_time() -> float:
         return trio.current_time()
     except RuntimeError:
         return 0.0
-
-
-def _flush_each(links: Sequence[Link]) -> None:
-    for link in links:
-        link.flush()

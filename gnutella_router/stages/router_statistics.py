@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 
 from gnutella_router.net.route_table import RouteTableStatistics
+from gnutella_router.stages import rules
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -43,24 +44,19 @@ class RouterStatistics:
 
 DROP_REASONS = (
     "duplicate",
-    "ttl-zero",
+    *rules.DROP_REASONS.values(),  # what the routing rules' verdicts are counted under
     "ttl-expired",
-    "hard-ttl-limit",
     "no-route",
     "route-closed",
-    "malformed",
     "unknown-type",
     "outgoing-queue",
-    "source-flow-controlled",
     "connection-closing",
     "bye-relayed",
-    "ancient-format",
     "peer-refuses-format",
     "peer-hops-flow",
     "qrp-miss",
     "qrp-too-soon",
     "dynamic-query-limit",
     "leaf-query-limit",
-    "source-over-rate",
 )
 """Every reason the router drops a message for (shed reasons come from the shedder)."""

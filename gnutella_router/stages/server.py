@@ -4,7 +4,9 @@ Incoming sockets pass five gates before any Gnutella message is read: a per-IP r
 limit on connection attempts (a refused attempt costs one short write; addresses in
 ``network.trusted``, loopback by default, are exempt), a handshake under a deadline (a
 peer silent mid-handshake is dropped), the ban list (a peer kicked for abuse lately is
-answered ``403``), one address's share of the connections (``409 Already connected``)
+answered ``403``), the operator's holds (a peer whose link is held down, or every peer
+while the router is offline, is answered ``403``: :mod:`gnutella_router.control.holds`),
+one address's share of the connections (``409 Already connected``)
 and the slots (a full node answers ``503`` with ``X-Try-Ultrapeers``, so the peer has
 somewhere else to go, unless the newcomer's network is so much rarer among the peers
 that one of a crowd gives up its slot): :mod:`gnutella_router.control.slots`. Outgoing
@@ -25,7 +27,7 @@ import dataclasses
 import functools
 import ipaddress
 import time
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable
 from typing import Any, TypeVar, cast
 
 import structlog
@@ -43,16 +45,17 @@ from gnutella_router.control.abuse import (
     in_networks,
 )
 from gnutella_router.control.deadlines import Deadline, ReadWatch, check_interval
+from gnutella_router.control.holds import PeerHolds
 from gnutella_router.control.slots import EVICTION_BYE_CODE, Occupant, SlotPolicy
 from gnutella_router.logs import RateLimitedWarnings
 from gnutella_router.net.connection import Connection, FrameTap, format_address
-from gnutella_router.net.deflate_pool import DeflatePool
+from gnutella_router.net.connection_table import ConnectionTable
 from gnutella_router.net.handshaking import next_handshake_event
 from gnutella_router.net.link_emulation import LinkEmulation, wrap_stream
 from gnutella_router.net.listening import open_listeners
+from gnutella_router.net.outbox import Outbox
 from gnutella_router.net.outqueue import OutgoingQueue
 from gnutella_router.net.slow_peers import make_outgoing_queue
-from gnutella_router.stages.link import Link
 from gnutella_router.stages.router import GnutellaRouter
 from protocol.errors import HandshakeError, LocalProtocolError
 from protocol.handshake import (
@@ -68,75 +71,12 @@ from protocol.handshake import (
     router_headers,
 )
 
-PEER_LABELS_KEPT = 10_000
-"""Closed connections whose peer is still named in dumps (route tables outlive them)."""
-
 SHARED_VALUES = 1_024
 """Most header values kept to be shared between connections' capabilities (see
 :meth:`GnutellaServer._shared_capabilities`); once full, new values are simply not
 shared, so peers announcing ever new ones cost only themselves."""
 
 _Value = TypeVar("_Value", bound=Hashable)
-
-
-class ConnectionTable:
-    """The live connections, with a tuple snapshot the router can iterate cheaply.
-
-    It also remembers, for the :data:`PEER_LABELS_KEPT` most recent connections, live
-    or closed, how to name the peer: its listening address when its handshake gave one
-    (``Listen-IP``, ``X-Listen-IP``, ``Node``), else the address it connected from. A
-    route recorded through a connection keeps a readable next hop after it closes.
-    """
-
-    def __init__(self) -> None:
-        self._by_id: dict[int, Connection] = {}
-        self._snapshot: tuple[Connection, ...] = ()
-        self._emptied = trio.lowlevel.ParkingLot()
-        self._labels: collections.OrderedDict[int, str] = collections.OrderedDict()
-
-    def add(self, connection: Connection) -> None:
-        self._by_id[connection.id] = connection
-        self._snapshot = tuple(self._by_id.values())
-        listen = connection.listen_address
-        self._labels[connection.id] = format_address(*listen) if listen else connection.peer_text
-        if len(self._labels) > PEER_LABELS_KEPT:
-            self._labels.popitem(last=False)
-
-    def label(self, connection_id: int) -> str | None:
-        """How to name the peer of ``connection_id`` (live or recently closed)."""
-        return self._labels.get(connection_id)
-
-    def remove(self, connection: Connection) -> None:
-        if self._by_id.pop(connection.id, None) is not None:
-            self._snapshot = tuple(self._by_id.values())
-            if not self._by_id:
-                self._emptied.unpark_all()
-
-    async def wait_empty(self) -> None:
-        """Return once no connection is left (at shutdown, after the Byes)."""
-        while self._by_id:
-            await self._emptied.park()
-
-    def snapshot(self) -> tuple[Connection, ...]:
-        return self._snapshot
-
-    def __len__(self) -> int:
-        return len(self._by_id)
-
-    def get(self, connection_id: int) -> Connection | None:
-        return self._by_id.get(connection_id)
-
-    def count(self, role: str) -> int:
-        return sum(1 for c in self._snapshot if c.role == role and not c.closing)
-
-    def addresses(self) -> set[tuple[str, int]]:
-        """Every address a live peer is known by: where it came from and where it listens."""
-        known: set[tuple[str, int]] = set()
-        for connection in self._snapshot:
-            known.add(connection.peer)
-            if connection.listen_address is not None:
-                known.add(connection.listen_address)
-        return known
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -184,6 +124,8 @@ INCOMING_REFUSAL_REASONS = (
     "handshake-io",
     "connected-to-self",
     "temporarily-banned",
+    "held-by-the-operator",
+    "offline",
     "already-connected",
     "too-many-connections",
     "too-many-leaves",
@@ -214,6 +156,8 @@ class GnutellaServer:
         config: Config,
         *,
         router: GnutellaRouter,
+        outbox: Outbox[Connection],
+        connections: ConnectionTable,
         own_guid: bytes,
         try_hosts: Callable[[], list[tuple[str, int]]] | None = None,
         on_hosts_learned: Callable[[list[tuple[str, int]], str, str], None] | None = None,
@@ -227,7 +171,8 @@ class GnutellaServer:
         self.try_hosts = try_hosts
         self.on_hosts_learned = on_hosts_learned
         self.log = log or structlog.get_logger("server")
-        self.connections = ConnectionTable()
+        self.connections = connections
+        """The live connections: the registry ``outbox`` writes to."""
         self.listen_addresses: list[tuple[str, int]] = []
         self.rate_limiter = RateLimiter(config.network.connects_per_ip_per_minute)
         self.trusted_networks = config.network.trusted_networks
@@ -240,6 +185,8 @@ class GnutellaServer:
         self.live_since = time.time()
         """When this router started (wall clock), announced as ``X-Live-Since``."""
         self.bans = BanList()
+        self.holds = PeerHolds()
+        """Peers the operator holds down, and the offline switch (:mod:`.control.holds`)."""
         self.kicked: collections.Counter[str] = collections.Counter(
             {offence.value: 0 for offence in Offence}
         )
@@ -280,9 +227,9 @@ class GnutellaServer:
         """What the outgoing queues of the connections that ended dropped, by reason."""
         self.recorder: FrameTap | None = None
         """Handed to every new connection; the daemon sets it when recording a trace."""
-        threads = config.network.deflate_threads
-        self.deflate_pool = DeflatePool(threads) if threads else None
-        """Deflates a router batch's writes on several cores (None: one at a time)."""
+        self.deflate_pool = outbox.deflate_pool
+        """Deflates a router batch's writes on several cores (None: one at a time); the
+        outbox runs it at the end of each batch, the server closes it when it stops."""
 
     # ------------------------------------------------------------------ addresses
 
@@ -364,20 +311,6 @@ class GnutellaServer:
             if self.deflate_pool is not None:
                 self.deflate_pool.close()
             await self.close_listeners()
-
-    def flush_links(self, links: Sequence[Link]) -> None:
-        """Start writing every link's queued messages: the router's end of a batch."""
-        if self.deflate_pool is None:
-            for link in links:
-                link.flush()
-            return
-        pool = self.deflate_pool
-        pool.begin_batch()
-        try:
-            for link in links:
-                link.flush()
-        finally:
-            pool.end_batch()
 
     async def _accept_loop(self, listener: trio.SocketListener) -> None:
         assert self._nursery is not None
@@ -616,6 +549,10 @@ class GnutellaServer:
         keys = self._ban_keys(peer[0], capabilities)
         if self.bans and self.bans.banned(keys, trio.current_time()):
             return 403, "Temporarily banned"
+        if self.holds.offline:
+            return 403, "Offline"
+        if self.holds and self.holds.held(capabilities.listen_address, trio.current_time()):
+            return 403, "Held by the operator"
         # Leaves have their own slots, so a crowd of leaves never keeps ultrapeers out,
         # or the reverse; handshakes accepted but not yet registered hold a slot too.
         admission = self.slots.admit(
@@ -664,6 +601,9 @@ class GnutellaServer:
         background. Raises :class:`DialError` with the reason on any failure."""
         if self._nursery is None:
             raise DialError("the server is not running")
+        if self.holds.held((host, port), trio.current_time()):
+            what = "the router is offline" if self.holds.offline else "held by the operator"
+            raise DialError(f"{format_address(host, port)} is not dialled: {what}")
         self._handshaking += 1
         try:
             with trio.fail_after(timeout):

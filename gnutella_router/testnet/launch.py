@@ -2,8 +2,8 @@
 
 :class:`Launcher` knows, for every node, what it needs to be part of the planned
 network: where it listens (a port the system picks on loopback, its own address and the
-usual port in a namespace), its admin interface (loopback, or beyond it with the run's
-token), the run's GWebCache page that lists whom it dials, the servents and seeds it
+usual port in a namespace), its admin interface (loopback, or beyond it, always with the
+run's token), the run's GWebCache page that lists whom it dials, the servents and seeds it
 dials too, and limits that fit a test network (every peer comes from one address on
 loopback). It starts the foreign servents first, then the routers (a few child processes
 at a time: Python's start-up is CPU work), and publishes each router in the cache as
@@ -83,8 +83,9 @@ class Launcher:
         their configurations."""
         if namespaces is None and settings.base_port is None:
             self.link_plan.choose_ports(settings.nodes)
-        self.admin_token = secrets.token_hex(16) if namespaces is not None else ""
-        """Admin interfaces beyond loopback (in namespaces) take requests with it only."""
+        self.admin_token = secrets.token_hex(16)
+        """Every node's admin token: control (the console) needs one, and admin
+        interfaces beyond loopback (in namespaces) take requests with it only."""
         self.nodes: list[NetworkNode] = []
         self.shared = (
             HostPool(settings.routers_per_process, settings.results)
@@ -123,7 +124,6 @@ class Launcher:
                 "node.listen": f"{host}:{NAMESPACE_PORT}",
                 "admin.listen": f"{host}:{NAMESPACE_PORT + 1}",
                 "admin.allow_remote": True,
-                "admin.token": self.admin_token,
                 # The controller's load clients, sinks and leaves all come from the
                 # bridge's one address: trusted, as loopback is, so that one address
                 # may hold many connections. Each node has an address of its own.
@@ -154,6 +154,7 @@ class Launcher:
             {
                 **extra,
                 "node.state_dir": str(self.node_dir(index).resolve()),
+                "admin.token": self.admin_token,
                 "log.level": "warning",
                 "catcher.gwebcache": self.cache.url(index),
                 "catcher.seeds": [*settings.seeds, *servents],

@@ -438,6 +438,26 @@ def remove_leftovers() -> tuple[list[str], list[str]]:
     return removed, problems
 
 
+def abandoned_leftovers() -> list[str]:
+    """Namespaces and links of runs that are over: neither noted as running
+    (:func:`running_runs`) nor with a process in or holding one of their namespaces (a
+    run of an older version goes on beside us, say). What a check that a run left
+    nothing behind looks at, on a machine where other runs may be going."""
+    live = running_runs()
+    runs: dict[str, list[str]] = {}
+    for names in list_leftovers():
+        for name in names:
+            if _run_prefix(name) not in live:
+                runs.setdefault(_run_prefix(name), []).append(name)
+    left = []
+    for found in runs.values():
+        spaces = [name for name in found if "-n" in name]
+        if spaces and processes_in(spaces):
+            continue
+        left += sorted(found)
+    return left
+
+
 def _run_prefix(name: str) -> str:
     """``grtXXXX``: the run a namespace or link belongs to."""
     return name[: len(PREFIX) + 4]

@@ -37,7 +37,10 @@ Theory of operation
    one hop from where they enter (routers announce ``Pong-Caching`` to each other and
    answer each other's pings from their pong caches, as gtk-gnutella does), so only the
    sinks on node 0 are owed copies of pings; the report's expected counts say so.
-   Sinks are placed only within reach of a TTL 7 query.
+   Sinks are placed only within reach of a TTL 7 query. With ``console`` there is no
+   load: the console (``gnutella-router console``) gets the terminal instead, and the
+   run goes on to collection when it is left. Once formed, the network is recorded in
+   ``network.json`` (:mod:`.record`) until it stops, for consoles to find it.
 6. **Collect and stop.** Per-node statistics and state go to the results folder, a
    summary is printed, and every node is stopped the daemon's own way (``Bye 200`` to
    its peers, host cache saved); a child that does not exit within the grace period is
@@ -66,10 +69,11 @@ from typing import Any, TextIO
 import trio
 
 from gnutella_router import __version__
+from gnutella_router.logs import current_level, set_level
 from gnutella_router.net.connection import format_address
 from gnutella_router.testnet.cache import HostCacheService
 from gnutella_router.testnet.children import ChildNode, ServentNode, stop_children
-from gnutella_router.testnet.console import Console
+from gnutella_router.testnet.console import Console, run_console
 from gnutella_router.testnet.launch import Launcher
 from gnutella_router.testnet.leaves import LeafPopulation, wait_for_tables
 from gnutella_router.testnet.measure import (
@@ -85,6 +89,12 @@ from gnutella_router.testnet.nodes import (
     NodeFailure,
 )
 from gnutella_router.testnet.plots import PlotUnavailableError, draw_run
+from gnutella_router.testnet.record import (
+    RECORD_FILE,
+    record_of,
+    remove_network_record,
+    write_network_record,
+)
 from gnutella_router.testnet.report import (
     TABLE_ROWS,
     _owed_pings_only_at_node0,
@@ -257,6 +267,8 @@ class LocalNetwork:
             await stop_children([*self.nodes, *self._servent_nodes()], grace=STOP_TIMEOUT)
             if self.launcher.shared is not None:
                 await self.launcher.shared.stop()
+            with contextlib.suppress(OSError):
+                remove_network_record(results)
             if self.namespaces is not None:
                 with trio.CancelScope(shield=True):
                     problems = await trio.to_thread.run_sync(self.namespaces.remove)
@@ -291,6 +303,7 @@ class LocalNetwork:
                     await self.launcher.start_nodes(nursery, before_open=join)
                     self.phase = "forming"
                     await self._form()
+                    self._write_record()
                     await self._drive(nursery)
             except NetworkError as exc:
                 self.error = self.error or str(exc)
@@ -320,6 +333,16 @@ class LocalNetwork:
 
     def node_dir(self, index: int) -> Path:
         return self.launcher.node_dir(index)
+
+    def _write_record(self) -> None:
+        """``network.json``: the nodes, admin addresses and token, for the console."""
+        record = record_of(self.nodes, self.topology.links, self.launcher.admin_token)
+        try:
+            write_network_record(self.settings.results, record)
+        except OSError as exc:
+            self._note(
+                f"warning: {RECORD_FILE} not written ({exc}): no console can find the network"
+            )
 
     # ------------------------------------------------------------------ formation
 
@@ -432,12 +455,18 @@ class LocalNetwork:
 
     async def _drive_traffic(self) -> None:
         settings = self.settings
+        if settings.console:
+            await self._open_console()
+            return
         if settings.duration == 0:
             self.phase = "up"
             for node in self.nodes[:TABLE_ROWS]:
                 admin = node.admin_address
                 where = f" (admin {_format(admin)})" if admin else ""
                 self._note(f"node-{node.index} {node.peer_name}{where}")
+            self._note(
+                f"`gnutella-router console --network {settings.results}` opens a console on it"
+            )
             self._note("the network is up; Ctrl-C stops it")
             await self._stop.wait()
             return
@@ -477,6 +506,24 @@ class LocalNetwork:
         finally:
             self.load_counters = self.load_run.counters()
         self.report = _owed_pings_only_at_node0(report, local_sinks=1)
+
+    async def _open_console(self) -> None:
+        """The console in a process of its own, on this terminal, until it is left."""
+        self.phase = "console"
+        level = current_level()
+        if self.mode == "in-process":
+            # The routers of this process would log onto the console's lines; errors
+            # still show, and `set NODE log-level warning` brings the rest back.
+            set_level("error")
+        if self.settings.console_script is None:
+            self._note("the network is up; the console opens (quit or Ctrl-D stops the network)")
+        script = self.settings.console_script
+        try:
+            status = await run_console(self.settings.results / RECORD_FILE, script)
+        finally:
+            set_level(level)
+        if status and script is not None:
+            raise NetworkError(f"the console script failed (exit status {status})")
 
     def _address(self, index: int) -> tuple[str, int]:
         address = self.nodes[index].address
@@ -665,7 +712,8 @@ class LocalNetwork:
             with trio.move_on_after(STATUS_INTERVAL):
                 await self.refresh(totals=True)
             self.overlay.sample(trio.current_time() - self._started, self.nodes)
-            self.console.status(self.status_line())
+            if self.phase != "console":  # the console has the terminal
+                self.console.status(self.status_line())
 
     def _print_final(self, outcome: NetworkOutcome) -> None:
         text = final_text(outcome.summary, self.report, outcome.results)
@@ -677,6 +725,8 @@ class LocalNetwork:
                 if signum == signal.SIGUSR1:
                     await self._dump_nodes()
                     continue
+                if self.phase == "console" and signum == signal.SIGINT:
+                    continue  # Ctrl-C is the console's: it abandons the line being typed
                 if self._stop.is_set():
                     everything.cancel()
                     return

@@ -187,6 +187,7 @@ class LocalNode(NetworkNode):
         super().__init__(index, state_dir)
         self.daemon: Daemon | None = None
         self._pages: AdminServer | None = None
+        self._authorization: list[tuple[bytes, bytes]] = []
 
     async def start(self, nursery: trio.Nursery, config: Config) -> None:
         daemon = Daemon(config)
@@ -201,6 +202,8 @@ class LocalNode(NetworkNode):
             raise NodeError(f"cannot start node-{self.index} on {config.node.listen}: {failure}")
         self.daemon = daemon
         self._pages = AdminServer(daemon)
+        if config.admin.token:
+            self._authorization = [(b"authorization", f"Bearer {config.admin.token}".encode())]
         self.address = daemon.address
         self.admin_address = daemon.admin_address
         self.guid = daemon.guid.hex()
@@ -208,7 +211,7 @@ class LocalNode(NetworkNode):
     async def get(self, target: str) -> Any:
         if self._pages is None:
             raise NodeError(f"node-{self.index} has not started")
-        reply = await self._pages.answer("GET", target, [], LOCAL_PEER)
+        reply = await self._pages.answer("GET", target, self._authorization, LOCAL_PEER)
         data = json.loads(reply.body)
         if reply.status != 200:
             raise NodeError(f"node-{self.index} {target}: {data.get('error', reply.status)}")

@@ -16,7 +16,7 @@ from gnutella_router.testnet.nodes import NetworkNode, NodeFailure, totals_from_
 from gnutella_router.testnet.shared import SharedNode
 from traffic_models.latency import LoadReport
 
-RESULT_FILES = ("node-*", "summary.json", "*.csv", "*.png")
+RESULT_FILES = ("node-*", "summary.json", "*.csv", "*.png", "network.json")
 """What a run writes into its results folder, and so removes from an earlier run's."""
 TABLE_ROWS = 32
 """Nodes shown in the final table; summary.json has them all."""

@@ -95,6 +95,11 @@ class NetworkSettings:
     link_jitter_ms: float = 0.0
     link_bandwidth_kbps: float | None = None
     """Every planned link's rate each way (needs ``netns``: tc's tbf)."""
+    console: bool = False
+    """Once formed, open the console (``gnutella-router console``) on the network
+    instead of driving traffic; the run ends when the console is left."""
+    console_script: Path | None = None
+    """With ``console``: run the console's commands from this file, not a terminal."""
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -144,6 +149,8 @@ class NetworkSettings:
             raise ValueError(f"--servents must be from 0 to {MAX_SERVENTS}")
         if self.servent is not None and "{port}" not in self.servent:
             raise ValueError("--servent: the command must take {port}, where it listens")
+        if self.console_script is not None and not self.console:
+            raise ValueError("a console script needs the console")
         if self.form_timeout is not None and self.form_timeout <= 0:
             raise ValueError("the formation timeout must be positive")
         for name in ("link_delay_ms", "link_jitter_ms"):

@@ -17,13 +17,21 @@ def test_the_counted_load_routes_every_message_to_both_sinks(run_script: RunScri
         run = run_script("bench_instructions.py", "--run", "3000", "--made", "6000", "--load", load)
         assert run.returncode == 0, run.stderr
         routed = int(run.stdout.split("routed ")[1])
-        written = int(run.stdout.split(" bytes written")[0])
+        sinks = int(run.stdout.split(" bytes written to the sinks")[0])
+        source = int(run.stdout.split(", ")[1].split(" to the source")[0])
         # Whole reads: at least what was asked, at most one read more.
         assert 3000 <= routed < 3000 + 64 * 1024 // 23
         if load == "query":
-            assert written == 2 * 30 * routed  # every 30-byte query copied to both sinks
-        else:  # 30-byte pings and queries to both sinks, our 37-byte pongs back
-            assert 2 * 23 * routed + 37 * routed // 2 < written < (2 * 30 + 37) * routed
+            assert sinks == 2 * 30 * routed  # every 30-byte query copied to both sinks
+            assert source == 0
+        else:
+            # The peers cache pongs: their pings are answered with our pong, one each,
+            # and only the queries go on, 30 bytes to each sink.
+            assert sinks % 60 == 0
+            pings = routed - sinks // 60
+            assert 0.75 * routed < pings < 0.95 * routed  # 85 % of the load
+            assert source % pings == 0
+            assert 37 <= source // pings <= 64
 
 
 def test_without_valgrind_it_says_so(tmp_path: Path) -> None:

@@ -1,11 +1,11 @@
 """A router driven without sockets: fake links whose outgoing queue is the real, sans-IO
-threshold queue, so what a link "sent" is what the router queued for it; and the
-messages the tests hand it."""
+threshold queue, written to by the real outbox, so what a link "sent" is what the router
+queued for it; and the messages the tests hand it."""
 
 from __future__ import annotations
 
 import collections
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 
 import msgspec
 import trio
@@ -13,6 +13,7 @@ import trio
 from gnutella_router.config import Config
 from gnutella_router.config.sections import SheddingConfig
 from gnutella_router.control.abuse import Offence
+from gnutella_router.net.outbox import Outbox
 from gnutella_router.net.outqueue import OutgoingQueue, Verdict
 from gnutella_router.net.threshold_queue import ThresholdQueue
 from gnutella_router.stages.router import GnutellaRouter
@@ -66,25 +67,19 @@ class FakeLink:
     def listen_address(self) -> tuple[str, int] | None:
         return self.capabilities.listen_address
 
-    def send(self, data: bytes, message_type: int, hops: int, now: float) -> bool:
-        verdict = self.outgoing.offer(data, message_type, hops, now)
-        if verdict not in (Verdict.QUEUED, Verdict.DROPPED):
-            self.close("slow peer")
+    def send(self, data: bytes, now: float) -> bool:
+        """Offer one message straight to the queue: the naive reference router's way
+        (the router under test offers through the outbox)."""
+        verdict = self.outgoing.offer(data, data[16], data[18], now)
+        self.act_on(verdict)
         return verdict is Verdict.QUEUED
 
-    def send_batch(self, datas: list[bytes], total_bytes: int, now: float) -> list[bytes]:
-        # A real link's queue trusts this total for its byte accounting.
-        assert total_bytes == sum(map(len, datas)), (total_bytes, sum(map(len, datas)))
-        return [data for data in datas if not self.send(data, data[16], data[18], now)]
-
-    def send_all(self, datas: list[bytes], total_bytes: int, now: float) -> bool:
-        return self.outgoing.offer_bulk(datas, total_bytes)
+    def act_on(self, verdict: Verdict) -> None:
+        if verdict not in (Verdict.QUEUED, Verdict.DROPPED):
+            self.close("slow peer")
 
     def flush(self) -> None:
         self.flushes += 1
-
-    def may_defer_flush(self, upcoming: int) -> bool:
-        return self.outgoing.has_room_for(upcoming) and not self.closing
 
     def frames_done(self, count: int) -> None:
         self.done += count
@@ -121,6 +116,24 @@ class FakeLink:
         return FrameDecoder().receive_data(data) if data else []
 
 
+class LinkList:
+    """The outbox's registry over a test's list of links (which tests may swap)."""
+
+    def __init__(self, links: Callable[[], Sequence[FakeLink]]) -> None:
+        self._links = links
+
+    def snapshot(self) -> tuple[FakeLink, ...]:
+        return tuple(self._links())
+
+    def get(self, link_id: int) -> FakeLink | None:
+        return next((link for link in self._links() if link.id == link_id), None)
+
+
+def outbox_over(links: Callable[[], Sequence[FakeLink]]) -> Outbox[FakeLink]:
+    """An outbox writing to the fake links ``links()`` returns at each call."""
+    return Outbox(LinkList(links))
+
+
 class Network:
     """A router and its fake links; ``send`` hands it frames as a reader would."""
 
@@ -146,8 +159,7 @@ class Network:
                 ),
             ),
             shedding=shedding,
-            connections=lambda: tuple(self.links),
-            connection_by_id=self.link,
+            outbox=outbox_over(lambda: self.links),
             own_address=lambda: ("192.0.2.1", 6346),
             own_guid=OWN_GUID,
             max_ttl=config.network.max_ttl,

@@ -34,7 +34,7 @@ from protocol.constants import MessageType
 from protocol.errors import MalformedPayloadError
 from protocol.framing import Frame
 from protocol.messages import Pong, QrpPatch, QrpReset
-from tests.support.links import FakeLink
+from tests.support.links import FakeLink, outbox_over
 
 PING, PONG, QUERY, QUERY_HIT, QRP = 0x00, 0x01, 0x80, 0x81, 0x30
 HARD_TTL_LIMIT = 15
@@ -100,7 +100,7 @@ class NaiveRouter:
         self.relayed_higher_ttl = 0
         self.routing = QueryRouting(self.link, structlog.get_logger("naive-router"))
         self.dynamic = DynamicQuerying(
-            lambda: tuple(self.links), self.link, self.routing, self.forwarded
+            outbox_over(lambda: self.links), self.routing, self.forwarded
         )
         self.pending: list[Copy] = []
 
@@ -163,7 +163,7 @@ class NaiveRouter:
             self.duplicate(self.ping_routes, link, frame, now)
             return
         pong = self.own_pong.payload(link.capabilities.ggep, now)
-        if link.send(encode(frame.guid, PONG, frame.hops + 1, 0, pong), PONG, 0, now):
+        if link.send(encode(frame.guid, PONG, frame.hops + 1, 0, pong), now):
             self.generated[PONG] += 1
         caches = link.capabilities.pong_caching or link.capabilities.ultrapeer is False
         if caches:
@@ -171,7 +171,7 @@ class NaiveRouter:
             if frame.ttl > 1 and self.cached_answers.due(link.id, now, links):
                 for payload, hops in self.cached_answers.answers(link, now, links):
                     answer = encode(frame.guid, PONG, frame.hops + 1, hops + 1, payload)
-                    if link.send(answer, PONG, hops + 1, now):
+                    if link.send(answer, now):
                         self.generated[PONG] += 1
             return
         ttl = min(frame.ttl, self.max_ttl - frame.hops)
@@ -309,7 +309,7 @@ class NaiveRouter:
             self.dropped["ttl-expired", frame.payload_type] += 1
             return
         data = encode(frame.guid, frame.payload_type, frame.ttl - 1, frame.hops + 1, frame.payload)
-        if route.send(data, frame.payload_type, frame.hops + 1, now):
+        if route.send(data, now):
             self.forwarded[frame.payload_type] += 1
         else:
             self.dropped["outgoing-queue", frame.payload_type] += 1
@@ -341,7 +341,7 @@ class NaiveRouter:
                 data = self.for_destination(destination, copy)
                 if data is None:
                     continue
-                if destination.send(data, data[16], data[18], now):
+                if destination.send(data, now):
                     self.forwarded[data[16]] += 1
                 else:
                     self.dropped["outgoing-queue", data[16]] += 1

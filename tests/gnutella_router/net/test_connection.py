@@ -152,9 +152,9 @@ async def test_a_batch_defers_the_direct_writes_of_deflating_links_to_its_end() 
             later = queries(2, b"after the first flush")
             with pool.batch():
                 for link, batch in zip(links, first, strict=True):
-                    assert link.send_all(batch, sum(map(len, batch)), 0.0)
+                    assert link.outgoing.offer_bulk(batch, sum(map(len, batch)))
                     link.flush()
-                assert links[0].send_all(later, sum(map(len, later)), 0.0)
+                assert links[0].outgoing.offer_bulk(later, sum(map(len, later)))
                 links[0].flush()  # its write is already waiting for the batch's end
                 assert all(_received(theirs) == b"" for _, theirs in pairs)
             for (_, theirs), inflate, batch in zip(pairs, inflaters, first, strict=True):
@@ -179,7 +179,7 @@ async def test_outside_a_batch_a_deflating_link_writes_at_once() -> None:
             nursery.start_soon(link.run, _ignore)
             await trio.testing.wait_all_tasks_blocked()
             batch = queries(3, b"x")
-            assert link.send_all(batch, sum(map(len, batch)), 0.0)
+            assert link.outgoing.offer_bulk(batch, sum(map(len, batch)))
             link.flush()
             assert zlib.decompressobj().decompress(_received(theirs)) == b"".join(batch)
             nursery.cancel_scope.cancel()
@@ -190,41 +190,7 @@ async def test_outside_a_batch_a_deflating_link_writes_at_once() -> None:
 
 
 def queue_all(link: Connection, datas: list[bytes]) -> None:
-    assert link.send_batch(datas, sum(map(len, datas)), 0.0) == []
-
-
-async def test_writes_may_wait_for_the_next_batch_only_while_no_verdict_can_change() -> None:
-    """A link's queued messages may wait for the router's next batch only when its queue
-    takes a whole batch more under the threshold, and holds less than half a write."""
-
-    def link_holding(*datas: list[bytes]) -> Connection:
-        ours, _ = trio.testing.memory_stream_pair()
-        link = connection(ours, "incoming")
-        link.outgoing = ThresholdQueue(max_messages=500)
-        for queued in datas:
-            queue_all(link, queued)
-        return link
-
-    assert link_holding().may_defer_flush(250)  # empty
-    assert link_holding(queries(250, b"q")).may_defer_flush(250)  # 250 + 250 fits in 500
-    assert not link_holding(queries(250, b"q")).may_defer_flush(251)
-    assert not link_holding(queries(251, b"q")).may_defer_flush(250)  # 501 would pass it
-    assert not link_holding(queries(40, b"x" * 1000)).may_defer_flush(1)  # over half a write
-    closing = link_holding()
-    closing.close("test")
-    assert not closing.may_defer_flush(1)
-
-
-async def test_writes_wait_for_one_batch_at_most() -> None:
-    """Under a flood the router's queue never empties: a link that waited for one batch
-    is written after the next, or an honest peer's pong would wait behind the flood."""
-    ours, _ = trio.testing.memory_stream_pair()
-    link = connection(ours, "incoming")
-    link.outgoing = ThresholdQueue(max_messages=500)
-    assert link.may_defer_flush(250)
-    assert not link.may_defer_flush(250)  # it waited once: written now
-    link.flush()  # nothing queued: nothing to write, and the wait is over
-    assert link.may_defer_flush(250)
+    assert link.outgoing.offer_bulk(datas, sum(map(len, datas)))
 
 
 async def test_the_writer_is_busy_only_while_the_socket_has_not_taken_a_write() -> None:

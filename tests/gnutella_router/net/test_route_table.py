@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gnutella_router.net.route_table import (
+    OWN,
     VALUE_SHIFT,
     RouteEntry,
     RouteTable,
@@ -341,7 +342,8 @@ class NaiveTable:
             return
         counts: dict[int, int] = {}
         for _, entry in current:
-            counts[entry[0]] = counts.get(entry[0], 0) + 1
+            if entry[0] != OWN:  # the router's own routes are nobody's share
+                counts[entry[0]] = counts.get(entry[0], 0) + 1
         if len(counts) >= 2:
             most, heaviest = max((n, v) for v, n in counts.items())
             share = self.capacity // len(counts)
@@ -572,3 +574,34 @@ def test_a_generation_shared_evenly_still_rotates_when_full() -> None:
     stats = table.statistics(0.0)
     assert stats.evicted == 0
     assert stats.rotations_for_capacity == 2
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.binary(min_size=16, max_size=16), min_size=1, max_size=60),
+    st.lists(st.binary(min_size=16, max_size=16), max_size=60),
+    st.booleans(),
+)
+def test_a_guid_of_the_previous_generation_is_a_duplicate_whatever_its_bytes(
+    earlier: list[bytes], later: list[bytes], in_bulk: bool
+) -> None:
+    """The previous generation's filter never hides a GUID it holds: after a rotation,
+    every GUID recorded before is still a duplicate, and only those are."""
+    table = RouteTable("query", 10.0, 1_000)
+    if in_bulk:
+        table.record_many(earlier, 1, 0.0, [0] * len(earlier))
+    else:
+        for guid in earlier:
+            table.record(guid, 1, 0.0)
+    table.record(b"\xff" * 16, 1, 11.0)  # a rotation: the earlier ones are the previous
+    mixed = [*later, *earlier]
+    seen = {*earlier, b"\xff" * 16}
+    expected = []
+    for index, guid in enumerate(mixed):
+        if guid in seen:
+            expected.append(index)
+        seen.add(guid)
+    if in_bulk:
+        assert table.record_many(mixed, 2, 11.0, [0] * len(mixed)) == expected
+    else:
+        assert [i for i, g in enumerate(mixed) if not table.record(g, 2, 11.0)] == expected

@@ -19,7 +19,7 @@ from gnutella_router.stages.query_routing import LAST_HOP_TABLE_SLOTS, QueryRout
 from protocol.constants import MessageType
 from protocol.messages import Message, QrpPatch, QrpReset, random_guid
 from protocol.qrp import QrpReceiver, QrpTable, table_messages
-from tests.support.links import FakeLink, Network
+from tests.support.links import FakeLink, Network, outbox_over
 
 LEAVES = 4
 
@@ -104,11 +104,12 @@ def test_the_last_hop_table_is_made_once_per_change_not_per_send(
     for message in table_messages(QrpTable.of_words(["abbey"])):
         routing.receive(leaf, message, 3, 0.0)
     union = routing.leaves_table()
-    assert routing.send_tables(ultrapeers[:1], 0.0) > 0
+    assert routing.send_tables(outbox_over(lambda: ultrapeers[:1]), 0.0) > 0
     for second in range(1, 120):  # the once-a-second send, with nothing new
-        routing.send_tables(ultrapeers[:1], float(second))
+        routing.send_tables(outbox_over(lambda: ultrapeers[:1]), float(second))
         assert routing.leaves_table() is union
-    assert routing.send_tables(ultrapeers, 120.0) > 0  # a newcomer gets the same bytes
+    # A newcomer gets the same bytes.
+    assert routing.send_tables(outbox_over(lambda: ultrapeers), 120.0) > 0
     assert made == [union]
     assert ultrapeers[0].sent() == ultrapeers[1].sent()
     assert routing.last_hop_sent(2) == (True, 0.0)
@@ -116,7 +117,7 @@ def test_the_last_hop_table_is_made_once_per_change_not_per_send(
     for message in table_messages(QrpTable.of_words(["road"])):  # a second leaf's
         routing.receive(FakeLink(4, ultrapeer=False), message, 4, 121.0)
     assert routing.last_hop_sent(2) == (False, 0.0)
-    assert routing.send_tables(ultrapeers, 121.0) > 0
+    assert routing.send_tables(outbox_over(lambda: ultrapeers), 121.0) > 0
     assert len(made) == 2
     assert made[-1].matches(["abbey", "road"])
 

@@ -302,10 +302,10 @@ async def test_a_handler_bug_costs_a_batch_not_the_daemon(
         def broken(connection: object, frame: object, now: float) -> None:
             raise RuntimeError("a bug")
 
-        # Every per-message handler is broken; a pong always takes that path (the batch
-        # path routes only pings and queries).
+        # Every per-message handler is broken; a push always takes that path (runs route
+        # only pings, queries, pongs and hits).
         monkeypatch.setattr(daemon.router, "_handlers", [broken] * 256)
-        await a.send(message(Pong(1, "10.0.0.1"), ttl=2))
+        await a.send(message(Push(b"S" * 16, 1, "10.0.0.1", 6346), ttl=2))
         await wait_until(lambda: daemon.router.stage.handler_errors == 1)
         monkeypatch.undo()
         query = message(Query(b"after the bug"), ttl=2)
@@ -487,7 +487,7 @@ async def test_an_ultrapeer_that_takes_last_hop_tables_gets_our_leaves_keywords(
 
 @pytest.mark.e2e
 async def test_dump_qrp_says_which_peers_a_keyword_would_reach(tmp_path: Path) -> None:
-    from gnutella_router.cli.dump import format_qrp
+    from gnutella_router.observe.admin_text import format_qrp
     from gnutella_router.observe.dumps import dump_qrp
     from protocol.messages import Message
     from protocol.qrp import QrpTable, table_messages

@@ -10,6 +10,7 @@ from gnutella_router.stages.router import GnutellaRouter
 from protocol.codec import encode_message
 from protocol.framing import Frame, FrameDecoder
 from protocol.messages import Ping
+from tests.support.links import outbox_over
 from tests.support.peers import message
 
 OWN_GUID = bytes(range(16))
@@ -25,8 +26,7 @@ def router(overrides: dict[str, object]) -> GnutellaRouter:
     config = load_config(overrides=overrides)
     return GnutellaRouter(
         config.router,
-        connections=tuple,
-        connection_by_id=lambda _id: None,
+        outbox=outbox_over(list),
         own_address=lambda: ("192.0.2.1", 6346),
         own_guid=OWN_GUID,
         max_ttl=config.network.max_ttl,

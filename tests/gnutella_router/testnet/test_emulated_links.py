@@ -14,12 +14,11 @@ import trio
 from gnutella_router.cli.main import main
 from gnutella_router.net.namespace_sockets import Namespace, install_socket_factory, use_namespace
 from gnutella_router.testnet.emulated_links import LinkPlan, parse_delay
-from gnutella_router.testnet.namespaces import NamespaceNetwork
+from gnutella_router.testnet.namespaces import NamespaceNetwork, abandoned_leftovers
 from gnutella_router.testnet.network import run_network
 from gnutella_router.testnet.settings import NetworkSettings
 from gnutella_router.testnet.topology import LinkShape, Topology, load_topology
 from tests.gnutella_router.testnet.test_namespaces import leftovers, needs_root, running
-from tests.gnutella_router.testnet.test_shared import stray_leftovers
 
 GRAPHML = """<?xml version="1.0" encoding="UTF-8"?>
 <graphml xmlns="http://graphml.graphdrawing.org/xmlns">
@@ -194,5 +193,5 @@ async def test_shared_processes_in_namespaces_with_shaped_links(tmp_path: Path) 
         "bandwidth_kbps": {"min": 2000.0, "max": 2000.0},
         "bandwidth_by": "tbf",
     }
-    assert stray_leftovers() == []
+    assert abandoned_leftovers() == []
     assert not any(running(n["pid"]) for n in nodes)

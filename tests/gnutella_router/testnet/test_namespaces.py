@@ -10,6 +10,7 @@ import io
 import ipaddress
 import json
 import os
+import secrets
 import subprocess
 import sys
 import time
@@ -24,6 +25,7 @@ from gnutella_router.testnet import namespaces
 from gnutella_router.testnet.namespaces import (
     NAME_PATTERN,
     POOL,
+    PREFIX,
     NamespaceError,
     NamespaceNetwork,
     choose_subnet,
@@ -150,7 +152,11 @@ def test_a_half_made_network_is_still_removed() -> None:
 
 @pytest.mark.e2e
 @needs_root
-async def test_a_network_in_namespaces_learns_real_addresses(tmp_path: Path) -> None:
+async def test_a_network_in_namespaces_learns_real_addresses(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A run id of its own, so that what it leaves is told from other runs on the machine.
+    monkeypatch.setattr(secrets, "token_hex", lambda _: "e2e4")
     out = io.StringIO()
     settings = NetworkSettings(
         nodes=4, topology="ring", duration=1.0, rate=50.0, results=tmp_path, netns=True
@@ -175,7 +181,8 @@ async def test_a_network_in_namespaces_learns_real_addresses(tmp_path: Path) -> 
     assert "127.0.0.1" not in cached
     state = json.loads((tmp_path / "node-1" / "state.json").read_text())
     assert {c["listen_address"].rsplit(":", 1)[0] for c in state["connections"]} <= set(hosts)
-    assert list_leftovers() == ([], [])  # the run removed its namespaces, veths and bridge
+    found, links = list_leftovers()  # the run removed its namespaces, veths and bridge
+    assert [name for name in found + links if name.startswith(f"{PREFIX}e2e4")] == []
 
 
 @pytest.mark.e2e

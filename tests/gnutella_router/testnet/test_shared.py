@@ -20,18 +20,10 @@ from gnutella_router.net.namespace_sockets import Namespace, install_socket_fact
 from gnutella_router.ready_file import read_ready_file
 from gnutella_router.testnet.churn import ChurnSettings
 from gnutella_router.testnet.host_wire import MAX_LINE, MessageReader, WireError, encode
-from gnutella_router.testnet.namespaces import NamespaceNetwork, list_leftovers, running_runs
+from gnutella_router.testnet.namespaces import NamespaceNetwork, abandoned_leftovers
 from gnutella_router.testnet.network import run_network
 from gnutella_router.testnet.settings import NetworkSettings
 from tests.gnutella_router.testnet.test_namespaces import leftovers, needs_root, running
-
-
-def stray_leftovers() -> list[str]:
-    """Namespaces and links of test network runs whose controller is gone (others' runs
-    going on beside the tests are not leftovers)."""
-    live = running_runs()
-    return [name for names in list_leftovers() for name in names if name[:7] not in live]
-
 
 # --- the wire ----------------------------------------------------------------------------
 
@@ -168,7 +160,7 @@ def test_a_killed_controllers_hosts_go_and_cleanup_removes_the_rest(tmp_path: Pa
         assert time.monotonic() < deadline, "a host process outlived its controller"
         time.sleep(0.1)
     assert main(["testnet", "--cleanup"]) == 0
-    assert stray_leftovers() == []
+    assert abandoned_leftovers() == []
 
 
 @needs_root

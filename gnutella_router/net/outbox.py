@@ -1,0 +1,208 @@
+"""The router's one way out: offers to the peers' outgoing queues, and the end of a batch.
+
+Theory of operation
+-------------------
+The router never writes to a peer. It offers encoded messages to the :class:`Outbox`,
+naming the peer by its link id (routes hold ids, never connections), and gets the
+outgoing queue's verdict back at once: queued, or not. A verdict that ends the peer
+(its queue says it is too slow) is acted on here, by the peer's own
+:meth:`Writable.act_on`, which closes it with the right Bye; the router only counts
+what was not queued. Offering never waits and never writes.
+
+Writes happen when the router ends a batch (:meth:`Outbox.end_batch`): every peer with
+something queued is asked to start writing, which joins its queue into one write and
+offers it to the non-blocking socket (see :mod:`gnutella_router.net.connection`). Two
+policies of the write side live here and nowhere else:
+
+* **Deferral.** When the router's queue already holds its next batch, a peer whose
+  queue takes a whole batch more without any decision of its policy (room for it, less
+  than half a write pending) waits for the next batch's write instead: under a flood
+  that halves the number of writes, each a syscall that on loopback also runs the
+  receiving side. A peer waits for one batch at most, so an honest peer's pong is never
+  held behind batch after batch of copies, and the slow-peer policy's verdicts stay what
+  they would be with a write per batch.
+* **Deflate batching.** With a :class:`~gnutella_router.net.deflate_pool.DeflatePool`,
+  the deflates of one batch's writes are collected and run side by side on several
+  cores before the writes are made.
+
+Messages the router makes outside a batch (its vendor introductions, its own pings and
+queries, QRP tables, the steps of dynamic queries) are offered the same way and written
+at once with :meth:`Outbox.write`.
+
+The outbox is generic in what it writes to (:class:`Writable`): the daemon's are TCP
+connections, the router's unit tests use fake links over the same sans-IO queues, so
+the deferral policy they see is this one.
+"""
+
+from __future__ import annotations
+
+from typing import Generic, Protocol, TypeVar
+
+from gnutella_router.net.deflate_pool import DeflatePool
+from gnutella_router.net.outqueue import OutgoingQueue, Verdict
+from protocol.header import HOPS_OFFSET, TYPE_OFFSET
+
+WRITE_SIZE = 64 * 1024
+"""Most bytes a peer's writer joins into one write."""
+
+
+class Writable(Protocol):
+    """The writing end of one peer, as the outbox drives it."""
+
+    @property
+    def id(self) -> int: ...
+
+    @property
+    def closing(self) -> bool: ...
+
+    @property
+    def outgoing(self) -> OutgoingQueue: ...
+
+    @property
+    def writer_busy(self) -> bool:
+        """Whether its writer holds work the socket has not taken yet (the rest of a
+        write, or a deflate under way)."""
+        ...
+
+    def flush(self) -> None:
+        """Start writing what is queued (never waits)."""
+        ...
+
+    def act_on(self, verdict: Verdict) -> None:
+        """Act on a verdict of its queue that did not queue an offer: a verdict that
+        ends the peer closes it (a plain drop does nothing)."""
+        ...
+
+
+W = TypeVar("W", bound=Writable)
+W_co = TypeVar("W_co", bound=Writable, covariant=True)
+
+
+class Registry(Protocol[W_co]):
+    """The live peers, by id (the server's connection table, a test's list)."""
+
+    def snapshot(self) -> tuple[W_co, ...]: ...
+
+    def get(self, link_id: int) -> W_co | None: ...
+
+
+class Outbox(Generic[W]):
+    """Offers to the live peers' queues; writes at the end of each batch."""
+
+    def __init__(self, registry: Registry[W], deflate_pool: DeflatePool | None = None) -> None:
+        self._registry = registry
+        self.deflate_pool = deflate_pool
+        """Deflates a batch's writes side by side; None: each deflates its own."""
+        self._held: set[int] = set()
+        """Peers whose writes waited for the batch now under way (once at most)."""
+
+    # ------------------------------------------------------------------ the peers
+
+    def links(self) -> tuple[W, ...]:
+        """The live peers, as a snapshot the router may iterate while offering."""
+        return self._registry.snapshot()
+
+    def link(self, link_id: int) -> W | None:
+        """The live peer of ``link_id``, or None once it has gone."""
+        return self._registry.get(link_id)
+
+    # ------------------------------------------------------------------ offers
+
+    def offer(self, link_id: int, data: bytes, now: float) -> bool:
+        """Offer one encoded message (its type and hops read from its header); False
+        when it was not queued (dropped by the queue's policy, or the peer is gone)."""
+        link = self._registry.get(link_id)
+        if link is None:
+            return False
+        verdict = link.outgoing.offer(data, data[TYPE_OFFSET], data[HOPS_OFFSET], now)
+        if verdict is Verdict.QUEUED:
+            return True
+        link.act_on(verdict)
+        return False
+
+    def offer_many(
+        self, link_id: int, datas: list[bytes], total_bytes: int, now: float
+    ) -> list[bytes]:
+        """Offer several messages (``total_bytes`` their length in all, which the queue
+        trusts); returns those that were not queued.
+
+        The queue takes them in one call when it can; otherwise it decides message by
+        message, and a verdict that ends the peer refuses the rest.
+        """
+        link = self._registry.get(link_id)
+        if link is None:
+            return datas
+        outgoing = link.outgoing
+        if outgoing.offer_bulk(datas, total_bytes):
+            return []
+        refused: list[bytes] = []
+        for index, data in enumerate(datas):
+            verdict = outgoing.offer(data, data[TYPE_OFFSET], data[HOPS_OFFSET], now)
+            if verdict is Verdict.QUEUED:
+                continue
+            refused.append(data)
+            if verdict is not Verdict.DROPPED:
+                link.act_on(verdict)
+                refused.extend(datas[index + 1 :])
+                break
+        return refused
+
+    def offer_whole(self, link_id: int, datas: list[bytes], total_bytes: int) -> bool:
+        """Queue all of ``datas`` if the queue takes them without any decision of its
+        policy (room for all, nothing to drop or evict); otherwise queue none and answer
+        False, and the caller offers them one by one, as its rules require."""
+        link = self._registry.get(link_id)
+        return link is not None and link.outgoing.offer_bulk(datas, total_bytes)
+
+    # ------------------------------------------------------------------ writes
+
+    def write(self, link_id: int) -> None:
+        """Start writing one peer's queue now: for messages made outside a batch."""
+        link = self._registry.get(link_id)
+        if link is not None:
+            self._held.discard(link_id)
+            link.flush()
+
+    def end_batch(self, upcoming: int = 0) -> None:
+        """The router has finished a batch: start every peer's write.
+
+        ``upcoming``: the most messages the router's next batch may offer one peer, when
+        that batch is already queued (0 when it is not). A peer that can take that many
+        more without a decision of its policy, and did not wait last time, waits for it.
+        """
+        held = self._held
+        waiting: set[int] = set()
+        pool = self.deflate_pool
+        if pool is not None:
+            pool.begin_batch()
+        try:
+            for link in self._registry.snapshot():
+                if upcoming and link.id not in held and _may_wait(link, upcoming):
+                    waiting.add(link.id)
+                else:
+                    link.flush()
+        finally:
+            if pool is not None:
+                pool.end_batch()
+        self._held = waiting
+
+    @property
+    def idle(self) -> bool:
+        """Whether every write of the last batch went straight to its socket (or waits
+        for the next batch): the router may route its next batch before the writers
+        run. A writer with work must run first, or its peer's queue could grow by more
+        than a batch between two writes, and the slow-peer threshold is set on the
+        promise that it does not."""
+        return not any(link.writer_busy for link in self._registry.snapshot())
+
+
+def _may_wait(link: Writable, upcoming: int) -> bool:
+    """Whether ``link``'s queued messages may wait for the next batch's write: its queue
+    takes ``upcoming`` more without a decision of its policy, and holds less than half a
+    write (a full write is better made now)."""
+    outgoing = link.outgoing
+    return (
+        outgoing.pending_bytes <= WRITE_SIZE // 2
+        and outgoing.has_room_for(upcoming)
+        and not link.closing
+    )
