@@ -22,6 +22,10 @@ their order (netem's jitter reorders packets, which TCP puts back in order; hold
 stream in order gives what the peer's reader would see). The delay is one way: each end
 of a link delays what it sends, so a message crossing four links is held four times.
 
+Only what follows the handshake is delayed (the stream is wrapped when the connection
+is made): handshakes cross an emulated link at the machine's own speed, so a network
+forms a few round trips sooner than it would over real links of that delay.
+
 The line is bounded (``held_bytes``, 1 MiB by default): past it ``send_all`` waits until
 the pump has written enough, so the connection's writer waits and its outgoing queue
 fills under the slow-peer policy, as with a socket whose buffer is full; nothing grows
