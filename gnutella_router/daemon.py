@@ -52,7 +52,7 @@ from gnutella_router.ready_file import remove_ready_file, write_ready_file
 from gnutella_router.runtime.stage import StageRegistry
 from gnutella_router.stages.catcher import GnutellaCatcher
 from gnutella_router.stages.router import GnutellaRouter
-from gnutella_router.stages.server import GnutellaServer
+from gnutella_router.stages.server import AlreadyConnected, GnutellaServer
 from gnutella_router.state_lock import lock_state_directory
 from protocol.messages import Message, random_guid
 
@@ -174,21 +174,42 @@ class Daemon:
 
     async def add_peer(self, host: str, port: int) -> int:
         """Dial ``host:port`` now and keep it in the host cache; the new connection's id.
+        A hold from an earlier drop is lifted.
 
         Raises:
+            AlreadyConnected: a connection to that address is open, or being dialled: a
+                second one would only be refused by the peer, or carry everything twice.
             DialError: the peer could not be reached or refused the handshake.
         """
+        for open_connection in self.server.connections.snapshot():
+            if not open_connection.closing and (host, port) in (
+                open_connection.peer,
+                open_connection.listen_address,
+            ):
+                raise AlreadyConnected((host, port), open_connection.id)
+        if self.catcher.is_dialling(host, port):
+            raise AlreadyConnected((host, port), None)
+        self.catcher.release(host, port)
         connection = await self.server.dial(host, port, timeout=self.config.catcher.dial_timeout)
         self.catcher.learn(host, port, OPERATOR)
         self.log.info("peer added by the operator", peer=connection.peer_text, conn=connection.id)
         return connection.id
 
     def drop_peer(self, connection_id: int) -> bool:
-        """Close one connection, with Bye 200 if the peer takes Bye; False if unknown."""
+        """Close one connection, with Bye 200 if the peer takes Bye; False if unknown.
+        Its addresses are not dialled again for ``catcher.drop_hold`` seconds."""
         connection = self.server.connections.get(connection_id)
         if connection is None or connection.closing:
             return False
-        self.log.info("peer dropped by the operator", peer=connection.peer_text)
+        addresses = [connection.peer]
+        if connection.listen_address is not None:
+            addresses.append(connection.listen_address)
+        self.catcher.hold_back(addresses, trio.current_time())
+        self.log.info(
+            "peer dropped by the operator",
+            peer=connection.peer_text,
+            not_dialled_for=self.config.catcher.drop_hold,
+        )
         connection.close("dropped by the operator", bye_code=200)
         return True
 

@@ -2,9 +2,9 @@
 
 Run from the repository root, in the project's virtual environment:
 
-    python scripts/attack_discovery.py                            # this checkout
-    python scripts/attack_discovery.py --before b09555b           # that revision first
-    python scripts/attack_discovery.py --before b09555b --write   # also docs/robustness.md
+    .venv/bin/python scripts/attack_discovery.py                            # this checkout
+    .venv/bin/python scripts/attack_discovery.py --before b09555b           # that revision first
+    .venv/bin/python scripts/attack_discovery.py --before b09555b --write  # also docs/robustness.md
 
 **Host cache eclipse.** A router (``Daemon`` in a process of its own, on 127.0.0.1, on
 its defaults) is joined by two peers: an honest one, from 127.2.0.1, whose pongs name

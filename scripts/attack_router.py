@@ -2,9 +2,9 @@
 
 Run from the repository root, in the project's virtual environment:
 
-    python scripts/attack_router.py                        # every scenario, figures printed
-    python scripts/attack_router.py --only query-flood,large-hits --seconds 2
-    python scripts/attack_router.py --write                # also docs/robustness.md
+    .venv/bin/python scripts/attack_router.py  # every scenario, figures printed
+    .venv/bin/python scripts/attack_router.py --only query-flood,large-hits --seconds 2
+    .venv/bin/python scripts/attack_router.py --write                # also docs/robustness.md
 
 Theory of operation
 -------------------
@@ -120,7 +120,12 @@ def parse_args(argv: Sequence[str] | None) -> tuple[Settings, argparse.Namespace
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     parser.add_argument(
-        "--seed", type=int, default=1, help="seed of the attacks' GUIDs and choices"
+        "--random-seed",
+        "--seed",
+        dest="seed",
+        type=int,
+        default=1,
+        help="seed of the attacks' GUIDs and choices",
     )
     parser.add_argument(
         "--seconds",

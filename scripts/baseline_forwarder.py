@@ -28,7 +28,7 @@ What it does, per connection:
 
 Run (loopback only):
 
-    python scripts/baseline_forwarder.py --listen 127.0.0.1:6347
+    .venv/bin/python scripts/baseline_forwarder.py --listen 127.0.0.1:6347
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 
 Run from the repository root, in the project's virtual environment:
 
-    python scripts/bench_batch_size.py            # print the figures
-    python scripts/bench_batch_size.py --write    # also update docs/benchmarks.md
+    .venv/bin/python scripts/bench_batch_size.py            # print the figures
+    .venv/bin/python scripts/bench_batch_size.py --write    # also update docs/benchmarks.md
 
 A router batch pays some costs once whatever it holds: the stage's wake-up and turn,
 the batch path's set-up, one flush (one write) per destination. The larger the batch a
@@ -29,7 +29,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from benchdocs import machine, replace_section
+from benchdocs import machine, provenance, replace_section
 from router_bench.interleaved import (
     ServerCommand,
     interleaved_runs,
@@ -89,7 +89,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         lines = [
             "## The largest batch (`scripts/bench_batch_size.py`)",
             "",
-            f"Measured on {machine()}; load average before the runs {load:.2f}. One router "
+            f"Measured {provenance()} on {machine()}; load average before the runs "
+            f"{load:.2f}. One router "
             "per largest batch, on its defaults otherwise, against each in turn the "
             f"throughput load of `scripts/bench_router.py` (1 source, {SINKS} sinks, "
             f"{wire.size}-byte messages, {QUERY_SHARE:.0%} queries); the median of "

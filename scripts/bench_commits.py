@@ -3,8 +3,8 @@
 Run from the repository root, in the project's virtual environment (the ``dev`` extra:
 it compiles with mypyc, as the build does):
 
-    python scripts/bench_commits.py                   # HEAD against the working tree
-    python scripts/bench_commits.py --base HEAD~3 --head HEAD --repeats 7
+    .venv/bin/python scripts/bench_commits.py                   # HEAD against the working tree
+    .venv/bin/python scripts/bench_commits.py --base HEAD~3 --head HEAD --repeats 7
 
 What is run: each version's packages in a temporary folder (a revision from ``git
 archive``, the working tree copied as it is, uncommitted changes included), with its hot

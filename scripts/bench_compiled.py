@@ -3,8 +3,8 @@
 Run from the repository root, in the project's virtual environment (the ``dev`` extra:
 it compiles with mypyc, as the build does):
 
-    python scripts/bench_compiled.py            # print the figures
-    python scripts/bench_compiled.py --write    # also update docs/benchmarks.md
+    .venv/bin/python scripts/bench_compiled.py            # print the figures
+    .venv/bin/python scripts/bench_compiled.py --write    # also update docs/benchmarks.md
 
 What is run: two copies of this checkout's packages in a temporary folder, one left as
 Python sources and one with the hot modules compiled by ``hatch_build.compile_hot_path``
@@ -31,7 +31,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from benchdocs import machine, replace_section
+from benchdocs import machine, provenance, replace_section
 from router_bench.interleaved import (
     ServerCommand,
     interleaved_runs,
@@ -169,7 +169,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         lines = [
             "## The hot path compiled (`scripts/bench_compiled.py`)",
             "",
-            f"Measured on {machine()}; load average before the runs {load_average:.2f}. The "
+            f"Measured {provenance()} on {machine()}; load average before the runs "
+            f"{load_average:.2f}. The "
             "same sources twice: as Python, and with the hot modules "
             f"({', '.join(f'`{m}`' for m in hatch_build.HOT_MODULES)}) compiled by mypyc as "
             "`pip install` does where a C compiler is at hand (`hatch_build.py`); a router "

@@ -2,8 +2,8 @@
 
 Run from the repository root, in the project's virtual environment:
 
-    python scripts/bench_deflate.py            # print the figures
-    python scripts/bench_deflate.py --write    # also update docs/benchmarks.md
+    .venv/bin/python scripts/bench_deflate.py            # print the figures
+    .venv/bin/python scripts/bench_deflate.py --write    # also update docs/benchmarks.md
 
 Gnutella peers deflate their links (gtk-gnutella offers it on every connection), and
 with GUIDs as random as a real network's, deflate costs more than routing. zlib releases
@@ -36,7 +36,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from benchdocs import machine, replace_section
+from benchdocs import machine, provenance, replace_section
 from router_bench.interleaved import (
     ServerCommand,
     interleaved_runs,
@@ -108,7 +108,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         lines = [
             "## Deflated links and the second core (`scripts/bench_deflate.py`)",
             "",
-            f"Measured on {machine()}; load average before the runs {load:.2f}. Two routers "
+            f"Measured {provenance()} on {machine()}; load average before the runs "
+            f"{load:.2f}. Two routers "
             "from this checkout, alike but for `network.deflate_threads`; against each in "
             f"turn one source and {SINKS} sinks that ask for deflate, the source writing "
             f"pre-encoded {wire.size}-byte messages ({QUERY_SHARE:.0%} queries, TTL 2, every "

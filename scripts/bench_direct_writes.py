@@ -9,15 +9,14 @@ this checkout, one of them with ``GNUTELLA_ROUTER_DIRECT_WRITES=0``, and runs th
 router benchmark's throughput and latency runs against both, interleaved run by run,
 so the ratio holds on a noisy machine.
 
-    python scripts/bench_direct_writes.py            # print the figures
-    python scripts/bench_direct_writes.py --write    # also update docs/benchmarks.md
+    .venv/bin/python scripts/bench_direct_writes.py            # print the figures
+    .venv/bin/python scripts/bench_direct_writes.py --write    # also update docs/benchmarks.md
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import datetime
 import statistics
 import sys
 import tempfile
@@ -27,7 +26,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from benchdocs import machine, replace_section
+from benchdocs import machine, provenance, replace_section
 from router_bench.peers import BLAST_MESSAGES, Wire, message_kinds
 from router_bench.processes import Problems, free_port, router_argv, started, stop_server
 from router_bench.runs import Figures, Target, run_speed
@@ -110,7 +109,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             [
                 "## Direct writes (`scripts/bench_direct_writes.py`)",
                 "",
-                f"Measured {datetime.date.today().isoformat()} on {machine()}. The same router "
+                f"Measured {provenance()} on {machine()}. The same router "
                 "from this checkout twice, once with `GNUTELLA_ROUTER_DIRECT_WRITES=0` (every "
                 "write left to the connection's writer task); the router benchmark's throughput "
                 f"and latency runs, interleaved; medians of {args.repeats} runs each.",

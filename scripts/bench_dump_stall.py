@@ -2,9 +2,9 @@
 
 Run from the repository root, in the project's virtual environment:
 
-    python scripts/bench_dump_stall.py                   # this checkout
-    python scripts/bench_dump_stall.py --before aea9480  # that revision first, then this
-    python scripts/bench_dump_stall.py --before aea9480 --write   # also docs/robustness.md
+    .venv/bin/python scripts/bench_dump_stall.py                   # this checkout
+    .venv/bin/python scripts/bench_dump_stall.py --before aea9480  # that revision first, then this
+    .venv/bin/python scripts/bench_dump_stall.py --before aea9480 --write  # also docs/robustness.md
 
 One router (``gnutella-router run`` from the tree, its own process on a free loopback
 port, on its defaults) has its route tables filled by a flood peer: 100,000 queries and

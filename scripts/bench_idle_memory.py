@@ -2,9 +2,9 @@
 
 Run from the repository root, in the project's virtual environment:
 
-    python scripts/bench_idle_memory.py               # print the figures
-    python scripts/bench_idle_memory.py --write       # also update docs/benchmarks.md
-    python scripts/bench_idle_memory.py --breakdown   # where a router's bytes go
+    .venv/bin/python scripts/bench_idle_memory.py               # print the figures
+    .venv/bin/python scripts/bench_idle_memory.py --write       # also update docs/benchmarks.md
+    .venv/bin/python scripts/bench_idle_memory.py --breakdown   # where a router's bytes go
 
 What is measured, and why: a router's peers are mostly quiet, and what each quiet
 connection costs decides how many a machine can hold. For each server (a fresh process

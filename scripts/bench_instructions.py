@@ -3,9 +3,9 @@
 Run from the repository root, in the project's virtual environment, with valgrind
 installed (``apt install valgrind``):
 
-    python scripts/bench_instructions.py                 # the working tree, as installed
-    python scripts/bench_instructions.py --load mixed    # 85 % pings, 15 % queries
-    python scripts/bench_instructions.py --write         # both loads, into docs/benchmarks.md
+    .venv/bin/python scripts/bench_instructions.py                 # the working tree, as installed
+    .venv/bin/python scripts/bench_instructions.py --load mixed    # 85 % pings, 15 % queries
+    .venv/bin/python scripts/bench_instructions.py --write  # both loads, into docs/benchmarks.md
 
 Loopback benchmarks (``bench_router.py``, ``bench_query_flood.py``, ``bench_commits.py``)
 measure what users get, but on a shared machine two runs of the same code differ by 10 %
@@ -231,7 +231,7 @@ def _counted(kind: str, count: int, made: int, seed: int, tree: str | None) -> t
                 str(made),
                 "--load",
                 kind,
-                "--seed",
+                "--random-seed",
                 str(seed),
                 *([_TREE, tree] if tree else []),
             ],
@@ -265,7 +265,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "50,000 per route-table generation, two full generations are dropped in the "
         "window, as in a long flood)",
     )
-    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--random-seed", "--seed", dest="seed", type=int, default=1)
     parser.add_argument(
         _TREE,
         metavar="DIR",
@@ -303,12 +303,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         rows.append(f"| {load} | {instructions:,.0f} | {misses:.2f} |")
     if args.write:
-        from benchdocs import machine, replace_section
+        from benchdocs import machine, provenance, replace_section
 
         lines = [
             "## Instructions per routed message (`scripts/bench_instructions.py`)",
             "",
-            f"Counted on {machine()}, under valgrind's cachegrind (its last-level cache "
+            f"Counted {provenance()} on {machine()}, under valgrind's cachegrind (its "
+            "last-level cache "
             f"set to 8 MiB, 16-way); {described}. The router's own work, with no sockets: "
             "64 KiB reads of the loopback benchmarks' 30-byte queries (or 85 % pings, 15 % "
             "queries, of the same size), TTL 2, "

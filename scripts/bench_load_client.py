@@ -2,8 +2,8 @@
 
 Run from the repository root, in the project's virtual environment:
 
-    python scripts/bench_load_client.py            # print the figures
-    python scripts/bench_load_client.py --write    # also update docs/benchmarks.md
+    .venv/bin/python scripts/bench_load_client.py            # print the figures
+    .venv/bin/python scripts/bench_load_client.py --write    # also update docs/benchmarks.md
 
 The load client (`gnutella-router load`) drives open-loop traffic and times every copy
 that comes back. Its own cost bounds every experiment, so it is measured alone: against
@@ -18,7 +18,6 @@ project's floor: at least 30,000 msgs/s, three times what the paper's experiment
 from __future__ import annotations
 
 import argparse
-import datetime
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -28,7 +27,7 @@ import trio
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from benchdocs import machine, replace_section
+from benchdocs import machine, provenance, replace_section
 
 from gnutella_router.traffic.echo import EchoRouter
 from gnutella_router.traffic.load import LoadSettings, run_load
@@ -89,11 +88,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     verdict = "met" if best >= FLOOR else "MISSED"
     print(f"highest sustained rate: {best:,.0f} msgs/s (floor {FLOOR:,}: {verdict})")
     if args.write:
-        today = datetime.date.today().isoformat()
         lines = [
             "## Load client ceiling (`scripts/bench_load_client.py`)",
             "",
-            f"Measured {today} on {machine()}. The load client against a trivial echo "
+            f"Measured {provenance()} on {machine()}. The load client against a trivial echo "
             "(`gnutella_router.traffic.echo.EchoRouter`, no delay) in the same process, "
             "so both share one core; one injecting and two sinking peers, the paper's mix, "
             f"{args.duration:g} s per rate. Sustained: every copy arrived, "

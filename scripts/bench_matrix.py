@@ -3,9 +3,9 @@ peers users have (gtk-gnutella's handshake or a bare one), the traffic, deflate,
 
 Run from the repository root, in the project's virtual environment:
 
-    python scripts/bench_matrix.py            # print the table (about five minutes)
-    python scripts/bench_matrix.py --write    # also update docs/benchmarks.md
-    python scripts/bench_matrix.py --quick    # two cells, one short run each (tests)
+    .venv/bin/python scripts/bench_matrix.py            # print the table (about five minutes)
+    .venv/bin/python scripts/bench_matrix.py --write    # also update docs/benchmarks.md
+    .venv/bin/python scripts/bench_matrix.py --quick    # two cells, one short run each (tests)
 
 Why a matrix: one flood with one kind of peer says little about the peers a router
 meets. Every real servent announces ``Pong-Caching`` (a router then answers its pings
@@ -183,7 +183,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         metavar="SECONDS",
         help="no cell is begun after this long (900 s)",
     )
-    parser.add_argument("--seed", type=int, default=1, help="seed of the message order")
+    parser.add_argument(
+        "--random-seed",
+        "--seed",
+        dest="seed",
+        type=int,
+        default=1,
+        help="seed of the message order",
+    )
     parser.add_argument("--write", action="store_true", help="update docs/benchmarks.md")
     args = parser.parse_args(argv)
     if args.quick:

@@ -2,8 +2,8 @@
 
 Run from the repository root, in the project's virtual environment:
 
-    python scripts/bench_protocol.py            # print the figures
-    python scripts/bench_protocol.py --write    # also update docs/benchmarks.md
+    .venv/bin/python scripts/bench_protocol.py            # print the figures
+    .venv/bin/python scripts/bench_protocol.py --write    # also update docs/benchmarks.md
 
 Every figure is the median of several repetitions, and each fast path is timed side by
 side with the construct declaration it replaces, in the same run, so the ratio holds
@@ -13,7 +13,6 @@ even on a noisy machine. One core, no I/O: bytes already in memory.
 from __future__ import annotations
 
 import argparse
-import datetime
 import statistics
 import sys
 import time
@@ -23,7 +22,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from benchdocs import machine, replace_section
+from benchdocs import machine, provenance, replace_section
 
 from gnutella_router import native
 from protocol.codec import encode_message, parse_payload, parse_payload_spec
@@ -97,7 +96,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--messages", type=int, default=50_000, help="messages in the corpus")
     parser.add_argument("--repeats", type=int, default=7, help="timed runs per figure")
-    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--random-seed", "--seed", dest="seed", type=int, default=1)
     parser.add_argument("--write", action="store_true", help="update docs/benchmarks.md")
     args = parser.parse_args(argv)
 
@@ -171,11 +170,10 @@ def write_section(
     mean_size: float,
     args: argparse.Namespace,
 ) -> None:
-    today = datetime.date.today().isoformat()
     lines = [
         "## Wire format (`scripts/bench_protocol.py`)",
         "",
-        f"Measured {today} on {machine()}, one core, data in memory; {native.describe()} "
+        f"Measured {provenance()} on {machine()}, one core, data in memory; {native.describe()} "
         "(the framing decoder is the one hot module timed here; the full parses are "
         "interpreted either way).",
         f"Corpus: {count:,} messages ({size:,} bytes, mean {mean_size:.1f} B) drawn with seed "

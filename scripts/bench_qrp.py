@@ -240,7 +240,9 @@ def main() -> int:
     parser.add_argument(
         "--repeats-before", type=int, default=3, help="timed runs of the slow, old code"
     )
-    parser.add_argument("--seed", type=int, default=1, help="seed of the vocabulary")
+    parser.add_argument(
+        "--random-seed", "--seed", dest="seed", type=int, default=1, help="seed of the vocabulary"
+    )
     parser.add_argument("--write", action="store_true", help="update docs/benchmarks.md")
     args = parser.parse_args()
 

@@ -2,8 +2,8 @@
 
 Run from the repository root, in the project's virtual environment:
 
-    python scripts/bench_query_flood.py            # print the figures
-    python scripts/bench_query_flood.py --write    # also update docs/benchmarks.md
+    .venv/bin/python scripts/bench_query_flood.py            # print the figures
+    .venv/bin/python scripts/bench_query_flood.py --write    # also update docs/benchmarks.md
 
 One source peer and two sink peers (ultrapeers, 0.6 handshake) on each server; the
 source writes pre-encoded 64 KiB chunks of queries (TTL 2, hops 0, every GUID unique)

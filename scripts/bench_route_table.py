@@ -2,7 +2,7 @@
 
 Run from the repository root, in the project's virtual environment:
 
-    python scripts/bench_route_table.py
+    .venv/bin/python scripts/bench_route_table.py
 
 It times the table as installed: ``GNUTELLA_ROUTER_PURE=1 scripts/venv.sh dev``
 reinstalls it as pure Python, ``scripts/venv.sh dev`` compiles it again.

@@ -2,9 +2,9 @@
 
 Run from the repository root, in the project's virtual environment:
 
-    python scripts/bench_router.py            # print the figures
-    python scripts/bench_router.py --write    # also update docs/benchmarks.md
-    python scripts/bench_router.py --target 127.0.0.1:6346   # a router already running
+    .venv/bin/python scripts/bench_router.py            # print the figures
+    .venv/bin/python scripts/bench_router.py --write    # also update docs/benchmarks.md
+    .venv/bin/python scripts/bench_router.py --target 127.0.0.1:6346   # a router already running
 
 What is measured, and why:
 
@@ -178,7 +178,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         metavar="SHARE",
         help="share of queries in the load (default 0.15)",
     )
-    parser.add_argument("--seed", type=int, default=1, help="seed of the ping/query order")
+    parser.add_argument(
+        "--random-seed",
+        "--seed",
+        dest="seed",
+        type=int,
+        default=1,
+        help="seed of the ping/query order",
+    )
     parser.add_argument(
         "--peers",
         choices=sorted(PEER_KINDS),

@@ -158,7 +158,7 @@ def one_run(mode: str, nodes: int, duration: float, out: Path, per_process: int)
     results = out / f"{mode}-{nodes}"
     argv = [
         sys.executable, "-m", "gnutella_router", "testnet", "--nodes", str(nodes),
-        *MODES[mode], "--duration", str(duration), "--results", str(results),
+        *MODES[mode], "--duration", str(duration), "--out", str(results), "--overwrite",
     ]  # fmt: skip
     if mode.startswith("shared"):
         argv += ["--routers-per-process", str(per_process)]
@@ -284,6 +284,20 @@ def order(row: str) -> tuple[int, str, int]:
     return rank, cells[0], int(cells[1].replace(",", ""))
 
 
+def newest_measured(rows: list[str]) -> str:
+    """``DATE at commit HASH`` of the newest row (by date, then by order)."""
+    found = []
+    for row in rows:
+        cells = [c.strip() for c in row.strip().strip("|").split("|")]
+        match = re.match(r"(\d{4}-\d\d-\d\d), ([0-9a-f]+)", cells[2]) if len(cells) > 2 else None
+        if match:
+            found.append((match.group(1), match.group(2)))
+    if not found:
+        return "never"
+    day, head = max(found, key=lambda f: f[0])
+    return f"{day} at commit {head}"
+
+
 FLOOR_NODES = 1000
 FLOOR_FORMED_S = 300.0
 FLOOR_LOST = 0.01
@@ -358,10 +372,11 @@ def main(argv: list[str] | None = None) -> int:
         lines = [
             "## Test network scale (`scripts/bench_testnet.py`)",
             "",
-            f"On {machine()}. Each row is one `gnutella-router testnet` with the default "
-            "traffic (paper mix, 200 messages/s, random topology of degree 1 plus the ring) "
-            f"for {args.duration:g} s, measured on the day, at the commit and under the load "
-            "average (the machine is shared) it names. Modes: `in-process` (every router in "
+            f"Measured {newest_measured(table[2:])} (the newest row; each row names the day, "
+            f"commit and load average it was measured at, the machine being shared) on "
+            f"{machine()}. Each row is one `gnutella-router testnet` with the default traffic "
+            "(paper mix, 200 messages/s, random topology of degree 1 plus the ring) for "
+            f"{args.duration:g} s. Modes: `in-process` (every router in "
             "the testnet's process), `processes` (a `gnutella-router run` process each), "
             "`netns` (the same, each in a network namespace with an address of its own), "
             "`shared` (`--routers-per-process K`, K routers to a process) and `shared-netns` "

@@ -7,6 +7,7 @@ replaces only that, so the scripts can be rerun in any order.
 from __future__ import annotations
 
 import contextlib
+import datetime
 import os
 import platform
 import subprocess
@@ -56,6 +57,12 @@ def replace_section(name: str, lines: Sequence[str], path: Path = BENCHMARKS_DOC
         text = text.rstrip("\n") + "\n\n" + body + "\n"
     path.write_text(text)
     return path
+
+
+def provenance() -> str:
+    """``DATE at commit HASH``: when and from what tree a figure was measured, for the
+    first line of a section (every section of docs/benchmarks.md names both)."""
+    return f"{datetime.date.today().isoformat()} at commit {commit()}"
 
 
 def commit() -> str:

@@ -5,11 +5,11 @@ Run from the repository root, in the project's virtual environment (unattended; 
 experiment is its own invocation of 1 to 5 minutes, so each fits one turn of the shared
 lock):
 
-    python scripts/experiment_admission.py step --write      # every policy, one load step
-    python scripts/experiment_admission.py classes --write   # replies kept flowing
-    python scripts/experiment_admission.py degrade --write   # TTL and reach along a chain
-    python scripts/experiment_admission.py floor --write     # the documented figure
-    python scripts/experiment_admission.py classes --quick   # a smoke test
+    .venv/bin/python scripts/experiment_admission.py step --write      # every policy, one load step
+    .venv/bin/python scripts/experiment_admission.py classes --write   # replies kept flowing
+    .venv/bin/python scripts/experiment_admission.py degrade --write   # TTL and reach along a chain
+    .venv/bin/python scripts/experiment_admission.py floor --write     # the documented figure
+    .venv/bin/python scripts/experiment_admission.py classes --quick   # a smoke test
 
 Without ``--write`` the figures and CSV go to ``--out`` (a fresh temporary directory by
 default) and docs/ is left alone; with it they go to docs/figures/ and each experiment
@@ -49,7 +49,6 @@ import datetime
 import json
 import os
 import sys
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -65,6 +64,8 @@ from router_admission.classes import (
 )
 from router_admission.degrade import experiment_degrade, report_degrade
 
+from gnutella_router.run_folder import add_out_arguments, script_run
+
 Run = Callable[[argparse.Namespace, Path], dict[str, Any]]
 Report = Callable[[dict[str, Any], Path], tuple[list[str], list[Path]]]
 EXPERIMENTS: dict[str, tuple[Run, Report, str]] = {
@@ -78,8 +79,7 @@ EXPERIMENTS: dict[str, tuple[Run, Report, str]] = {
 def measured(name: str, args: argparse.Namespace) -> int:
     """Run experiment ``name``, print its table under the date, the machine and its load
     and the command to rerun it, and with ``--write`` put them in its section."""
-    out = args.out or Path(tempfile.mkdtemp(prefix="admission-"))
-    out.mkdir(parents=True, exist_ok=True)
+    out = script_run(f"experiment-admission-{name}", args)
     run, report, _ = EXPERIMENTS[name]
     load_before = os.getloadavg()[0]
     try:
@@ -91,7 +91,7 @@ def measured(name: str, args: argparse.Namespace) -> int:
     (out / f"result-{name}.json").write_text(json.dumps(result, indent=2))
     folder = FIGURES if args.write else out
     lines, paths = report(result, folder)
-    command = f"python scripts/experiment_admission.py {name}" + (
+    command = f".venv/bin/python scripts/experiment_admission.py {name}" + (
         f" --duration {args.duration:g}" if args.duration else " --quick" if args.quick else ""
     )
     header = [
@@ -102,7 +102,6 @@ def measured(name: str, args: argparse.Namespace) -> int:
         "",
     ]
     print("\n".join(header + lines))
-    print("raw results in", out)
     for path in paths:
         print("wrote", path)
     if args.write:
@@ -128,7 +127,7 @@ def parser() -> argparse.ArgumentParser:
         experiments.append(command)
     for command in experiments:
         command.add_argument("--write", action="store_true", help="figures, CSV and docs")
-        command.add_argument("--out", type=Path, help="raw results (default: a temporary folder)")
+        add_out_arguments(command)
     return top
 
 

@@ -3,9 +3,9 @@
 Run from the repository root, in the project's virtual environment (unattended; about
 five minutes with the defaults, two router runs):
 
-    python scripts/experiment_batching.py            # print the comparison
-    python scripts/experiment_batching.py --write    # also docs/experiments.md, figure, CSV
-    python scripts/experiment_batching.py --sweep    # fixed batches 250 .. 8, a flood each
+    .venv/bin/python scripts/experiment_batching.py            # print the comparison
+    .venv/bin/python scripts/experiment_batching.py --write  # also docs/experiments.md, figure, CSV
+    .venv/bin/python scripts/experiment_batching.py --sweep  # fixed batches 250 .. 8, a flood each
 
 What is run. Twice, one router each time (a ``gnutella-router run`` child on a free
 loopback port, one worker, no injected delay, backpressure, the profiler at 0.25 s): the
@@ -50,7 +50,6 @@ import json
 import os
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -75,6 +74,7 @@ from router_bench.peers import (
 )
 from router_bench.processes import cpu_seconds, free_port
 
+from gnutella_router.run_folder import add_out_arguments, script_run
 from gnutella_router.traffic.load import LoadSettings
 from protocol.constants import MessageType
 from protocol.framing import Frame
@@ -466,9 +466,7 @@ def flood_main(args: argparse.Namespace) -> int:
 
 def sweep_main(args: argparse.Namespace) -> int:
     """Each fixed batch of ``SWEEP`` through one flood (``SWEEP_STEPS``), one router each."""
-    out = args.from_results or args.out or Path(tempfile.mkdtemp(prefix="batching-sweep-"))
-    out.mkdir(parents=True, exist_ok=True)
-    print(f"raw results in {out}", flush=True)
+    out = args.from_results or script_run("experiment-batching-sweep", args)
     sweep = []
     for batch in SWEEP:
         path = out / f"result-sweep-{batch}.json"
@@ -484,7 +482,7 @@ def sweep_main(args: argparse.Namespace) -> int:
             "batching-sweep",
             [
                 f"Measured {datetime.date.today().isoformat()} on {machine()}; "
-                "`python scripts/experiment_batching.py --sweep --write` (a router per "
+                "`.venv/bin/python scripts/experiment_batching.py --sweep --write` (a router per "
                 f"batch, steps `{SWEEP_STEPS}`, batching off).",
                 "",
                 *table,
@@ -507,7 +505,7 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help=f"instead: fixed batches {', '.join(map(str, SWEEP))} through one flood each",
     )
-    parser.add_argument("--out", type=Path, help="raw results (default: a temporary folder)")
+    add_out_arguments(parser)
     parser.add_argument("--write", action="store_true", help="update docs/experiments.md")
     parser.add_argument("--from-results", type=Path, help="skip the runs: redraw an earlier --out")
     parser.add_argument("--flood", help=argparse.SUPPRESS)  # HOST:PORT: be a flood process
@@ -527,9 +525,7 @@ def main(argv: list[str] | None = None) -> int:
             if (out / f"result-{n}.json").exists()
         ]
     else:
-        out = args.out or Path(tempfile.mkdtemp(prefix="batching-steps-"))
-        out.mkdir(parents=True, exist_ok=True)
-        print(f"raw results in {out}", flush=True)
+        out = script_run("experiment-batching", args)
         results = []
         for name, auto in (("auto", True), ("fixed", False)):
             if args.only and args.only != name:
@@ -548,7 +544,7 @@ def main(argv: list[str] | None = None) -> int:
             "batching-steps",
             [
                 f"Measured {datetime.date.today().isoformat()} on {machine()}; "
-                f"`python scripts/experiment_batching.py --write` (steps `{args.steps}`, "
+                f"`.venv/bin/python scripts/experiment_batching.py --write` (steps `{args.steps}`, "
                 f"a controller sample every {args.interval:g} s).",
                 "",
                 *table,

@@ -3,10 +3,10 @@
 Run from the repository root, in the project's virtual environment (unattended; the
 default takes about 10 minutes):
 
-    python scripts/experiment_fig14.py                # 60 s runs, print the table
-    python scripts/experiment_fig14.py --write        # also docs/experiments.md + figures
-    python scripts/experiment_fig14.py --quick        # 30 s runs, a smoke test
-    python scripts/experiment_fig14.py --compare --write   # the governor's rules, 5 runs each
+    .venv/bin/python scripts/experiment_fig14.py                # 60 s runs, print the table
+    .venv/bin/python scripts/experiment_fig14.py --write        # also docs/experiments.md + figures
+    .venv/bin/python scripts/experiment_fig14.py --quick        # 30 s runs, a smoke test
+    .venv/bin/python scripts/experiment_fig14.py --compare --write  # the governor's rules
 
 What is run. For each offered load (100, 200, 400 and 1000 messages/s by default, the
 paper's mix: 15 % queries, 85 % pings, constant rate) and each governor setting, a
@@ -73,12 +73,13 @@ import argparse
 import contextlib
 import json
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 import matplotlib
+
+from gnutella_router.run_folder import add_out_arguments, script_run
 
 matplotlib.use("Agg")
 
@@ -177,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
         "proposal's 10 packets every 100/50/25/10 ms (the same mean rates); both: each, "
         "reported side by side in their own section (constant)",
     )
-    parser.add_argument("--out", type=Path, help="directory for raw results (default: a temp)")
+    add_out_arguments(parser)
     parser.add_argument("--write", action="store_true", help="update docs/experiments.md")
     parser.add_argument(
         "--figures",
@@ -209,9 +210,7 @@ def main(argv: list[str] | None = None) -> int:
         out = args.from_results
         results = [json.loads(p.read_text()) for p in sorted(out.glob("result-*.json"))]
     else:
-        out = args.out or Path(tempfile.mkdtemp(prefix="fig14-"))
-        out.mkdir(parents=True, exist_ok=True)
-        print(f"raw results in {out}", flush=True)
+        out = script_run("experiment-fig14", args)
         results = []
         kinds = fig14_bursts.ARRIVALS if args.arrivals == "both" else (args.arrivals,)
         for arrivals, governor, rate in ((a, g, r) for a in kinds for g in modes for r in rates):
@@ -271,9 +270,7 @@ def main_compare(args: argparse.Namespace, rate: int) -> int:
         out = args.from_results
         results = [json.loads(p.read_text()) for p in sorted(out.glob("result-*.json"))]
     else:
-        out = args.out or Path(tempfile.mkdtemp(prefix="fig14-compare-"))
-        out.mkdir(parents=True, exist_ok=True)
-        print(f"raw results in {out}", flush=True)
+        out = script_run("experiment-fig14-compare", args)
         results = compare(rate, args, out)
         (out / "summary.json").write_text(
             json.dumps({"args": {**vars(args), "out": str(out)}, "results": results}, default=str)

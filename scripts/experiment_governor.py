@@ -3,8 +3,8 @@
 Run from the repository root, in the project's virtual environment (unattended, about
 three minutes):
 
-    python scripts/experiment_governor.py            # print the phases
-    python scripts/experiment_governor.py --write    # also docs/experiments.md + figure
+    .venv/bin/python scripts/experiment_governor.py            # print the phases
+    .venv/bin/python scripts/experiment_governor.py --write    # also docs/experiments.md + figure
 
 What is run. One router (a ``gnutella-router run`` child on a free loopback port) with
 the paper's bottleneck (``router.query_delay_ms = 20``, starting from one thread), the
@@ -31,7 +31,6 @@ import json
 import shutil
 import statistics
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +52,7 @@ from experiment_fig14 import (
 from matplotlib.ticker import MaxNLocator
 from router_bench.processes import free_port
 
+from gnutella_router.run_folder import add_out_arguments, script_run
 from gnutella_router.traffic.load import LoadRun, LoadSettings
 from protocol.framing import Frame
 from traffic_models.arrival_text import parse_arrivals
@@ -301,7 +301,7 @@ def plot(result: dict[str, Any], path: Path) -> Path:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", default=STEPS, help=f"SECONDSs@RATE,... (default {STEPS})")
-    parser.add_argument("--out", type=Path, help="raw results (default: a temporary folder)")
+    add_out_arguments(parser)
     parser.add_argument(
         "--from-results", type=Path, help="skip the run: redraw from a previous --out"
     )
@@ -311,9 +311,7 @@ def main(argv: list[str] | None = None) -> int:
         out = args.from_results
         result = json.loads((out / "result.json").read_text())
     else:
-        out = args.out or Path(tempfile.mkdtemp(prefix="governor-steps-"))
-        out.mkdir(parents=True, exist_ok=True)
-        print(f"raw results in {out}", flush=True)
+        out = script_run("experiment-governor", args)
         result = run(args, out)
         result["date"] = datetime.date.today().isoformat()
         result["machine"] = machine()
@@ -329,7 +327,8 @@ def main(argv: list[str] | None = None) -> int:
             "governor-steps",
             [
                 f"Measured {result['date']} on {result['machine']}; "
-                f"`python scripts/experiment_governor.py --write` (steps `{result['steps']}`); "
+                "`.venv/bin/python scripts/experiment_governor.py --write` "
+                f"(steps `{result['steps']}`); "
                 "the time series (a row a second) in `docs/figures/governor-steps.csv`.",
                 "",
                 *table,

@@ -3,9 +3,9 @@
 Run from the repository root, in the project's virtual environment (unattended; the
 default takes about 4 minutes):
 
-    python scripts/experiment_slow_sockets.py             # 60 s runs, print the table
-    python scripts/experiment_slow_sockets.py --write     # also docs/experiments.md + figures
-    python scripts/experiment_slow_sockets.py --quick     # 15 s runs, a smoke test
+    .venv/bin/python scripts/experiment_slow_sockets.py             # 60 s runs, print the table
+    .venv/bin/python scripts/experiment_slow_sockets.py --write     # docs/experiments.md, figures
+    .venv/bin/python scripts/experiment_slow_sockets.py --quick     # 15 s runs, a smoke test
 
 What is run. Three runs of the same setup, one per slow-peer setting of the router:
 
@@ -52,7 +52,6 @@ import json
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -69,6 +68,7 @@ from experiment_fig14 import launch_router, stop_router
 from router_bench.processes import free_port
 
 from gnutella_router.observe.profiler import read_peak_rss_bytes, read_rss_bytes
+from gnutella_router.run_folder import add_out_arguments, script_run
 from gnutella_router.traffic.load import LoadError, LoadRun, LoadSettings, open_client_peer
 from protocol.constants import MessageType
 from protocol.framing import FrameDecoder
@@ -414,7 +414,7 @@ def write_docs(
     lines = [
         "## Protection from slow sockets (quals proposal Fig. 14, SOSP'01 section 5.2.2)",
         "",
-        f"Measured {date} on {machine()}; `python scripts/experiment_slow_sockets.py "
+        f"Measured {date} on {machine()}; `.venv/bin/python scripts/experiment_slow_sockets.py "
         f"--duration {args.duration:g} --rate {args.rate} --write`.",
         "",
         f"Three runs of {args.duration:g} s, each on a fresh router: the paper's mix (85 % "
@@ -523,7 +523,7 @@ def main(argv: list[str] | None = None) -> int:
         help="slow_peer.flow_control_timeout for the flow-control run (30 s)",
     )
     parser.add_argument("--policies", default=",".join(POLICIES), help="runs to make")
-    parser.add_argument("--out", type=Path, help="directory for raw results (default: a temp)")
+    add_out_arguments(parser)
     parser.add_argument("--write", action="store_true", help="update docs/experiments.md")
     parser.add_argument(
         "--figures",
@@ -549,9 +549,7 @@ def main(argv: list[str] | None = None) -> int:
         if results:
             args.duration, args.rate = results[0]["duration"], results[0]["rate"]
     else:
-        out = args.out or Path(tempfile.mkdtemp(prefix="slow-sockets-"))
-        out.mkdir(parents=True, exist_ok=True)
-        print(f"raw results in {out}", flush=True)
+        out = script_run("experiment-slow-sockets", args)
         results = []
         for policy in policies:
             started = time.monotonic()

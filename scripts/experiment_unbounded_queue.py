@@ -3,8 +3,8 @@
 Run from the repository root, in the project's virtual environment (unattended; the
 default takes about 7 minutes):
 
-    python scripts/experiment_unbounded_queue.py            # print the table
-    python scripts/experiment_unbounded_queue.py --write    # also docs + figure + CSV
+    .venv/bin/python scripts/experiment_unbounded_queue.py            # print the table
+    .venv/bin/python scripts/experiment_unbounded_queue.py --write    # also docs + figure + CSV
 
 Why. In SOSP'01 Fig. 14(a) the single-threaded router "ran out of memory" at 1000
 packets/s: its GnutellaRouter queue had no bound, so the backlog the 20 ms query delay
@@ -46,7 +46,6 @@ import json
 import os
 import shutil
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -59,6 +58,7 @@ from benchdocs import machine, replace_section, save_figure
 from router_bench.processes import free_port
 
 from gnutella_router.observe.profiler import read_peak_rss_bytes, read_rss_bytes
+from gnutella_router.run_folder import add_out_arguments, script_run
 from gnutella_router.traffic.load import LoadSettings
 from traffic_models.generator import TrafficGenerator
 from traffic_models.latency import LoadReport
@@ -284,7 +284,7 @@ def write_docs(results: list[dict[str, Any]], args: argparse.Namespace) -> None:
     lines = [
         f"Measured {datetime.date.today().isoformat()} on {machine()}; runs of "
         f"{args.duration:g} s, RSS cap {args.rss_cap_mib:,} MiB; "
-        f"`python scripts/experiment_unbounded_queue.py --duration {args.duration:g} "
+        f"`.venv/bin/python scripts/experiment_unbounded_queue.py --duration {args.duration:g} "
         f"--arrivals {args.arrivals} --write`; 1-minute load average {min(loads):.2f} to "
         f"{max(loads):.2f} at the runs' starts and ends (2 cores). Every profiler sample (0.1 s) "
         "is in [figures/unbounded-queue.csv](figures/unbounded-queue.csv).",
@@ -303,7 +303,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--rss-cap-mib", type=int, default=2048, help="stop a run when the router passes this"
     )
-    parser.add_argument("--out", type=Path, help="directory for raw results (default: a temp)")
+    add_out_arguments(parser)
     parser.add_argument("--from-results", type=Path, help="skip the runs: redraw from --out")
     parser.add_argument("--write", action="store_true", help="update docs/experiments.md")
     args = parser.parse_args(argv)
@@ -311,9 +311,7 @@ def main(argv: list[str] | None = None) -> int:
         out = args.from_results
         results = [json.loads(p.read_text()) for p in sorted(out.glob("result-*.json"))]
     else:
-        out = args.out or Path(tempfile.mkdtemp(prefix="unbounded-"))
-        out.mkdir(parents=True, exist_ok=True)
-        print(f"raw results in {out}", flush=True)
+        out = script_run("experiment-unbounded-queue", args)
         bounds = BOUNDS if args.bounds == "both" else (args.bounds,)
         results = []
         for rate in (int(r) for r in args.rates.split(",")):

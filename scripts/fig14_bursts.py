@@ -231,7 +231,8 @@ def report(results: list[dict[str, Any]], duration: float, figures: Path, doc: P
     print(write_csv(results, figures / "fig14-arrivals.csv"))
     if doc is not None:
         command = (
-            f"`python scripts/experiment_fig14.py --arrivals both --duration {duration:g} "
+            "`.venv/bin/python scripts/experiment_fig14.py --arrivals both "
+            f"--duration {duration:g} "
             "--write` (here run in four parts, `--arrivals bursts` or `constant` with "
             "`--governor off` or `on` and `--out DIR`, then `--from-results DIR --arrivals "
             "both --write`)"

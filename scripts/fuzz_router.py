@@ -2,9 +2,9 @@
 
 Run from the repository root, in the project's virtual environment:
 
-    python scripts/fuzz_router.py                              # 1,000,000 frames, print figures
-    python scripts/fuzz_router.py --output docs/robustness.md  # ... and write them there
-    python scripts/fuzz_router.py --quick                      # about 30 s, a smoke run
+    .venv/bin/python scripts/fuzz_router.py  # 1,000,000 frames, print figures
+    .venv/bin/python scripts/fuzz_router.py --output docs/robustness.md  # ... and write them there
+    .venv/bin/python scripts/fuzz_router.py --quick                      # about 30 s, a smoke run
 
 Theory of operation
 -------------------
@@ -174,7 +174,14 @@ def parse_args(argv: Sequence[str] | None) -> tuple[Settings, argparse.Namespace
         description=__doc__.splitlines()[0] if __doc__ else None,
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    parser.add_argument("--seed", type=int, default=1, help="seed of every frame generator")
+    parser.add_argument(
+        "--random-seed",
+        "--seed",
+        dest="seed",
+        type=int,
+        default=1,
+        help="seed of every frame generator",
+    )
     parser.add_argument(
         "--frames", type=positive_int, default=1_000_000, help="frames to send in all"
     )

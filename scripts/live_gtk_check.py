@@ -38,11 +38,14 @@ started is stopped on every way out (Ctrl-C and SIGTERM too): the router with SI
 the servents through their wrapper, which shuts gtk-gnutella down cleanly. The whole
 run is bounded (``--duration`` plus a few minutes).
 
-What it needs: gtk-gnutella's wrapper (``--gtk`` or ``$GTK_GNUTELLA_SERVENT``), called
-as ``WRAPPER PORT DIR`` and run in the foreground until SIGTERM, as
-``/opt/gtkg/servent.sh`` is, and the binary for the shell (``--gtk-binary``, default
-``inst/bin/gtk-gnutella`` beside the wrapper), run as ``--gtk-user``; so it runs as
-root. Without a wrapper it prints ``skipped: ...`` and exits 0.
+What it needs: a gtk-gnutella build (docs/interop.md says how) and its wrapper. The
+wrapper is ``scripts/gtk-servent.sh`` unless ``--gtk`` (or ``$GTK_GNUTELLA_SERVENT``)
+names another that keeps the same contract: called as ``WRAPPER PORT DIR``, it keeps a
+``config_gnet`` it finds in DIR (the leaf's is written first) or writes an ultrapeer's,
+runs the servent in the foreground, prints a line starting ``ready:`` once it listens,
+and shuts it down cleanly on SIGTERM. The binary (``--gtk-binary`` or
+``$GTK_GNUTELLA_BINARY``) is also run for its shell, as ``--gtk-user``; so the check
+runs as root. Without a binary it prints ``skipped: ...`` and exits 0.
 """
 
 from __future__ import annotations
@@ -57,6 +60,7 @@ import shutil
 import signal
 import sys
 import tempfile
+import traceback
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from types import FrameType
@@ -72,6 +76,7 @@ from live_gtk.network import ROOT, CheckFailed, Network, Settings
 from gnutella_router import __version__
 
 DOC = ROOT / "docs" / "interop.md"
+SHIPPED_WRAPPER = ROOT / "scripts" / "gtk-servent.sh"
 
 
 # --- report --------------------------------------------------------------------------------
@@ -156,6 +161,8 @@ def write_doc(text: str, notes: str = "") -> None:
         "reads the router's admin interface and gtk-gnutella's shell and log (the script's\n"
         "docstring says what each check reads). It needs a gtk-gnutella build and root\n"
         "(gtk-gnutella runs as its own user); without one it prints `skipped` and exits 0.\n"
+        "The servents run under `scripts/gtk-servent.sh`; [servents.md](servents.md) says\n"
+        "what it does and how to build gtk-gnutella for it.\n"
         "gtk-gnutella without its GUI cannot search, hence the scripted searchers.\n\n"
         "## Last run\n\n" + text + "\n\n" + notes + READING
     )
@@ -174,13 +181,15 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--gtk",
         type=Path,
         default=os.environ.get("GTK_GNUTELLA_SERVENT"),
-        help="gtk-gnutella's wrapper, run as WRAPPER PORT DIR (env GTK_GNUTELLA_SERVENT)",
+        help="gtk-gnutella's wrapper, run as WRAPPER PORT DIR (env GTK_GNUTELLA_SERVENT; "
+        "None: scripts/gtk-servent.sh when the binary is known)",
     )
     parser.add_argument(
         "--gtk-binary",
         type=Path,
-        default=None,
-        help="gtk-gnutella's binary, for its shell; None: inst/bin/gtk-gnutella beside --gtk",
+        default=os.environ.get("GTK_GNUTELLA_BINARY"),
+        help="gtk-gnutella's binary, for the wrapper and its shell (env GTK_GNUTELLA_BINARY; "
+        "None: inst/bin/gtk-gnutella beside --gtk)",
     )
     parser.add_argument("--gtk-user", default="gtkg", help="the user gtk-gnutella runs as")
     parser.add_argument(
@@ -218,10 +227,37 @@ def signals_ignored() -> Iterator[None]:
             signal.signal(s, handler)
 
 
+def _leaves(error: BaseException) -> list[BaseException]:
+    """The exceptions inside (nested) exception groups, or the exception itself: trio
+    wraps what a check raises in a nursery's ExceptionGroup."""
+    if isinstance(error, BaseExceptionGroup):
+        return [leaf for inner in error.exceptions for leaf in _leaves(inner)]
+    return [error]
+
+
+def why_it_ended(error: BaseException) -> tuple[bool, str]:
+    """Whether the run was interrupted, and the failure to report (empty: none)."""
+    leaves = _leaves(error)
+    if any(isinstance(leaf, KeyboardInterrupt | Interrupted) for leaf in leaves):
+        return True, ""
+    for leaf in leaves:
+        if isinstance(leaf, CheckFailed):
+            return False, str(leaf)
+    if any(isinstance(leaf, trio.TooSlowError) for leaf in leaves):
+        return False, "the run took too long"
+    first = leaves[0]
+    return False, f"the check itself failed: {first.__class__.__name__}: {first}"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.gtk is None and args.gtk_binary is not None:
+        args.gtk = SHIPPED_WRAPPER
     if args.gtk is None:
-        print("skipped: no gtk-gnutella given (--gtk WRAPPER or GTK_GNUTELLA_SERVENT)")
+        print(
+            "skipped: no gtk-gnutella given (--gtk-binary or GTK_GNUTELLA_BINARY, for "
+            "scripts/gtk-servent.sh; or --gtk WRAPPER or GTK_GNUTELLA_SERVENT)"
+        )
         return 0
     binary = args.gtk_binary or args.gtk.resolve().parent / "inst" / "bin" / "gtk-gnutella"
     missing = [str(p) for p in (args.gtk, binary) if not os.access(p, os.X_OK)]
@@ -238,33 +274,38 @@ def main(argv: Sequence[str] | None = None) -> int:
     network = Network(settings, word)
     load_at_start = load_average()
     figures = Figures(started=datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"))
-    command = "sudo .venv/bin/python scripts/live_gtk_check.py --gtk " + str(args.gtk)
+    command = (
+        "sudo .venv/bin/python scripts/live_gtk_check.py --gtk-binary "
+        + str(binary)
+        + ("" if args.gtk == SHIPPED_WRAPPER else f" --gtk {args.gtk}")
+    )
     if args.duration != 600:
         command += f" --duration {args.duration:g}"
     print(f"live check in {work}: router on 127.0.0.1:{network.router_port}, gtk-gnutella "
           + ", ".join(f"{s.name} on {s.port}" for s in network.servents.values())
           + f"; the leaf shares '{network.file_name}'", flush=True)  # fmt: skip
     failure = ""
+    interrupted = False
     try:
         with terminated_by_signals():
             network.start()
             trio.run(run_checks, network, figures)
-    except CheckFailed as exc:
-        failure = str(exc)
-        figures.check("run", False, failure)
-    except trio.TooSlowError:
-        failure = "the run took too long"
-        figures.check("run", False, failure)
-    except (KeyboardInterrupt, Interrupted):
-        print("interrupted: stopping everything", file=sys.stderr)
-        return 130
+    except BaseException as exc:  # every way out keeps the verdict and the folder
+        interrupted, failure = why_it_ended(exc)
+        if failure:
+            figures.check("run", False, failure)
+        if not interrupted and not isinstance(_leaves(exc)[0], CheckFailed | trio.TooSlowError):
+            traceback.print_exception(exc)  # a fault of this script: show where
     finally:
         with signals_ignored():  # a second Ctrl-C must not leave servents behind
             network.stop()
-        if settings.keep or failure:
+        if settings.keep or failure or interrupted:
             print(f"run folder kept: {work}")
         else:
             shutil.rmtree(work, ignore_errors=True)
+    if interrupted:
+        print("interrupted: everything stopped", file=sys.stderr)
+        return 130
     text = report(figures, command, load_at_start)
     print()
     print(text)

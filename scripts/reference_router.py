@@ -37,7 +37,7 @@ Per connection:
 
 Run (loopback only):
 
-    python scripts/reference_router.py --listen 127.0.0.1:6347 [--writes per-message]
+    .venv/bin/python scripts/reference_router.py --listen 127.0.0.1:6347 [--writes per-message]
 """
 
 from __future__ import annotations

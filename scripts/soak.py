@@ -2,9 +2,9 @@
 
 Run from the repository root, in the project's virtual environment:
 
-    python scripts/soak.py                          # 30 minutes at 5,000 msgs/s, docs written
-    python scripts/soak.py --minutes 2 --no-write   # a short look, docs left alone
-    python scripts/soak.py --minutes 0.1 --sample-seconds 1 --output /tmp/r.md   # a smoke run
+    .venv/bin/python scripts/soak.py                          # 30 minutes at 5,000 msgs/s, docs
+    .venv/bin/python scripts/soak.py --minutes 2 --no-write   # a short look, docs left alone
+    .venv/bin/python scripts/soak.py --minutes 0.1 --sample-seconds 1 --output /tmp/r.md  # smoke
 
 Theory of operation
 -------------------
@@ -149,7 +149,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--sample-seconds", type=float, default=defaults.sample_seconds, help="between samples"
     )
-    parser.add_argument("--seed", type=int, default=defaults.seed, help="traffic model seed")
+    parser.add_argument(
+        "--random-seed",
+        "--seed",
+        dest="seed",
+        type=int,
+        default=defaults.seed,
+        help="traffic model seed",
+    )
     parser.add_argument(
         "--topology", choices=sorted(TOPOLOGIES), default=defaults.topology, help="router links"
     )

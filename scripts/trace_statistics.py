@@ -3,8 +3,8 @@
 Run from the repository root, in the project's virtual environment (about a minute, one
 core; no router is started):
 
-    python scripts/trace_statistics.py            # print the comparison
-    python scripts/trace_statistics.py --write    # also docs/experiments.md, figure, CSV
+    .venv/bin/python scripts/trace_statistics.py            # print the comparison
+    .venv/bin/python scripts/trace_statistics.py --write    # also docs/experiments.md, figure, CSV
 
 What it does. It draws a 37-hour trace from :class:`traffic_models.trace_model.TraceArrivals`
 (seed 1) and the ``trace`` mix, counting every arrival by second and by type, and a
@@ -320,7 +320,7 @@ def write_csvs(
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--random-seed", "--seed", dest="seed", type=int, default=1)
     parser.add_argument("--write", action="store_true", help="update docs/experiments.md")
     parser.add_argument("--figures", type=Path, help="where the PNG and CSVs go")
     args = parser.parse_args(argv)
@@ -342,7 +342,7 @@ def main(argv: list[str] | None = None) -> int:
             "trace-model",
             [
                 f"Computed {datetime.date.today().isoformat()} on {machine()} in "
-                f"{stats['elapsed']:.0f} s; `python scripts/trace_statistics.py --write` "
+                f"{stats['elapsed']:.0f} s; `.venv/bin/python scripts/trace_statistics.py --write` "
                 f"(seed {args.seed}; cascade spreads {scales}). The comparison is also in "
                 "[figures/trace-model.csv](figures/trace-model.csv), the ten-minute series "
                 "in [figures/trace-model-intervals.csv](figures/trace-model-intervals.csv).",

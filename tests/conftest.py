@@ -8,6 +8,10 @@ older than its source, the tests would test old code, so the session stops at on
 says how to rebuild.
 """
 
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
 import pytest
 from hypothesis import settings
 
@@ -22,3 +26,20 @@ if stale := stale_modules():
         "scripts/venv.sh dev (or test the sources: GNUTELLA_ROUTER_PURE=1 scripts/venv.sh dev)",
         returncode=2,
     )
+
+
+@pytest.fixture(autouse=True, scope="session")
+def runs_kept_in_a_temporary_folder(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """Every kept run (testnet, load, replay) a test makes without --out goes to a
+    temporary folder, not into .gnutella-router/runs of wherever the tests run; child
+    processes inherit it."""
+    from gnutella_router.run_folder import RUNS_ENVIRONMENT
+
+    folder = tmp_path_factory.mktemp("runs")
+    before = os.environ.get(RUNS_ENVIRONMENT)
+    os.environ[RUNS_ENVIRONMENT] = str(folder)
+    yield folder
+    if before is None:
+        os.environ.pop(RUNS_ENVIRONMENT, None)
+    else:
+        os.environ[RUNS_ENVIRONMENT] = before

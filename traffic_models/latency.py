@@ -45,6 +45,9 @@ _SUB_BUCKET_BITS = 11
 _SUB_BUCKETS = 1 << _SUB_BUCKET_BITS
 """An HDR histogram with 3 significant digits resolves 2,048 steps per power of two."""
 HIGHEST_TRACKABLE_US = 60_000_000
+BEHIND_SHARE = 0.05
+"""A load run whose sends were late more often than this says that it fell behind: its
+offered load was then set by the machine (or the target), not by its schedule."""
 """Latencies above a minute are clamped: they mean the run is meaningless anyway."""
 
 
@@ -163,9 +166,11 @@ class LatencyBook:
         return self._histograms
 
     def summaries(self) -> dict[str, dict[str, LatencySummary]]:
-        """kind -> type name -> summary."""
+        """kind -> type name -> summary; copies by their hops first (``one-hop``,
+        ``two-hop``...), then replies."""
         out: dict[str, dict[str, LatencySummary]] = {}
-        for (kind, message_type), histogram in sorted(self._all().items()):
+        ordered = sorted(self._all().items(), key=lambda item: (_kind_order(item[0][0]), item[0]))
+        for (kind, message_type), histogram in ordered:
             out.setdefault(kind, {})[message_type_name(message_type)] = LatencySummary.of(histogram)
         return out
 
@@ -193,12 +198,17 @@ class RouterCounts:
     received: dict[str, int] = dataclasses.field(default_factory=dict)
     """Messages the router read during the run, by type."""
     forwarded: dict[str, int] = dataclasses.field(default_factory=dict)
-    """Copies it queued for its peers, by type."""
+    """Copies it queued for its peers, by type: broadcasts it passed on, and replies it
+    routed back one hop (not its own pongs, which are ``generated``)."""
     dropped: dict[str, dict[str, int]] = dataclasses.field(default_factory=dict)
     """What it dropped, by reason and type."""
     copies_at_our_peers: dict[str, int] = dataclasses.field(default_factory=dict)
-    """Copies of our broadcasts that reached any of the client's peers (sinks and other
-    injectors), by type: compare with ``forwarded``."""
+    """What of ``forwarded`` reached the client's peers, by type: every copy of our
+    broadcasts at a sink or another injector (repeats included, since the router
+    counts each copy it queues), and every reply it routed back to an injector (hops 1
+    or more; its own pongs, hops 0, are left out as they are out of ``forwarded``)."""
+    generated: dict[str, int] = dataclasses.field(default_factory=dict)
+    """Messages of its own (its pongs answering pings, its keep-alive pings), by type."""
 
     def lines(self, sent: Mapping[str, int]) -> list[str]:
         if self.note is not None:
@@ -223,12 +233,20 @@ class RouterCounts:
                 out.append(f"  dropped by the router, {reason}: {_counts(by_type)}")
         else:
             out.append("  dropped by the router: none")
-        for name, forwarded in sorted(self.forwarded.items()):
+        for name in sorted(set(self.forwarded) | set(self.copies_at_our_peers)):
+            forwarded = self.forwarded.get(name, 0)
             arrived = self.copies_at_our_peers.get(name, 0)
-            out.append(
-                f"  {name}: the router forwarded {forwarded:,} copies, {arrived:,} reached our "
-                f"peers ({max(forwarded - arrived, 0):,} in flight or lost at the end)"
-            )
+            line = f"  {name}: the router forwarded {forwarded:,}, our peers received {arrived:,}"
+            if forwarded > arrived:
+                line += (
+                    f" ({forwarded - arrived:,} not at our peers when the client stopped: "
+                    "still in flight, or sent to peers of the router other than ours)"
+                )
+            elif arrived > forwarded:
+                line += f" ({arrived - forwarded:,} more than it counted: from another sender)"
+            out.append(line)
+        if self.generated:
+            out.append(f"  the router's own messages (not forwarded): {_counts(self.generated)}")
         return out
 
 
@@ -277,6 +295,17 @@ class LoadReport:
     arrivals, and not timed."""
 
     @property
+    def late_share(self) -> float:
+        """The share of sends that went out late (0 when nothing was sent)."""
+        sent = sum(self.sent.values())
+        return self.late / sent if sent else 0.0
+
+    @property
+    def behind(self) -> bool:
+        """Whether the client fell behind its schedule often enough to say so."""
+        return self.late_share > BEHIND_SHARE
+
+    @property
     def loss(self) -> dict[str, float]:
         """Fraction of expected sink copies that never arrived, by type."""
         return {
@@ -288,6 +317,7 @@ class LoadReport:
     def to_json(self) -> str:
         data: dict[str, Any] = dataclasses.asdict(self)
         data["loss"] = self.loss
+        data["late_share"] = round(self.late_share, 4)
         return json.dumps(data, indent=2, sort_keys=True)
 
     def to_text(self) -> str:
@@ -300,6 +330,8 @@ class LoadReport:
             f"late (> {self.late_threshold_ms:g} ms): {self.late:,}; "
             f"early (timed from their send): {self.early:,}",
         ]
+        if self.behind:
+            lines.append(behind_warning(self.late_share, self.late_threshold_ms))
         for name, expected in sorted(self.expected.items()):
             got = self.received.get(name, 0)
             lines.append(
@@ -307,21 +339,15 @@ class LoadReport:
                 f"drain (not arrived {self.loss.get(name, 0.0):.2%})"
             )
         if self.duplicates:
-            lines.append(f"copies a sink got twice (not counted above): {_counts(self.duplicates)}")
+            lines.append(
+                f"copies a sink got again (not counted above, not timed): "
+                f"{_counts(self.duplicates)}"
+            )
         if self.replies:
             lines.append(f"replies back at the injectors: {_counts(self.replies)}")
         if self.router is not None:
             lines.extend(self.router.lines(self.sent))
-        columns = ("count", "min", "p50", "p90", "p99", "p99.9")
-        lines.append(
-            f"{'latency (us)':<26}" + "".join(f"{c:>10}" for c in columns) + f"{'max':>11}"
-        )
-        for kind, by_type in self.latency.items():
-            for name, s in by_type.items():
-                lines.append(
-                    f"{kind + ' ' + name:<26}{s.count:>10,}{s.min:>10,}{s.p50:>10,}{s.p90:>10,}"
-                    f"{s.p99:>10,}{s.p999:>10,}{s.max:>11,}"
-                )
+        lines.extend(latency_lines(self.latency))
         if self.negative_samples:
             lines.append(
                 f"INSTRUMENT ERROR: {self.negative_samples:,} latency samples below zero "
@@ -331,6 +357,57 @@ class LoadReport:
             lines.append(f"{self.clamped_samples:,} latency samples above 60 s, recorded at 60 s")
         lines.extend(f"disconnected: {reason}" for reason in self.disconnected)
         return "\n".join(lines)
+
+
+def latency_lines(latency: Mapping[str, Mapping[str, LatencySummary]]) -> list[str]:
+    """The latency table: a row per kind and message type, in microseconds."""
+    columns = ("count", "min", "p50", "p90", "p99", "p99.9")
+    lines = [f"{'latency (us)':<26}" + "".join(f"{c:>10}" for c in columns) + f"{'max':>11}"]
+    for kind, by_type in latency.items():
+        for name, s in by_type.items():
+            lines.append(
+                f"{kind + ' ' + name:<26}{s.count:>10,}{s.min:>10,}{s.p50:>10,}{s.p90:>10,}"
+                f"{s.p99:>10,}{s.p999:>10,}{s.max:>11,}"
+            )
+    return lines
+
+
+def behind_warning(share: float, threshold_ms: float) -> str:
+    """The line that says the load client fell behind its own schedule."""
+    return (
+        f"WARNING: the load client fell behind: {share:.0%} of its sends went out more "
+        f"than {threshold_ms:g} ms late, so the load offered was not the schedule's. "
+        "Either this machine is too busy to send on time (other work, or the client's own "
+        "core is full: try fewer msgs/s or a quieter machine), or the target stopped "
+        "reading (backpressure, expected under overload). Latency is still measured from "
+        "the schedule, so the wait shows in it."
+    )
+
+
+def hop_kind(hops: int) -> str:
+    """The latency row of a copy that travelled ``hops`` hops: ``one-hop``, ``two-hop``...
+
+    A copy at a sink is named by the hops it arrived with (each router it crossed added
+    one), so rows in a network say how far their copies came."""
+    if 0 <= hops < len(_HOP_WORDS):
+        return f"{_HOP_WORDS[hops]}-hop"
+    return f"{hops}-hop"
+
+
+def _kind_order(kind: str) -> int:
+    """Where a latency row's kind goes: hop rows by their hops, then everything else."""
+    word = kind.removesuffix("-hop")
+    if word == kind:
+        return 1_000
+    if word in _HOP_WORDS:
+        return _HOP_WORDS.index(word)
+    return int(word) if word.isdigit() else 1_000
+
+
+_HOP_WORDS = (
+    "zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten",
+    "eleven", "twelve", "thirteen", "fourteen", "fifteen",
+)  # fmt: skip
 
 
 def _counts(counts: Mapping[str, int]) -> str:

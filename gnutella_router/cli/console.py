@@ -1,6 +1,7 @@
 """``gnutella-router console``: a shell on a running test network, or on named routers.
 
-    gnutella-router console                          the test network in .gnutella-router/testnet
+    gnutella-router console                          the newest running test network kept
+                                                     under .gnutella-router/runs
     gnutella-router console --network DIR            the one recorded in DIR (its network.json)
     gnutella-router console --admin 127.0.0.1:6347 --admin 127.0.0.1:6349
     gnutella-router console --script session.txt     the commands of a file, then exit
@@ -12,13 +13,12 @@ network cannot be found or a script's command fails, 2 for bad arguments.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 
 from gnutella_router.cli.arguments import admin_address, positive
-from gnutella_router.observe.admin_client import TOKEN_ENVIRONMENT
-from gnutella_router.testnet.settings import DEFAULT_RESULTS
+from gnutella_router.observe.admin_client import TOKEN_ENVIRONMENT, token_from
+from gnutella_router.run_folder import RUNS_ENVIRONMENT, runs_root
 
 
 def add_console_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -43,8 +43,9 @@ def add_console_parser(commands: argparse._SubParsersAction[argparse.ArgumentPar
         type=Path,
         default=None,
         metavar="PATH",
-        help="a test network's results folder or its network.json (default "
-        f"{DEFAULT_RESULTS}; in a folder of runs, the newest running one)",
+        help="a test network's results folder or its network.json, or a folder of runs "
+        "(the newest running one); default: the kept runs, .gnutella-router/runs or "
+        f"${RUNS_ENVIRONMENT}",
     )
     where.add_argument(
         "--admin",
@@ -95,13 +96,11 @@ def cmd_console(args: argparse.Namespace) -> int:
 
     try:
         if args.admin:
-            token = args.token
-            if token is None:
-                token = os.environ.get(TOKEN_ENVIRONMENT, "")
+            token = token_from(args.token)
             network = Network.from_admins(args.admin, token=token, timeout=args.timeout)
         else:
             network = Network.from_record(
-                args.network or DEFAULT_RESULTS, token=args.token, timeout=args.timeout
+                args.network or runs_root(), token=args.token, timeout=args.timeout
             )
     except ConsoleError as exc:
         print(f"gnutella-router console: {exc}", file=sys.stderr)

@@ -15,13 +15,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 
-from gnutella_router.cli.arguments import admin_address
+from gnutella_router.cli.arguments import DefaultsHelpFormatter, admin_address
 from gnutella_router.cli.dump import DEFAULT_ADMIN
 from gnutella_router.logs import LOG_LEVELS
-from gnutella_router.observe.admin_client import TOKEN_ENVIRONMENT, FetchError, post
+from gnutella_router.observe.admin_client import TOKEN_ENVIRONMENT, FetchError, post, token_from
 
 
 def add_ctl_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -30,7 +29,7 @@ def add_ctl_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]
         help="change a running router: add or drop peers, log level, profiler",
         description="Change a running router through its admin interface (needs its "
         f"admin token: --token or ${TOKEN_ENVIRONMENT}).",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=DefaultsHelpFormatter,
     )
     ctl.add_argument(
         "--admin",
@@ -67,7 +66,7 @@ def request_for(args: argparse.Namespace) -> tuple[str, dict[str, object]]:
 
 def cmd_ctl(args: argparse.Namespace) -> int:
     path, body = request_for(args)
-    token = args.token if args.token is not None else os.environ.get(TOKEN_ENVIRONMENT, "")
+    token = token_from(args.token)
     try:
         answer = post(args.admin, path, body, token=token, timeout=args.timeout)
     except FetchError as exc:

@@ -13,12 +13,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from typing import TextIO
 
 from gnutella_router.cli.arguments import admin_address
-from gnutella_router.observe.admin_client import TOKEN_ENVIRONMENT, FetchError, fetch
+from gnutella_router.observe.admin_client import TOKEN_ENVIRONMENT, FetchError, fetch, token_from
 from gnutella_router.observe.admin_text import FORMATTERS, view_path
 
 DEFAULT_ADMIN = "127.0.0.1:6347"
@@ -58,7 +57,7 @@ def run_dump(args: argparse.Namespace, out: TextIO | None = None) -> int:
             "gnutella-router dump: --limit applies to 'dump routes' and 'dump all'", file=sys.stderr
         )
         return 2
-    token = args.token if args.token is not None else os.environ.get(TOKEN_ENVIRONMENT, "")
+    token = token_from(args.token)
     path = view_path(
         args.view,
         table=args.table,

@@ -3,14 +3,27 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import sys
 from pathlib import Path
 
 import trio
 
-from gnutella_router.cli.arguments import count, loopback_address, non_negative, positive
+from gnutella_router.cli.arguments import (
+    DefaultsHelpFormatter,
+    add_admin_arguments,
+    add_random_seed,
+    add_run_folder_arguments,
+    admin_for_target,
+    count,
+    loopback_address,
+    non_negative,
+    positive,
+)
 from gnutella_router.cli.interrupt import INTERRUPTED, run_interruptible
+from gnutella_router.observe.admin_client import token_from
+from gnutella_router.run_folder import SUMMARY, RunFolderError, start_run
 from gnutella_router.traffic.echo import EchoRouter
 from gnutella_router.traffic.load import LoadError, LoadRun, LoadSettings, Traffic
 from traffic_models.arrival_text import parse_arrivals
@@ -35,7 +48,7 @@ def add_load_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser
             "counters when its admin interface answers. Ctrl-C stops early with a partial "
             "report (exit 130); a second Ctrl-C quits at once."
         ),
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=DefaultsHelpFormatter,
     )
     load.add_argument(
         "--target", required=True, type=loopback_address, metavar="HOST:PORT", help="router"
@@ -92,17 +105,12 @@ def add_load_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser
         action="store_true",
         help="sinks answer pings and queries, so replies are timed as round trips",
     )
-    load.add_argument("--seed", type=int, default=1, help="seed of the traffic model")
+    add_random_seed(load, "the traffic model (mix, arrivals, query words)", old="--seed")
     load.add_argument(
         "--late-ms", type=positive, default=1.0, help="a send later than this is counted late"
     )
-    load.add_argument(
-        "--admin",
-        default="auto",
-        metavar="HOST:PORT|auto|off",
-        help="the router's admin interface, whose counters are set beside ours; auto: the "
-        "target's port + 1 (a router's default), used if it answers",
-    )
+    add_admin_arguments(load)
+    add_run_folder_arguments(load)
     load.add_argument(
         "--json", metavar="FILE", help="also write the results as JSON ('-' = stdout)"
     )
@@ -120,7 +128,7 @@ def add_echo_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser
             "`gnutella-router load` against it shows the client's own error. Runs until "
             "Ctrl-C."
         ),
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=DefaultsHelpFormatter,
     )
     echo.add_argument(
         "--listen",
@@ -163,20 +171,12 @@ def _fail(text: str, status: int = 2) -> int:
     return status
 
 
-def _admin_address(text: str, target: tuple[str, int]) -> tuple[str, int] | None:
-    if text == "off":
-        return None
-    if text == "auto":
-        return (target[0], target[1] + 1)
-    return loopback_address(text)
-
-
 def cmd_load(args: argparse.Namespace) -> int:
     target: tuple[str, int] = args.target
     if args.json not in (None, "-") and not Path(args.json).parent.is_dir():
         return _fail(f"--json {args.json}: the folder {Path(args.json).parent} does not exist")
     try:
-        admin = _admin_address(args.admin, target)
+        admin = admin_for_target(args.admin, target)
     except argparse.ArgumentTypeError as exc:
         return _fail(f"--admin: {exc}")
     traffic: Traffic
@@ -189,12 +189,12 @@ def cmd_load(args: argparse.Namespace) -> int:
         else:
             mix = mix_by_name_or_path(args.model)
             arrivals = (
-                parse_arrivals(args.arrivals, seed=args.seed)
+                parse_arrivals(args.arrivals, seed=args.random_seed)
                 if args.arrivals
                 else ConstantRate(args.rate)
             )
             natural = arrivals.total_duration if isinstance(arrivals, Schedule) else None
-            traffic = TrafficGenerator(mix=mix, arrivals=arrivals, seed=args.seed)
+            traffic = TrafficGenerator(mix=mix, arrivals=arrivals, seed=args.random_seed)
         duration = args.duration or natural or DEFAULT_DURATION
         if args.duration is not None and natural is not None and args.duration != natural:
             what = "trace" if args.trace else "schedule"
@@ -213,16 +213,38 @@ def cmd_load(args: argparse.Namespace) -> int:
             peers=args.peers,
             injectors=args.injectors,
             duration=duration,
-            seed=args.seed,
+            seed=args.random_seed,
             legacy=args.legacy,
             respond=args.respond,
             late_threshold_ms=args.late_ms,
             warmup=args.warmup,
             drain=args.drain,
             admin=admin,
+            token=token_from(args.token),
             progress=not args.quiet and sys.stderr.isatty(),
         )
     except (OSError, ValueError) as exc:
+        return _fail(str(exc))
+    configuration = {
+        **dataclasses.asdict(settings),
+        "token": "(set)" if settings.token else "",
+        "model": None if args.trace else args.model,
+        "trace": args.trace,
+        "arrivals": args.arrivals or f"constant:{args.rate:g}",
+        "speed": args.speed if args.trace else None,
+        "loop": args.loop if args.trace else None,
+    }
+    try:
+        kept = start_run(
+            "load",
+            configuration,
+            command=args.command_line,
+            out=args.out,
+            overwrite=args.overwrite,
+            seed=settings.seed,
+            notice=lambda text: print(f"gnutella-router load: {text}", file=sys.stderr),
+        )
+    except RunFolderError as exc:
         return _fail(str(exc))
     for note in notes:
         print(f"gnutella-router load: note: {note}", file=sys.stderr)
@@ -232,8 +254,17 @@ def cmd_load(args: argparse.Namespace) -> int:
             functools.partial(run_interruptible, run.run, run.request_stop, command="load")
         )
     except LoadError as exc:
+        kept.finish("failed")
         return _fail(str(exc), 1)
-    print(report.to_text())
+    text = report.to_text()
+    print(text)
+    try:
+        kept.keep(SUMMARY, report.to_json())
+        kept.keep("report.txt", text)
+    except OSError as exc:
+        print(f"gnutella-router load: results not kept: {exc}", file=sys.stderr)
+    kept.finish("interrupted" if report.interrupted else "ok")
+    print(f"gnutella-router load: results in {kept.folder}", file=sys.stderr)
     if args.json == "-":
         print(report.to_json())
     elif args.json:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import json
 import os
 import sys
 from collections.abc import Iterable, Iterator, Sequence
@@ -13,7 +14,15 @@ from pathlib import Path
 import trio
 
 from gnutella_router import __version__, native
-from gnutella_router.cli.arguments import count, positive
+from gnutella_router.cli.arguments import (
+    DefaultsHelpFormatter,
+    add_admin_arguments,
+    add_random_seed,
+    add_run_folder_arguments,
+    admin_for_target,
+    count,
+    positive,
+)
 from gnutella_router.cli.check_config import add_check_config_parser
 from gnutella_router.cli.completion import add_completion_parser
 from gnutella_router.cli.config_flags import add_config_arguments
@@ -24,8 +33,11 @@ from gnutella_router.cli.gwebcache import add_gwebcache_parser
 from gnutella_router.cli.interrupt import INTERRUPTED, run_interruptible
 from gnutella_router.cli.load import add_echo_parser, add_load_parser
 from gnutella_router.cli.plot import add_plot_parser
+from gnutella_router.cli.runs import add_runs_parser
 from gnutella_router.cli.testnet import add_testnet_parser
+from gnutella_router.observe.admin_client import token_from
 from gnutella_router.observe.describe import describe_frame
+from gnutella_router.run_folder import SUMMARY, RunFolderError, start_run
 from protocol.codec import encode_message
 from protocol.errors import RemoteProtocolError
 from protocol.framing import FrameDecoder
@@ -54,8 +66,11 @@ def cmd_decode(args: argparse.Namespace) -> int:
 
 def _decode(args: argparse.Namespace) -> int:
     if args.capture is None:
-        data = sample_capture(args.count, args.seed)
-        print(f"# sample capture: {args.count} messages, {len(data)} bytes (seed {args.seed})")
+        data = sample_capture(args.count, args.random_seed)
+        print(
+            f"# sample capture: {args.count} messages, {len(data)} bytes "
+            f"(random seed {args.random_seed})"
+        )
         chunks: Iterable[bytes] = [data]
     else:
         path = Path(args.capture)
@@ -113,7 +128,7 @@ def _read_chunks(path: Path) -> Iterator[bytes]:
 
 
 def cmd_sample(args: argparse.Namespace) -> int:
-    data = sample_capture(args.count, args.seed)
+    data = sample_capture(args.count, args.random_seed)
     try:
         Path(args.output).write_bytes(data)
     except OSError as exc:
@@ -174,23 +189,59 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
     control = ReplayControl()
     try:
+        target = parse_target(args.target)
+        try:
+            admin = admin_for_target(args.admin, target)
+        except argparse.ArgumentTypeError as exc:
+            raise ReplayError(f"--admin: {exc}") from None
         work = functools.partial(
             replay,
             Path(args.trace),
-            parse_target(args.target),
+            target,
             speed=args.speed,
             loops=args.loop,
             peers=args.peers,
             on_problem=lambda problem: print(f"warning: {problem}", file=sys.stderr),
             control=control,
+            admin=admin,
+            token=token_from(args.token),
         )
+        configuration = {
+            "trace": os.path.abspath(args.trace),
+            "target": args.target,
+            "speed": args.speed,
+            "loop": args.loop,
+            "peers": args.peers,
+            "admin": None if admin is None else f"{admin[0]}:{admin[1]}",
+        }
+        kept = start_run(
+            "replay",
+            configuration,
+            command=args.command_line,
+            out=args.out,
+            overwrite=args.overwrite,
+            notice=lambda text: print(f"gnutella-router replay: {text}", file=sys.stderr),
+        )
+    except (ReplayError, RunFolderError) as exc:
+        print(f"gnutella-router replay: {exc}", file=sys.stderr)
+        return 2 if isinstance(exc, RunFolderError) else 1
+    try:
         summary = trio.run(
             functools.partial(run_interruptible, work, control.request_stop, command="replay")
         )
     except ReplayError as exc:
+        kept.finish("failed")
         print(f"gnutella-router replay: {exc}", file=sys.stderr)
         return 1
-    print(summary.format())
+    text = summary.format()
+    print(text)
+    try:
+        kept.keep(SUMMARY, json.dumps(summary.as_json(), indent=2, sort_keys=True))
+        kept.keep("report.txt", text)
+    except OSError as exc:
+        print(f"gnutella-router replay: results not kept: {exc}", file=sys.stderr)
+    kept.finish("interrupted" if summary.interrupted else "ok")
+    print(f"gnutella-router replay: results in {kept.folder}", file=sys.stderr)
     return INTERRUPTED if summary.interrupted else 0
 
 
@@ -233,9 +284,12 @@ def _add_trace_commands(
         "replay",
         help="replay a recorded trace into a router on this machine",
         description="Play a trace recorded with `run --record` into a router on loopback, "
-        "at its recorded pace (or --speed X). Ctrl-C stops early with a partial summary "
+        "at its recorded pace (or --speed X), and report what came back: copies of the "
+        "trace's pings and queries at the replay's other peers (latency and duplicates), "
+        "replies, and the router's own counters (what it read, forwarded and dropped, and "
+        "why) when its admin interface answers. Ctrl-C stops early with a partial summary "
         "(exit 130); a second Ctrl-C quits at once.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=DefaultsHelpFormatter,
     )
     replay.add_argument("trace", help="trace file (a rotated set is read from its base name)")
     replay.add_argument(
@@ -262,6 +316,8 @@ def _add_trace_commands(
         metavar="K",
         help="connections to open (default: one per connection in the trace, at most 16)",
     )
+    add_admin_arguments(replay)
+    add_run_folder_arguments(replay)
     replay.set_defaults(handler=cmd_replay)
     summary = commands.add_parser(
         "trace-summary", help="counts, rates and TTL/hops histograms of a trace"
@@ -333,7 +389,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Print one line per message of a raw capture (back-to-back messages), "
         "of a trace written by `run --record` (recognised by its header), or of a "
         "built-in sample.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=DefaultsHelpFormatter,
     )
     decode.add_argument(
         "capture", nargs="?", help="capture or trace file (default: a built-in sample)"
@@ -341,7 +397,7 @@ def build_parser() -> argparse.ArgumentParser:
     decode.add_argument(
         "--count", type=count(1, 10_000_000), default=20, help="sample size without a file"
     )
-    decode.add_argument("--seed", type=int, default=1, help="sample seed without a file")
+    add_random_seed(decode, "the built-in sample (without a file)", old="--seed")
     decode.add_argument(
         "--limit", type=count(0, 2**62), default=None, help="print at most this many"
     )
@@ -353,13 +409,13 @@ def build_parser() -> argparse.ArgumentParser:
     sample = commands.add_parser(
         "sample",
         help="write a sample capture file",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=DefaultsHelpFormatter,
     )
     sample.add_argument("output", help="file to write")
     sample.add_argument(
         "--count", type=count(1, 10_000_000), default=1000, help="messages to write"
     )
-    sample.add_argument("--seed", type=int, default=1, help="seed of the sample")
+    add_random_seed(sample, "the sample", old="--seed")
     sample.set_defaults(handler=cmd_sample)
     _add_trace_commands(commands, run)
     add_load_parser(commands)
@@ -371,12 +427,15 @@ def build_parser() -> argparse.ArgumentParser:
     add_plot_parser(commands)
     add_ctl_parser(commands)
     add_check_config_parser(commands)
+    add_runs_parser(commands)
     add_completion_parser(commands, build_parser)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    # What a kept run's manifest records as its command line.
+    args.command_line = ["gnutella-router", *(sys.argv[1:] if argv is None else argv)]
     handler = args.handler
     result: int = handler(args)
     return result

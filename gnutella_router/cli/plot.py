@@ -6,6 +6,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from gnutella_router.cli.arguments import DefaultsHelpFormatter
+
 
 def add_plot_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     plot = commands.add_parser(
@@ -14,7 +16,7 @@ def add_plot_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser
         description="Draw queues.png, pool.png and rss.png from a profile.json written by "
         "`run --profile` (or fetched from the admin interface's /profile). Needs "
         "matplotlib: pip install 'gnutella-router[plots]'.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=DefaultsHelpFormatter,
     )
     plot.add_argument("profile", type=Path, help="profiler export (profile.json)")
     plot.add_argument("--out", type=Path, default=Path("."), help="folder for the PNGs")

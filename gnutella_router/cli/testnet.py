@@ -3,21 +3,24 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from functools import partial
 from pathlib import Path
 
 import trio
 
+from gnutella_router.cli.arguments import add_random_seed
 from gnutella_router.cli.interrupt import INTERRUPTED
 from gnutella_router.config import ConfigError, parse_host_port
+from gnutella_router.run_folder import Manifest, RunFolderError, start_run
 from gnutella_router.testnet.churn import ChurnSettings
 from gnutella_router.testnet.emulated_links import parse_delay
 from gnutella_router.testnet.leaves import LeafSettings
 from gnutella_router.testnet.settings import (
     AUTO_PROCESSES_ABOVE,
-    DEFAULT_RESULTS,
     ON_NODE_FAILURE,
+    SERVENT_START_TIMEOUT,
     NetworkSettings,
 )
 from gnutella_router.testnet.topology import TOPOLOGIES, load_topology
@@ -35,7 +38,9 @@ def add_testnet_parser(commands: argparse._SubParsersAction[argparse.ArgumentPar
             "status line and a final summary, write the results folder, and stop every "
             "router with Bye. Ctrl-C stops early (exit 130, results still written); a "
             "second Ctrl-C stops at once. SIGUSR1 writes a dump of every node into its "
-            "node-* folder. Results of an earlier run in the results folder are replaced. "
+            "node-* folder. Each run writes a new folder (.gnutella-router/runs/testnet-DATE-"
+            "TIME, or --out) with a manifest.json saying what ran, where and when; "
+            "`gnutella-router runs` lists and compares them. "
             "No router process outlives the run: children are stopped on every exit path "
             "and, on Linux, get SIGHUP (a graceful stop) from the kernel if the testnet "
             "itself is killed."
@@ -103,8 +108,20 @@ def add_testnet_parser(commands: argparse._SubParsersAction[argparse.ArgumentPar
         metavar="COMMAND",
         help="a foreign servent to link in (gtk-gnutella, or anything that speaks 0.6): "
         "a command line in which {port} is where it must listen, {dir} a folder of its "
-        "own and {host} its address; each is dialled by 2 routers and reported from their "
-        "side",
+        "own and {host} its address. The command runs in the foreground (its output goes "
+        "to {dir}/router.log), must accept connections on {host}:{port} within "
+        "--servent-timeout seconds, and must stop, taking its servent with it, on SIGTERM "
+        "(after 10 s, or when it does not start, everything in its process group is "
+        "killed). scripts/gtk-servent.sh is such a wrapper for gtk-gnutella: "
+        "--servent 'scripts/gtk-servent.sh {port} {dir} {host}' (docs/interop.md). Each "
+        "servent is dialled by 2 routers and reported from their side",
+    )
+    testnet.add_argument(
+        "--servent-timeout",
+        type=float,
+        default=SERVENT_START_TIMEOUT,
+        metavar="S",
+        help=f"seconds a servent has to listen (default {SERVENT_START_TIMEOUT:g})",
     )
     testnet.add_argument(
         "--servents",
@@ -117,7 +134,7 @@ def add_testnet_parser(commands: argparse._SubParsersAction[argparse.ArgumentPar
         "--churn",
         metavar="UP:DOWN",
         help="nodes leave and come back: sessions and absences drawn from exponential "
-        "distributions with these mean seconds (e.g. 30:10), seeded by --seed-value; "
+        "distributions with these mean seconds (e.g. 30:10), seeded by --random-seed; "
         "node 0 and the nodes with sinks stay up (implies --processes)",
     )
     testnet.add_argument(
@@ -238,11 +255,19 @@ def add_testnet_parser(commands: argparse._SubParsersAction[argparse.ArgumentPar
         help="an outside servent (e.g. gtk-gnutella on loopback) every node also dials; repeatable",
     )
     testnet.add_argument(
+        "--out",
         "--results",
+        dest="out",
         type=Path,
-        default=DEFAULT_RESULTS,
         metavar="DIR",
-        help=f"where summary.json and node-I/state.json go (default {DEFAULT_RESULTS})",
+        help="the run's folder, for summary.json, the CSV files, pictures and node-I "
+        "folders (default: a new one, .gnutella-router/runs/testnet-DATE-TIME); refused if "
+        "it holds anything, unless --overwrite",
+    )
+    testnet.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="let --out replace the earlier run it holds (never other files)",
     )
     testnet.add_argument(
         "--base-port",
@@ -251,12 +276,10 @@ def add_testnet_parser(commands: argparse._SubParsersAction[argparse.ArgumentPar
         metavar="P",
         help="node I listens on 127.0.0.1:P+I (default: ports the system picks)",
     )
-    testnet.add_argument(
-        "--seed-value",
-        type=int,
-        default=1,
-        metavar="N",
-        help="seed of the random topology and of the traffic (default 1)",
+    add_random_seed(
+        testnet,
+        "the random topology, the traffic, churn, servent links and leaves",
+        old="--seed-value",
     )
     testnet.add_argument(
         "--form-timeout",
@@ -307,15 +330,15 @@ def cmd_testnet(args: argparse.Namespace) -> int:
             arrivals=args.arrivals,
             duration=args.duration,
             seeds=tuple(args.seed),
-            results=args.results,
             base_port=args.base_port,
-            seed=args.seed_value,
+            seed=args.random_seed,
             form_timeout=args.form_timeout,
             mode=args.mode,
             routers_per_process=args.routers_per_process,
             netns=args.netns,
             servent=args.servent,
             servents=args.servents,
+            servent_timeout=args.servent_timeout,
             churn=None
             if args.churn is None
             else ChurnSettings.parse(args.churn, kill=args.churn_kill),
@@ -331,10 +354,12 @@ def cmd_testnet(args: argparse.Namespace) -> int:
                 args.leaves,
                 files=args.leaf_files,
                 query_interval=args.leaf_query_interval,
-                seed=args.seed_value,
+                seed=args.random_seed,
             ),
         )
-    except (ConfigError, ValueError) as exc:
+        kept = _keep(args, settings)
+        settings = dataclasses.replace(settings, results=kept.folder)
+    except (ConfigError, ValueError, RunFolderError) as exc:
         print(f"gnutella-router testnet: {exc}", file=sys.stderr)
         return 2
     # Warnings only: the terminal is for the network's status, not the routers' logs.
@@ -342,11 +367,33 @@ def cmd_testnet(args: argparse.Namespace) -> int:
     try:
         outcome = trio.run(partial(run_network, settings, handle_signals=True))
     except KeyboardInterrupt:
+        kept.finish("interrupted")
         print("gnutella-router testnet: interrupted", file=sys.stderr)
         return INTERRUPTED
     if outcome.interrupted:
+        kept.finish("interrupted")
         return INTERRUPTED
+    kept.finish("ok" if outcome.ok else "failed")
     return 0 if outcome.ok else 1
+
+
+def _keep(args: argparse.Namespace, settings: NetworkSettings) -> Manifest:
+    """The run's folder and manifest (the settings as the run resolves them)."""
+    configuration = {
+        **settings.describe(),
+        "mode": settings.node_mode,
+        "formation_timeout": settings.formation_timeout,
+        "topology_file": None if settings.topology_file is None else str(settings.topology_file),
+    }
+    return start_run(
+        "testnet",
+        configuration,
+        command=args.command_line,
+        out=args.out,
+        overwrite=args.overwrite,
+        seed=settings.seed,
+        notice=lambda text: print(f"gnutella-router testnet: {text}", file=sys.stderr),
+    )
 
 
 def _cleanup() -> int:

@@ -67,6 +67,10 @@ Guid = Annotated[
 Token = Annotated[
     str, Meta(pattern=r"\A[!-~]{0,256}\Z", extra={"secret": True, "expected": f"expected {_TOKEN}"})
 ]
+OpenPage = Literal["/metrics", "/healthz"]
+OPEN_PAGE_CHOICES = ("/metrics", "/healthz")
+"""The admin pages that may be read without the token: they say how the router is
+doing, not whom it is talking to (``/connections``, ``/routes`` and ``/dump`` do)."""
 
 
 class Section(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -265,6 +269,9 @@ class CatcherConfig(Section, frozen=True):
     dial_timeout: Annotated[float, Meta(gt=0, le=600)] = 10.0
     backoff_initial: Seconds = 5.0
     backoff_max: Seconds = 300.0
+    drop_hold: Seconds = 300.0
+    """A peer the operator dropped (``ctl peers drop``) is not dialled again for this
+    long: otherwise the catcher, missing a connection, redials it within a second."""
 
     def _check(self) -> None:
         for seed in self.seeds:
@@ -405,6 +412,12 @@ class AdminConfig(Section, frozen=True):
     listen: Annotated[str, _says('HOST:PORT, or "" for the node\'s host and port + 1')] = ""
     token: Token = ""
     allow_remote: bool = False
+    open_pages: Annotated[
+        tuple[OpenPage, ...], _says(f"a list of pages from {', '.join(OPEN_PAGE_CHOICES)}")
+    ] = ("/metrics", "/healthz")
+    """Pages read without the token even when one is set: a Prometheus scraper and a
+    health check have no secret to send, and these two pages change nothing and show
+    no peer's address. Control requests always need the token."""
 
     def _check(self) -> None:
         if self.allow_remote and not self.token:

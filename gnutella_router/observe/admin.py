@@ -42,7 +42,10 @@ Access, in this order (see :class:`~gnutella_router.config.AdminConfig`):
 1. a request from a non-loopback address is refused with 403 unless
    ``admin.allow_remote`` is set, whatever address the socket listens on;
 2. when ``admin.token`` is set (which ``allow_remote`` requires), every request, from
-   loopback too, must carry ``Authorization: Bearer TOKEN``, or gets 401.
+   loopback too, must carry ``Authorization: Bearer TOKEN``, or gets 401; except a GET
+   of one of ``admin.open_pages`` (``/metrics`` and ``/healthz`` unless told
+   otherwise), so that a Prometheus scraper and a health check, which have no secret
+   to send, keep working when a token is set for control. POSTs always need the token.
 
 The SIGUSR1 dump is here too: :func:`write_dump_file` writes the full dump plus the trio
 task tree to ``state_dir/dump-YYYYmmdd-HHMMSS.json`` (UTC), made in slices the same way.
@@ -215,7 +218,8 @@ class AdminServer:
         """Carries out POSTs (see :mod:`.admin_control`); None: the router takes none."""
         self.address = address or daemon.config.admin_address
         self.token = config.token.encode("ascii")
-        self.require_token = bool(config.token)  # a token set is a token required
+        self.require_token = bool(config.token)  # a token set is a token required...
+        self.open_pages = frozenset(config.open_pages)  # ... but for these GETs
         self.allow_remote = config.allow_remote
         self.max_connections = max_connections
         self.request_timeout = request_timeout
@@ -450,12 +454,13 @@ class AdminServer:
             peer_host: the address the request came from.
         """
         try:
-            self._check_access(headers, peer_host)
+            path, params = _parse_target(target)
+            name = path.rstrip("/") or "/"
+            self._check_access(headers, peer_host, open_page=name in self.open_pages)
             if method != "GET":
                 allow = "GET, POST" if self.control is not None else "GET"
                 raise BadRequest(405, f"only {allow} is served", [("allow", allow)])
-            path, params = _parse_target(target)
-            page = self._routes.get(path.rstrip("/") or "/")
+            page = self._routes.get(name)
             if page is None:
                 raise BadRequest(404, f"no such page {path!r}; try {', '.join(ENDPOINTS)}")
             return page(params)
@@ -505,10 +510,14 @@ class AdminServer:
         self.log.info("control request", path=target[:100], peer=peer[0], answer=answer)
         return _json(200, answer)
 
-    def _check_access(self, headers: Sequence[tuple[bytes, bytes]], peer_host: str) -> None:
+    def _check_access(
+        self, headers: Sequence[tuple[bytes, bytes]], peer_host: str, *, open_page: bool = False
+    ) -> None:
+        """Refuse a remote client unless allowed, and a request without the token when
+        one is set, unless it reads one of ``admin.open_pages``."""
         if not self.allow_remote and not is_loopback_host(peer_host):
             raise BadRequest(403, "remote admin requests are not allowed (admin.allow_remote)")
-        if not self.require_token:
+        if not self.require_token or open_page:
             return
         presented = b""
         for name, value in headers:

@@ -10,10 +10,18 @@ from __future__ import annotations
 
 import http.client
 import json
+import os
 
 TOKEN_ENVIRONMENT = "GNUTELLA_ADMIN_TOKEN"
 """Where the command-line tools look for the admin token when none is given."""
 MAX_RESPONSE_BYTES = 256 * 1024 * 1024
+
+
+def token_from(given: str | None) -> str:
+    """The admin token a command uses: ``--token`` when given, else
+    ``$GNUTELLA_ADMIN_TOKEN``, else none. Every command that talks to an admin
+    interface reads it this way, as their messages say."""
+    return given if given is not None else os.environ.get(TOKEN_ENVIRONMENT, "")
 
 
 class FetchError(Exception):

@@ -24,7 +24,7 @@ from typing import Any
 from gnutella_router.config import ConfigError, parse_host_port
 from gnutella_router.logs import LOG_LEVELS
 from gnutella_router.observe.view import RouterControl
-from gnutella_router.stages.server import DialError
+from gnutella_router.stages.server import AlreadyConnected, DialError
 from protocol.messages import Message, Ping, Query, random_guid
 
 MAX_BODY_BYTES = 4096
@@ -32,7 +32,8 @@ MAX_BODY_BYTES = 4096
 
 CONTROL_ENDPOINTS = {
     "/peers/add": 'POST {"address": "HOST:PORT"}: dial a peer now',
-    "/peers/drop": 'POST {"connection": ID} or {"address": "HOST:PORT"}: close it with Bye',
+    "/peers/drop": 'POST {"connection": ID} or {"address": "HOST:PORT"}: close it with Bye '
+    "(and dial it not again for catcher.drop_hold seconds)",
     "/peers/hold": 'POST {"address": "HOST:PORT", "seconds": S}: close it, and neither '
     "dial nor accept it for S seconds (until released without seconds)",
     "/peers/release": 'POST {"address": "HOST:PORT"}: end its hold',
@@ -65,6 +66,8 @@ async def handle_control(control: RouterControl, path: str, body: bytes) -> dict
         host, port = _address(request)
         try:
             connection = await control.add_peer(host, port)
+        except AlreadyConnected as exc:
+            raise ControlError(409, str(exc)) from None
         except DialError as exc:
             raise ControlError(502, f"cannot connect to {host}:{port}: {exc}") from None
         return {"connected": True, "connection": connection}

@@ -20,10 +20,12 @@ every 10 s with the counts.
 A maintenance loop keeps at least ``min_connections`` outgoing connections: when short,
 it dials candidates in parallel, spread over tellers and networks, never itself, a peer
 it is already connected to or another port of an address it is dialling, with
-exponential backoff per host after a failure. Each new
-outgoing connection gets one ping of our own (TTL 2) so its neighbours' pongs teach us
-more hosts, as the paper's catcher did. The cache is saved atomically now and then and
-at shutdown.
+exponential backoff per host after a failure. A peer the operator dropped
+(``ctl peers drop``) is held back for ``catcher.drop_hold`` seconds: it is not dialled
+again meanwhile, or the drop would be undone within a second; ``ctl peers add`` lifts
+the hold. Each new outgoing connection gets one ping of our own (TTL 2) so its
+neighbours' pongs teach us more hosts, as the paper's catcher did. The cache is saved
+atomically now and then and at shutdown.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ import structlog
 import trio
 
 from gnutella_router.config import Config
+from gnutella_router.control.holds import PeerHolds
 from gnutella_router.discovery.gwebcache import GWebCacheError, fetch_hosts
 from gnutella_router.discovery.host_cache import SEED, HostCache, HostCacheStatistics
 from gnutella_router.discovery.ranges import classify_address
@@ -52,6 +55,8 @@ LearnedHost = tuple[str, int, str, str | None]
 """A host, its port, how it was learned, and the address of the peer that told us."""
 LIMIT_REASONS = ("ports-per-address", "group-full")
 MAINTENANCE_INTERVAL = 1.0
+MAX_HELD = 256
+"""Most addresses held back after an operator's drop (each drop holds two at most)."""
 GWEBCACHE_REPORT_INTERVAL = 3600.0
 """A router reports itself to its GWebCache at least this often (caches forget hosts
 that stay silent for about an hour)."""
@@ -131,6 +136,10 @@ class GnutellaCatcher:
         )
         self.cache_path = Path(config.node.state_dir) / self.settings.host_cache_file
         self._dialing: set[tuple[str, int]] = set()
+        self.dropped = PeerHolds(MAX_HELD)
+        """Addresses the operator dropped, held back from our dials for
+        ``catcher.drop_hold`` (a drop alone keeps the peer from nothing else: it may dial
+        in; ``ctl``'s holds, :attr:`GnutellaServer.holds`, refuse that too)."""
         self._pings_due: dict[int, float] = {}
         """When each neighbour (by connection id) gets our next ping; pruned to the live ones."""
         self.own_addresses_skipped = 0
@@ -269,7 +278,23 @@ class GnutellaCatcher:
         excluded |= self.server.holds.addresses(trio.current_time())
         excluded.add(self.server.advertised_address())
         excluded.update(self.server.listen_addresses)
+        excluded |= self.dropped.addresses(trio.current_time())
         return excluded
+
+    def is_dialling(self, host: str, port: int) -> bool:
+        """Whether the catcher is dialling ``host:port`` right now."""
+        return (host, port) in self._dialing
+
+    def hold_back(self, addresses: Iterable[tuple[str, int]], now: float) -> None:
+        """Dial none of ``addresses`` for ``catcher.drop_hold`` seconds (the operator
+        dropped that peer). Bounded: at most :data:`MAX_HELD` addresses, the hold
+        nearest its end giving way."""
+        for address in addresses:
+            self.dropped.hold(address, now, self.settings.drop_hold)
+
+    def release(self, host: str, port: int) -> None:
+        """Lift a drop's hold (the operator adds the peer again)."""
+        self.dropped.release((host, port))
 
     def _ping_neighbours(self, missing: bool, now: float) -> None:
         """Ping each neighbour when it is due: TTL 1 at once when it connects, then TTL 2

@@ -148,6 +148,17 @@ class DialError(Exception):
     """An outgoing connection did not come up; the message says why."""
 
 
+class AlreadyConnected(Exception):
+    """A peer the operator asked to dial is connected already (or being dialled)."""
+
+    def __init__(self, address: tuple[str, int], connection: int | None) -> None:
+        host, port = address
+        where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        held = f" (connection {connection})" if connection is not None else " (being dialled)"
+        super().__init__(f"already connected to {where}{held}; nothing dialled")
+        self.connection = connection
+
+
 class GnutellaServer:
     """Owns the listener, every connection task, and the handshake policy."""
 

@@ -278,17 +278,19 @@ class ChildNode(NetworkNode):
         return False
 
     async def _stop_now(self) -> None:
-        """SIGKILL and reap, shielded: the process must not outlive us."""
+        """SIGKILL its whole process group and reap it, shielded: neither the process
+        nor anything it started (a wrapper's servent) may outlive us. The child leads a
+        session, and so a process group, of its own (``start_new_session``)."""
         self.stopping = True
         process = self.process
         if process is None:
             return
         with trio.CancelScope(shield=True):
             if process.returncode is None:
-                with contextlib.suppress(ProcessLookupError):
-                    process.kill()
+                kill_group(process.pid)
             self.exit_status = await wait_for_exit(process)
             self._exited.set()
+            kill_group(process.pid)  # what it started and left behind, if anything
 
 
 class ServentNode(ChildNode):
@@ -350,8 +352,22 @@ class ServentNode(ChildNode):
     async def get(self, target: str) -> Any:
         raise NodeError(f"{self.label}-{self.index} has no admin interface")
 
+    async def wait_stopped(self, grace: float) -> bool:
+        """As a router's, and then nothing of its group is left: a wrapper that exited
+        without its servent leaves no orphan behind."""
+        stopped = await super().wait_stopped(grace)
+        if self.process is not None:
+            kill_group(self.process.pid)
+        return stopped
+
     async def write_dump(self) -> None:
         """A foreign servent writes no dump."""
+
+
+def kill_group(leader: int) -> None:
+    """SIGKILL every process left in the group ``leader`` leads (none: nothing done)."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(leader, signal.SIGKILL)
 
 
 async def stop_children(nodes: Iterable[NetworkNode], grace: float = STOP_GRACE) -> None:

@@ -271,7 +271,7 @@ class Launcher:
             addresses,
             prefixes=prefixes,
             on_failure=self.on_failure,
-            start_timeout=self.settings.formation_timeout,
+            start_timeout=self.settings.servent_timeout,
         )
         errors: list[str] = []
 

@@ -324,10 +324,7 @@ class LocalNetwork:
 
     def _prepare_results(self) -> None:
         try:
-            if prepare_results(self.settings.results, self.settings.nodes):
-                self._note(
-                    f"results: removed an earlier run's results from {self.settings.results}"
-                )
+            prepare_results(self.settings.results, self.settings.nodes)
         except OSError as exc:
             raise NetworkError(f"cannot use results folder {self.settings.results}: {exc}") from exc
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import shutil
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -16,8 +15,6 @@ from gnutella_router.testnet.nodes import NetworkNode, NodeFailure, totals_from_
 from gnutella_router.testnet.shared import SharedNode
 from traffic_models.latency import LoadReport
 
-RESULT_FILES = ("node-*", "summary.json", "*.csv", "*.png", "network.json")
-"""What a run writes into its results folder, and so removes from an earlier run's."""
 TABLE_ROWS = 32
 """Nodes shown in the final table; summary.json has them all."""
 
@@ -71,6 +68,7 @@ def node_summary(
         "received_total": received,
         "forwarded_total": sum(router["forwarded"].values()),
         "dropped_total": dropped,
+        "relayed_higher_ttl": router.get("relayed_higher_ttl", 0),
         "route_tables": {name: table["size"] for name, table in router["tables"].items()},
     }
 
@@ -86,28 +84,22 @@ _EMPTY_COUNTS: dict[str, Any] = {
     "received_total": 0,
     "forwarded_total": 0,
     "dropped_total": 0,
+    "relayed_higher_ttl": 0,
     "route_tables": {},
 }
 
 
-def prepare_results(results: Path, nodes: int) -> bool:
-    """Make ``results`` a folder for this run only, with a ``node-I`` folder per node:
-    what an earlier run left in it (its ``node-*`` folders, ``summary.json``, CSV files
-    and pictures; nothing else) is removed. Whether there was any.
+def prepare_results(results: Path, nodes: int) -> None:
+    """Make ``results`` with a ``node-I`` folder per node. The folder is the run's own
+    (see :mod:`gnutella_router.run_folder`: ``testnet`` makes a new one, or empties an
+    earlier run's only when told to); nothing in it is removed here.
 
     Raises:
-        OSError: the folder cannot be made or cleared.
+        OSError: the folders cannot be made.
     """
-    earlier = sorted(p for pattern in RESULT_FILES for p in results.glob(pattern))
-    for old in earlier:
-        if old.is_dir() and not old.is_symlink():
-            shutil.rmtree(old)
-        else:
-            old.unlink()
     results.mkdir(parents=True, exist_ok=True)
     for index in range(nodes):
         (results / f"node-{index}").mkdir(exist_ok=True)
-    return bool(earlier)
 
 
 def _plain(value: object) -> Any:
@@ -187,8 +179,8 @@ def final_text(summary: dict[str, Any], report: LoadReport | None, results: Path
         lines.append(report.to_text())
         sinks = ", ".join(str(n) for n in topology["sinks_on"])
         lines.append(
-            f"(sinks on nodes {sinks}: latency is from the scheduled send to a sink, "
-            "one or more hops)"
+            f"(sinks on nodes {sinks}: latency is from the scheduled send to a sink; each "
+            "row is named by the hops its copies travelled, one per router crossed)"
         )
     elif isinstance(summary["load"], dict):
         load = summary["load"]
@@ -198,7 +190,8 @@ def final_text(summary: dict[str, Any], report: LoadReport | None, results: Path
         )
     overlay = summary.get("overlay")
     if overlay and overlay.get("queries"):
-        lines += ["", overlay_text(overlay)]
+        relays = sum(int(node.get("relayed_higher_ttl") or 0) for node in summary["nodes"])
+        lines += ["", overlay_text(overlay, relays)]
     if summary.get("leaves"):
         lines += ["", leaves_text(summary["leaves"])]
     if summary["nodes"]:
@@ -239,17 +232,32 @@ def final_text(summary: dict[str, Any], report: LoadReport | None, results: Path
     return "\n".join(lines)
 
 
-def overlay_text(overlay: dict[str, Any]) -> str:
-    """The overlay figures in three lines, with what a pure flood would give beside them."""
+def overlay_text(overlay: dict[str, Any], relays: int = 0) -> str:
+    """The overlay figures, with what a pure flood would give beside them.
+
+    ``relays`` is how many times the routers relayed a query again because a later
+    copy came with a higher TTL than the first (``relayed_higher_ttl``, summed over the
+    nodes). The flood model sends each query on once per node, so those relays' copies
+    are duplicates the model has no place for: the reason measured duplicates can be
+    above it."""
     reach, model = overlay["reach"], overlay["model"]
     first = overlay["first_hit_ms"]
+    duplicates, modelled = overlay["duplicates_per_query"], model["duplicates"][-1]
+    why = ""
+    if relays and duplicates > modelled:
+        why = (
+            f"; above the model because a router relays a query again when a later copy "
+            f"arrives with a higher TTL than its first (so that it still reaches as far as "
+            f"its TTL allows): {relays:,} such relays in the run, each sending copies the "
+            "nodes beyond already had, where the model forwards each query once per node"
+        )
     return "\n".join(
         [
             f"overlay: {overlay['queries']:,} queries reached a median {reach['median']:g} of "
             f"{reach['of_nodes']} nodes ({reach['min']}..{reach['max']}; a flood on the "
             f"planned graph: {model['reach'][-1]})",
-            f"duplicates: {overlay['duplicates_per_query']:,} per query (a flood on the "
-            f"planned graph: {model['duplicates'][-1]:,})",
+            f"duplicates: {duplicates:,} per query (a flood on the planned graph: "
+            f"{modelled:,}{why})",
             f"success: {overlay['success_rate']:.1%} of queries got a hit, "
             f"{overlay['hits_per_query']:g} hits per query"
             + (f", first hit median {first['median']:g} ms" if first else ""),

@@ -33,6 +33,9 @@ more get a process each (each has a core to itself, as far as the machine has co
 MAX_NODES = {"in-process": 500, "processes": 300, "shared": 2000}
 ON_NODE_FAILURE = ("stop", "continue")
 MAX_SERVENTS = 50
+SERVENT_START_TIMEOUT = 60.0
+"""Seconds a foreign servent gets to listen: gtk-gnutella takes several seconds to start
+(it loads its caches and checks its shared files), more on a busy machine."""
 STOP_TIMEOUT = 10.0
 """Seconds a node is given to stop its own way before it is killed."""
 COLLECT_SECONDS_PER_NODE = 0.05
@@ -84,6 +87,9 @@ class NetworkSettings:
     """A foreign servent's command, with ``{port}``, ``{dir}`` (and ``{host}``)."""
     servents: int = 0
     """How many foreign servents to start with ``servent`` (1 when it is given alone)."""
+    servent_timeout: float = SERVENT_START_TIMEOUT
+    """Seconds a servent has to accept connections on its port (or it is stopped, with
+    everything it started, and named)."""
     churn: ChurnSettings | None = None
     """Nodes leave and come back on a seeded schedule (implies processes)."""
     on_node_failure: str = "stop"
@@ -149,6 +155,8 @@ class NetworkSettings:
             raise ValueError(f"--servents must be from 0 to {MAX_SERVENTS}")
         if self.servent is not None and "{port}" not in self.servent:
             raise ValueError("--servent: the command must take {port}, where it listens")
+        if not (math.isfinite(self.servent_timeout) and self.servent_timeout > 0):
+            raise ValueError("--servent-timeout must be a positive number of seconds")
         if self.console_script is not None and not self.console:
             raise ValueError("a console script needs the console")
         if self.form_timeout is not None and self.form_timeout <= 0:
@@ -223,6 +231,7 @@ class NetworkSettings:
             "routers_per_process": self.routers_per_process,
             "servent": self.servent,
             "servents": self.servent_count,
+            "servent_timeout": self.servent_timeout,
             "leaves": None if self.leaves is None else dataclasses.asdict(self.leaves),
             "link_delay_ms": self.link_delay_ms,
             "link_jitter_ms": self.link_jitter_ms,

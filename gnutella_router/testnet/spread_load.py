@@ -24,7 +24,7 @@ from gnutella_router.traffic.load import (
 from protocol.codec import encode_message
 from protocol.constants import counts_by_type_name
 from protocol.messages import Message, Ping
-from traffic_models.latency import stamp_guid
+from traffic_models.latency import hop_kind, stamp_guid
 
 PROBE_TIMEOUT = 10.0
 
@@ -49,6 +49,11 @@ class SpreadLoadRun(LoadRun):
         self.targets = list(targets)
         self.registered = registered
         self.node_of: dict[str, int] = {}
+
+    def copy_kind(self, hops: int) -> str:
+        """Sinks sit on several nodes, so a copy's row names the hops it travelled
+        (``three-hop query``), not ``one-hop``."""
+        return hop_kind(hops)
 
     async def _connect_into(self, peers: list[ClientPeer], index: int) -> None:
         name = f"peer{index:03d}"

@@ -37,20 +37,19 @@ the drain at once; the report is still made, from what was measured so far.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import gc
 import itertools
 import math
 import sys
 import time
 from collections.abc import Iterator, Sequence
-from typing import Any, Protocol
+from typing import Protocol
 
 import trio
 
 from gnutella_router import __version__
 from gnutella_router.net.handshaking import next_handshake_event
-from gnutella_router.observe.admin_client import FetchError, fetch
+from gnutella_router.traffic.router_counters import RouterCounterReader
 from protocol.codec import encode_message
 from protocol.constants import MessageType, counts_by_type_name
 from protocol.errors import RemoteProtocolError
@@ -66,7 +65,6 @@ from traffic_models.generator import Scheduled
 from traffic_models.latency import (
     LatencyBook,
     LoadReport,
-    RouterCounts,
     read_stamp,
     run_marker,
     stamp_counter,
@@ -79,6 +77,7 @@ PONG = MessageType.PONG
 QUERY = MessageType.QUERY
 QUERY_HIT = MessageType.QUERY_HIT
 BROADCAST_TYPES = frozenset({PING, QUERY})
+REPLY_TYPES = (PONG, QUERY_HIT)
 YOUNG_COLLECTION_THRESHOLD = 20_000
 READ_SIZE = 64 * 1024
 """Per read: small enough that decoding one read never keeps the sender waiting long."""
@@ -116,6 +115,8 @@ class LoadSettings:
     drain ends sooner once every copy has arrived or none has for ``DRAIN_QUIET``."""
     admin: tuple[str, int] | None = None
     """The router's admin interface, to reconcile our counts with its own; None: none."""
+    token: str = ""
+    """The router's admin token, when it has one (its ``/stats`` needs it)."""
     user_agent: str = f"gnutella-router-load/{__version__}"
     progress: bool = False
     warmup: float = 0.0
@@ -252,6 +253,10 @@ class LoadRun:
         self.received = [0] * 256
         self.injector_copies = [0] * 256
         self.replies = [0] * 256
+        self.routed_replies = [0] * 256
+        """Replies at the injectors that the target routed (hops 1 or more), not made."""
+        self.answers_sent = [0] * 256
+        """Replies the sinks sent (with ``respond``): what the drain waits for too."""
         self.duplicates = [0] * 256
         self.query_hits: dict[bytes, list[int]] = {}
         """Per query GUID: the hits that came back and the first one's latency (ns from
@@ -269,9 +274,7 @@ class LoadRun:
         self.interrupted = False
         self._last_arrival = 0.0
         self._stop_scope: trio.CancelScope | None = None
-        self._router_before: dict[str, Any] | None = None
-        self._router_after: dict[str, Any] | None = None
-        self._router_note: str | None = None
+        self._router = RouterCounterReader(settings.admin, settings.token)
 
     def request_stop(self) -> None:
         """End the sending and the drain now; the report is made from what was measured."""
@@ -336,14 +339,14 @@ class LoadRun:
                     nursery.start_soon(self._read, peer, True, responder)
                 with self._stoppable():
                     await self._probe(injectors[0], sinks)
-                self._router_before = await self._router_counters()
+                await self._router.read_before()
                 if settings.progress:
                     nursery.start_soon(self._show_progress)
                 with self._stoppable():
                     await self._send(injectors, len(sinks))
                     await self._drain()
                 self._sending_done.set()
-                self._router_after = await self._router_counters()
+                await self._router.read_after()
                 nursery.cancel_scope.cancel()
         finally:
             for peer in peers:
@@ -423,33 +426,19 @@ class LoadRun:
                 await trio.sleep_until(start + pending.at - SEND_SLACK)
 
     async def _drain(self) -> None:
-        """Read on until every expected copy is in, or none came for a while, or time's up."""
+        """Read on until every expected copy and every reply the sinks sent is in, or
+        none came for a while, or time's up."""
         deadline = trio.current_time() + self.settings.drain
         self._last_arrival = trio.current_time()
         while trio.current_time() < deadline:
-            if sum(self.received) >= sum(self.expected):
+            # By type: in a network, other routers' pongs come back routed too, and must
+            # not stand in for a hit still on its way.
+            replies_in = all(self.routed_replies[t] >= self.answers_sent[t] for t in REPLY_TYPES)
+            if replies_in and sum(self.received) >= sum(self.expected):
                 return
             if trio.current_time() - self._last_arrival >= DRAIN_QUIET:
                 return
             await trio.sleep(0.02)
-
-    async def _router_counters(self) -> dict[str, Any] | None:
-        """The router's /stats, or None (with a note saying why) when it cannot be read."""
-        admin = self.settings.admin
-        if admin is None or self._router_note is not None:
-            return None
-        try:
-            data = await trio.to_thread.run_sync(
-                functools.partial(fetch, admin, "/stats", timeout=5.0)
-            )
-        except FetchError as exc:
-            self._router_note = str(exc)
-            return None
-        router = data.get("router") if isinstance(data, dict) else None
-        if not isinstance(router, dict):
-            self._router_note = "the admin interface's /stats has no router counters"
-            return None
-        return router
 
     # ------------------------------------------------------------------ receiving
 
@@ -506,12 +495,14 @@ class LoadRun:
                         continue
                     self.received[message_type] += 1
                     if timed:
-                        book.record("one-hop", message_type, arrived - due)
+                        book.record(self.copy_kind(frame.hops), message_type, arrived - due)
             elif message_type in BROADCAST_TYPES:
                 # Another injector's broadcast: a copy, not a reply to anything of ours.
                 self.injector_copies[message_type] += 1
             else:
                 self.replies[message_type] += 1
+                if frame.hops:
+                    self.routed_replies[message_type] += 1
                 if message_type == QUERY_HIT:
                     seen = self.query_hits.get(frame.guid)
                     if seen is None:
@@ -521,6 +512,13 @@ class LoadRun:
                 if timed:
                     kind = "target-reply" if frame.hops == 0 else "round-trip"
                     book.record(kind, message_type, arrived - due)
+
+    def copy_kind(self, hops: int) -> str:
+        """The latency row of a copy at a sink. The sinks are the target's own peers, so
+        a first copy crossed the target alone: ``one-hop``, whatever hops the target
+        wrote (a stand-in such as ``gnutella-router echo`` leaves hops as they were).
+        A spread run labels copies by their hops instead."""
+        return "one-hop"
 
     @staticmethod
     async def _keep_alive(peer: ClientPeer, frames: list[Frame]) -> None:
@@ -535,12 +533,12 @@ class LoadRun:
             await peer.send(b"".join(pongs))
 
     async def _answer(self, peer: ClientPeer, frames: list[Frame], responder: Responder) -> None:
-        replies = [
-            encode_message(reply)
-            for frame in frames
-            if frame.payload_type in BROADCAST_TYPES and read_stamp(frame.guid, self.run_id)
-            for reply in responder.respond(frame)
-        ]
+        replies = []
+        for frame in frames:
+            if frame.payload_type in BROADCAST_TYPES and read_stamp(frame.guid, self.run_id):
+                for reply in responder.respond(frame):
+                    self.answers_sent[reply.payload_type] += 1
+                    replies.append(encode_message(reply))
         if replies:
             await peer.send(b"".join(replies))
 
@@ -587,51 +585,24 @@ class LoadRun:
             negative_samples=self.book.negative,
             clamped_samples=self.book.clamped,
             interrupted=self.interrupted,
-            router=self._reconcile(),
+            router=self._router.reconcile(counts_by_type_name(self.copies_at_our_peers())),
             duplicates=counts_by_type_name(self.duplicates),
         )
 
-    def _reconcile(self) -> RouterCounts | None:
-        """Our counts beside the router's own, for the run (after minus before)."""
-        before, after = self._router_before, self._router_after
-        admin = self.settings.admin
-        if admin is None:
-            return None
-        where = f"{admin[0]}:{admin[1]}"
-        if before is None or after is None:
-            return RouterCounts(admin=where, note=self._router_note or "not read")
-        dropped: dict[str, dict[str, int]] = {}
-        after_dropped = _mapping(after.get("dropped"))
-        before_dropped = _mapping(before.get("dropped"))
-        for reason, by_type in after_dropped.items():
-            delta = _delta(_mapping(by_type), _mapping(before_dropped.get(reason)))
-            if delta:
-                dropped[reason] = delta
-        return RouterCounts(
-            admin=where,
-            received=_delta(_mapping(after.get("received")), _mapping(before.get("received"))),
-            forwarded=_delta(_mapping(after.get("forwarded")), _mapping(before.get("forwarded"))),
-            dropped=dropped,
-            copies_at_our_peers=counts_by_type_name(
-                [a + b for a, b in zip(self.received, self.injector_copies, strict=True)]
-            ),
-        )
-
-
-def _mapping(value: object) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}
-
-
-def _delta(after: dict[str, Any], before: dict[str, Any]) -> dict[str, int]:
-    """Per-key increase of integer counters; keys that did not move are left out."""
-    out: dict[str, int] = {}
-    for key, value in after.items():
-        if isinstance(value, int):
-            previous = before.get(key, 0)
-            increase = value - (previous if isinstance(previous, int) else 0)
-            if increase:
-                out[key] = increase
-    return out
+    def copies_at_our_peers(self) -> list[int]:
+        """By type, what of the router's forwarded copies reached the client's peers:
+        every copy of a broadcast (first or again, at a sink or another injector) and
+        every reply it routed back (see :class:`~traffic_models.latency.RouterCounts`)."""
+        return [
+            first + again + elsewhere + routed
+            for first, again, elsewhere, routed in zip(
+                self.received,
+                self.duplicates,
+                self.injector_copies,
+                self.routed_replies,
+                strict=True,
+            )
+        ]
 
 
 async def _quiet_close(stream: trio.SocketStream) -> None:

@@ -28,6 +28,19 @@ number), so the target does not drop them as duplicates, while a query and the h
 answering it keep sharing a GUID. Bye messages are not replayed (they would end the
 peer's connection) and are counted as skipped.
 
+What came back is measured too. Every ping and query the replay sends is remembered
+for :data:`TIMING_WINDOW` seconds (at most :data:`MAX_TIMED` at once) with the later of
+its due time and the moment it was handed over; a copy of it arriving at another of the
+replay's peers is timed (``one-hop``: every peer sits on the target), a copy arriving
+again at the same peer is counted as a duplicate, and a reply coming back to the peer
+that sent its request is timed as ``target-reply`` (the target's own pong, hops 0) or
+``round-trip`` (routed from elsewhere: a replayed reply keeps the trace's own delay, so
+it says more about the trace than about the target). After the last record the peers
+keep reading until nothing of ours has come for :data:`SETTLE_QUIET` seconds (at most
+``settle``). When the target's admin interface answers, its counters for the replay
+stand beside ours: what it read, dropped (and why: a replayed reply whose request the
+target never saw is dropped as ``no-route``) and forwarded.
+
 Targets are loopback only: this is a load tool, and pointing it at someone else's
 servent is not something it should make easy.
 """
@@ -45,9 +58,11 @@ import trio
 
 from gnutella_router import __version__
 from gnutella_router.traffic.load import LoadError, open_client_peer
-from protocol.constants import MessageType
+from gnutella_router.traffic.router_counters import RouterCounterReader
+from protocol.constants import MessageType, counts_by_type_name
 from protocol.errors import RemoteProtocolError
 from protocol.framing import Frame, FrameDecoder
+from traffic_models.latency import LatencyBook, LatencySummary, RouterCounts, latency_lines
 from traffic_models.responder import keep_alive_pong
 from traffic_models.trace import TraceProblem, read_wire
 
@@ -69,6 +84,16 @@ RECEIVE_SIZE = 64 * 1024
 MAX_LOOPS = 1 << 24
 """Pass numbers must fit the three GUID bytes they are folded into."""
 _BYE = int(MessageType.BYE)
+BROADCAST_TYPES = frozenset({int(MessageType.PING), int(MessageType.QUERY)})
+REPLY_TYPES = frozenset({int(MessageType.PONG), int(MessageType.QUERY_HIT)})
+TIMING_WINDOW = 30.0
+"""Seconds a sent ping or query is remembered, to time what comes back for it."""
+MAX_TIMED = 1_000_000
+"""Most pings and queries remembered at once; beyond, new ones are sent untimed."""
+SETTLE = 5.0
+"""Longest wait after the last record for copies still on their way."""
+SETTLE_QUIET = 0.5
+"""The wait ends once nothing of ours has arrived for this long."""
 
 
 class ReplayError(Exception):
@@ -114,6 +139,26 @@ class ReplaySummary:
     errors: tuple[str, ...] = ()
     interrupted: bool = False
     """Stopped early (Ctrl-C): the figures cover what was sent until then."""
+    sent_by_type: dict[str, int] = dataclasses.field(default_factory=dict)
+    copies: dict[str, int] = dataclasses.field(default_factory=dict)
+    """Copies of our pings and queries that reached another of our peers, by type."""
+    duplicates: dict[str, int] = dataclasses.field(default_factory=dict)
+    """Copies a peer got again (not timed)."""
+    replies: dict[str, int] = dataclasses.field(default_factory=dict)
+    """Replies that came back to the peer that sent the request, by type."""
+    untimed: int = 0
+    """Pings and queries sent while :data:`MAX_TIMED` were remembered: not timed."""
+    latency: dict[str, dict[str, LatencySummary]] = dataclasses.field(default_factory=dict)
+    """kind (``one-hop``, ``target-reply``, ``round-trip``) -> type -> percentiles (us)."""
+    negative_samples: int = 0
+    router: RouterCounts | None = None
+    """The target's own counters for the replay, when its admin interface was read."""
+
+    def as_json(self) -> dict[str, object]:
+        """The summary as JSON-ready data (what a kept replay's ``summary.json`` holds)."""
+        data = dataclasses.asdict(self)
+        data["rate"] = self.rate
+        return data
 
     @property
     def rate(self) -> float:
@@ -130,8 +175,99 @@ class ReplaySummary:
         ]
         if self.interrupted:
             lines.insert(0, "INTERRUPTED: the replay was stopped early; partial figures")
+        lines.append(
+            "came back to our peers: "
+            + (_counts(self.copies) if self.copies else "no copies")
+            + " (copies of our pings and queries at another peer)"
+            + (f"; again at the same peer {_counts(self.duplicates)}" if self.duplicates else "")
+            + (f"; replies {_counts(self.replies)}" if self.replies else "")
+        )
+        if self.untimed:
+            lines.append(f"{self.untimed:,} pings and queries sent untimed (too many at once)")
+        if self.router is not None:
+            lines.extend(self.router.lines(self.sent_by_type))
+        if self.latency:
+            lines.extend(latency_lines(self.latency))
+        if self.negative_samples:
+            lines.append(
+                f"INSTRUMENT ERROR: {self.negative_samples:,} latency samples below zero "
+                "(left out of the figures above)"
+            )
         lines += [f"problem: {error}" for error in self.errors]
         return "\n".join(lines)
+
+
+def _counts(counts: dict[str, int]) -> str:
+    return ", ".join(f"{name} {count:,}" for name, count in sorted(counts.items()))
+
+
+class Timing:
+    """What the replay sent and what came back of it (see the module docstring).
+
+    Bounded: a sent ping or query is forgotten after :data:`TIMING_WINDOW` seconds, and
+    at most :data:`MAX_TIMED` are remembered; keys are GUID plus type.
+    """
+
+    def __init__(self, window: float = TIMING_WINDOW, most: int = MAX_TIMED) -> None:
+        self.window = window
+        self.most = most
+        self.book = LatencyBook()
+        self._sent: dict[bytes, list[int]] = {}
+        """key -> [stamp (ns on trio's clock), sending peer, bitmask of peers reached]."""
+        self.copies = [0] * 256
+        self.duplicates = [0] * 256
+        self.replies = [0] * 256
+        self.untimed = 0
+        self.last_arrival = 0.0
+
+    def sent(self, wire: bytes, peer: int, now: float) -> None:
+        """A record handed to ``peer`` at ``now``: remembered if it is a ping or query."""
+        message_type = wire[16]
+        if message_type not in BROADCAST_TYPES:
+            return
+        self._expire(now)
+        if len(self._sent) >= self.most:
+            self.untimed += 1
+            return
+        self._sent[wire[:17]] = [int(now * 1e9), peer, 0]
+
+    def _expire(self, now: float) -> None:
+        oldest = int((now - self.window) * 1e9)
+        sent = self._sent
+        while sent:
+            key = next(iter(sent))
+            if sent[key][0] >= oldest:
+                return
+            del sent[key]
+
+    def arrived(self, frames: Sequence[Frame], peer: int, now: float) -> None:
+        """Frames read by ``peer`` at ``now``: time what is ours."""
+        at = int(now * 1e9)
+        for frame in frames:
+            message_type = frame.payload_type
+            if message_type in BROADCAST_TYPES:
+                entry = self._sent.get(frame.guid + bytes((message_type,)))
+                if entry is None or entry[1] == peer:
+                    continue
+                self.last_arrival = now
+                bit = 1 << peer
+                if entry[2] & bit:
+                    self.duplicates[message_type] += 1
+                    continue
+                entry[2] |= bit
+                self.copies[message_type] += 1
+                self.book.record("one-hop", message_type, at - entry[0])
+            elif message_type in REPLY_TYPES:
+                request = (
+                    MessageType.PING if message_type == MessageType.PONG else MessageType.QUERY
+                )
+                entry = self._sent.get(frame.guid + bytes((request,)))
+                if entry is None or entry[1] != peer:
+                    continue
+                self.last_arrival = now
+                self.replies[message_type] += 1
+                kind = "target-reply" if frame.hops == 0 else "round-trip"
+                self.book.record(kind, message_type, at - entry[0])
 
 
 class ReplayControl:
@@ -212,9 +348,15 @@ class _Peer:
     :func:`~traffic_models.responder.keep_alive_pong`)."""
 
     def __init__(
-        self, index: int, stream: trio.SocketStream, backlog_limit: int, leftover: bytes = b""
+        self,
+        index: int,
+        stream: trio.SocketStream,
+        backlog_limit: int,
+        leftover: bytes = b"",
+        timing: Timing | None = None,
     ) -> None:
         self.index = index
+        self.timing = timing
         self.stream = stream
         self.leftover = leftover
         """What the target sent right after the handshake, read with it."""
@@ -281,7 +423,9 @@ class _Peer:
             self._broken(f"the target's stream does not frame ({exc.reason})")
 
     def _answer(self, frames: list[Frame]) -> None:
-        """Queue a pong for each of the target's own pings, ahead of nothing else."""
+        """Time what is ours; queue a pong for each of the target's own pings."""
+        if self.timing is not None:
+            self.timing.arrived(frames, self.index, trio.current_time())
         for frame in frames:
             pong = keep_alive_pong(frame)
             if pong is not None and self.error is None:
@@ -293,7 +437,9 @@ class _Peer:
             await self.stream.aclose()
 
 
-async def _connect(target: tuple[str, int], index: int, backlog_limit: int) -> _Peer:
+async def _connect(
+    target: tuple[str, int], index: int, backlog_limit: int, timing: Timing | None
+) -> _Peer:
     try:
         peer = await open_client_peer(
             target,
@@ -303,17 +449,19 @@ async def _connect(target: tuple[str, int], index: int, backlog_limit: int) -> _
         )
     except LoadError as exc:
         raise ReplayError(str(exc)) from None
-    return _Peer(index, peer.stream, backlog_limit, peer.leftover)
+    return _Peer(index, peer.stream, backlog_limit, peer.leftover, timing)
 
 
-async def _connect_all(target: tuple[str, int], count: int, backlog_limit: int) -> list[_Peer]:
+async def _connect_all(
+    target: tuple[str, int], count: int, backlog_limit: int, timing: Timing | None = None
+) -> list[_Peer]:
     """Connect ``count`` peers at once; on any failure, close those that connected."""
     peers: list[_Peer | None] = [None] * count
     failures: list[ReplayError] = []
 
     async def one(index: int) -> None:
         try:
-            peers[index] = await _connect(target, index, backlog_limit)
+            peers[index] = await _connect(target, index, backlog_limit, timing)
         except ReplayError as exc:
             failures.append(exc)
 
@@ -342,6 +490,7 @@ class _Counts:
     late: int = 0
     dropped: int = 0
     skipped: int = 0
+    by_type: list[int] = dataclasses.field(default_factory=lambda: [0] * 256)
 
 
 async def replay(
@@ -355,8 +504,11 @@ async def replay(
     backlog_limit: int = BACKLOG_LIMIT,
     connect_timeout: float = CONNECT_TIMEOUT,
     drain_timeout: float = DRAIN_TIMEOUT,
+    settle: float = SETTLE,
     on_problem: Callable[[TraceProblem], None] | None = None,
     control: ReplayControl | None = None,
+    admin: tuple[str, int] | None = None,
+    token: str = "",
 ) -> ReplaySummary:
     """Replay the trace at ``path`` into the router at ``target`` (loopback only).
 
@@ -365,8 +517,11 @@ async def replay(
         loops: passes over the trace (GUIDs rewritten after the first).
         peers: connections to open; default one per connection id of the trace, at
             most :data:`DEFAULT_PEER_CAP`.
+        settle: longest wait after the last record for copies on their way back.
         on_problem: told about parts of the trace that were skipped (first pass only).
         control: lets the caller stop the replay early.
+        admin: the target's admin interface, whose counters are set beside ours.
+        token: its admin token, when it has one.
 
     Raises:
         ReplayError: bad arguments, an empty or unreadable trace, or a peer that could
@@ -391,31 +546,40 @@ async def replay(
     if not plan.records:
         raise ReplayError(f"{path}: the trace holds no messages")
     count = peers if peers is not None else min(len(plan.connections), DEFAULT_PEER_CAP)
+    timing = Timing()
+    counters = RouterCounterReader(admin, token)
     try:
         with trio.fail_after(connect_timeout):
-            links = await _connect_all(target, count, backlog_limit)
+            links = await _connect_all(target, count, backlog_limit, timing)
     except trio.TooSlowError:
         raise ReplayError(f"the peers were not connected within {connect_timeout:g} s") from None
     route = {connection: links[i % count] for i, connection in enumerate(plan.connections)}
     counts = _Counts()
     errors: list[str] = []
+    stop = control or ReplayControl()
     try:
         async with trio.open_nursery() as readers:
             for link in links:
                 readers.start_soon(link.read_loop)
+            await counters.read_before()
             start = trio.current_time()
             with trio.CancelScope() as drain:
                 async with trio.open_nursery() as writers:
                     for link in links:
                         writers.start_soon(link.write_loop)
-                    with (control or ReplayControl()).scope():
-                        await _schedule(path, plan, route, start, speed, loops, late_after, counts)
+                    with stop.scope():
+                        await _schedule(
+                            path, plan, route, start, speed, loops, late_after, counts, timing
+                        )
                     drain.deadline = trio.current_time() + drain_timeout
                     for link in links:
                         link.finish()
             finished = trio.current_time()
             if drain.cancelled_caught:
                 errors.append(f"not everything reached the target within {drain_timeout:g} s")
+            with stop.scope():
+                await _settle(timing, settle)
+            await counters.read_after()
             readers.cancel_scope.cancel()
     finally:
         for link in links:
@@ -437,7 +601,36 @@ async def replay(
         duration=finished - start,
         errors=tuple(errors),
         interrupted=control is not None and control.interrupted,
+        sent_by_type=counts_by_type_name(counts.by_type),
+        copies=counts_by_type_name(timing.copies),
+        duplicates=counts_by_type_name(timing.duplicates),
+        replies=counts_by_type_name(timing.replies),
+        untimed=timing.untimed,
+        latency=timing.book.summaries(),
+        negative_samples=timing.book.negative,
+        router=counters.reconcile(
+            counts_by_type_name(
+                [
+                    a + b + c
+                    for a, b, c in zip(
+                        timing.copies, timing.duplicates, timing.replies, strict=True
+                    )
+                ]
+            )
+        ),
     )
+
+
+async def _settle(timing: Timing, longest: float) -> None:
+    """Read on (the readers run) until nothing of ours came for :data:`SETTLE_QUIET`
+    seconds, or ``longest`` seconds passed."""
+    deadline = trio.current_time() + longest
+    quiet_from = trio.current_time()
+    while trio.current_time() < deadline:
+        last = max(timing.last_arrival, quiet_from)
+        if trio.current_time() - last >= SETTLE_QUIET:
+            return
+        await trio.sleep(0.05)
 
 
 async def _schedule(
@@ -449,6 +642,7 @@ async def _schedule(
     loops: int,
     late_after: float,
     counts: _Counts,
+    timing: Timing,
 ) -> None:
     """Hand every record to its peer at its time; never waits for the target."""
     current_time = trio.current_time
@@ -476,6 +670,10 @@ async def _schedule(
             peer = route.get(connection, fallback)
             if peer.offer(wire):
                 counts.sent += 1
+                counts.by_type[payload_type] += 1
+                # From the schedule when late, from the hand-over when early: never a
+                # stamp in the future (see traffic_models.latency).
+                timing.sent(wire, peer.index, min(now, due))
                 dirty.add(peer)
             else:
                 counts.dropped += 1

@@ -110,7 +110,8 @@ def write_docs(results: list[dict[str, Any]], args: argparse.Namespace, figures:
     date = datetime.date.today().isoformat()
     lines = [
         f"Measured {date} on {machine()}; runs of {args.duration:g} s, steady state from "
-        f"{args.warmup:g} s; `python scripts/experiment_fig14.py --duration {args.duration:g} "
+        f"{args.warmup:g} s; `.venv/bin/python scripts/experiment_fig14.py "
+        f"--duration {args.duration:g} "
         f'--write`; the governor\'s rule: `sizing = "{DEFAULT_SIZING}"` (the default); '
         f"{load_average_text(results)}.",
         "",
@@ -184,7 +185,7 @@ def write_comparison(results: list[dict[str, Any]], args: argparse.Namespace, ra
         f"{args.duration:g} s per configuration "
         f"at {rate} messages/s (the paper's mix, `router.query_delay_ms = 20`), the "
         f"configurations interleaved, steady state from {args.warmup:g} s; "
-        f"`python scripts/experiment_fig14.py --compare --repeat {args.repeat} "
+        f"`.venv/bin/python scripts/experiment_fig14.py --compare --repeat {args.repeat} "
         f"--duration {args.duration:g}{warmup} --write`; {load_average_text(results)}.",
         "",
         "Pools come from the profiler (every 0.1 s): the peak and the last sample of each run. "

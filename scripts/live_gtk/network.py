@@ -196,7 +196,12 @@ class Network:
             [str(self.settings.wrapper), str(servent.port), str(servent.dir)],
             stdout=log,
             stderr=subprocess.STDOUT,
-            env={**os.environ, "SHARE": str(share)},
+            env={
+                **os.environ,
+                "SHARE": str(share),
+                "GTK_GNUTELLA_BINARY": str(self.settings.binary),
+                "GTK_GNUTELLA_USER": self.settings.user,
+            },
             start_new_session=True,
         )
         log.close()

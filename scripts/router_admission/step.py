@@ -27,11 +27,12 @@ import argparse
 import csv
 import datetime
 import json
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import matplotlib
+
+from gnutella_router.run_folder import script_run
 
 matplotlib.use("Agg")
 
@@ -206,7 +207,7 @@ def plot(results: list[dict[str, Any]], args: argparse.Namespace, figures: Path)
 def write_docs(results: list[dict[str, Any]], args: argparse.Namespace) -> None:
     lines = [
         f"Measured {datetime.date.today().isoformat()} on {machine()}; "
-        f"`python scripts/experiment_admission.py step --write` (one router per row, one "
+        f"`.venv/bin/python scripts/experiment_admission.py step --write` (one router per row, one "
         f"after the other; the paper's mix at {args.low:g} msgs/s for {args.before:g} s, then "
         f"{args.high:g} msgs/s for {args.after:g} s; `router.threads = 1`, "
         "`router.query_delay_ms = 20`; sinks answer queries with hits). Latencies from "
@@ -227,9 +228,7 @@ def main(args: argparse.Namespace) -> int:
         out = args.from_results
         results = json.loads((out / "results.json").read_text())
     else:
-        out = args.out or Path(tempfile.mkdtemp(prefix="admission-"))
-        out.mkdir(parents=True, exist_ok=True)
-        print(f"raw results in {out}", flush=True)
+        out = script_run("experiment-admission-step", args)
         results = []
         for key, shedding_lines in RUNS:
             if args.only and key not in args.only:

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import datetime
 import os
 from collections.abc import Sequence
 
-from benchdocs import machine, replace_section
+from benchdocs import machine, provenance, replace_section
 
 from protocol.constants import HEADER_SIZE
 from router_bench.peers import SEND_TTL, SINKS, Wire, peer_kind, pings_answered
@@ -310,7 +309,6 @@ def print_rows(rows: Sequence[Row], ours: Figures, base: Figures | None) -> None
 def write_section(
     rows: Sequence[Row], notes: Sequence[str], wire: Wire, args: argparse.Namespace
 ) -> None:
-    today = datetime.date.today().isoformat()
     ping = 100 - round(args.query_share * 100)
     answered = pings_answered()
     if answered:
@@ -341,7 +339,7 @@ def write_section(
     lines = [
         "## Router (`scripts/bench_router.py`)",
         "",
-        f"Measured {today} on {machine()}. Two processes over loopback TCP: the server "
+        f"Measured {provenance()} on {machine()}. Two processes over loopback TCP: the server "
         "under test (one process, routing on one thread, so at most one core) and the "
         "benchmark client (trio); on two cores each can have one.",
         "",

@@ -72,3 +72,64 @@ def test_the_router_lines_of_nodes_give_their_flags() -> None:
         ".\n"
     )
     assert router_flags(nodes) == ["UOrwQXZ----"]
+
+
+def test_a_failed_check_inside_trio_keeps_its_verdict_and_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """trio hands a check's failure out of its nursery as an ExceptionGroup: the verdict
+    must still be reported (FAILED, with the reason) and the run's folder kept."""
+    import live_gtk_check
+    from live_gtk.network import CheckFailed
+
+    stopped: list[bool] = []
+
+    class Network:
+        router_port = 1
+        file_name = "x"
+
+        def __init__(self, *args: object) -> None:
+            self.servents: dict[str, object] = {}
+
+        def start(self) -> None:
+            pass
+
+        def stop(self) -> None:
+            stopped.append(True)
+
+    async def failing_checks(*args: object) -> None:
+        raise ExceptionGroup("checks", [CheckFailed("the leaf connected: not within 60 s")])
+
+    wrapper = tmp_path / "wrapper"
+    wrapper.write_text("#!/bin/sh\n")
+    wrapper.chmod(0o755)
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.setattr(live_gtk_check, "Network", Network)
+    monkeypatch.setattr(live_gtk_check, "run_checks", failing_checks)
+    monkeypatch.setattr("live_gtk_check.os.geteuid", lambda: 0)
+    monkeypatch.setattr("live_gtk_check.tempfile.mkdtemp", lambda prefix: str(work))
+    status = live_gtk_check.main(["--gtk", str(wrapper), "--gtk-binary", str(wrapper)])
+    out = capsys.readouterr().out
+    assert status == 1
+    assert stopped == [True]
+    assert "| run | FAILED | the leaf connected: not within 60 s |" in out
+    assert "Overall: FAILED" in out
+    assert f"run folder kept: {work}" in out
+    assert work.is_dir()
+
+
+def test_how_a_run_ended_is_read_through_exception_groups() -> None:
+    import trio
+    from live_gtk.checks import Interrupted
+    from live_gtk.network import CheckFailed
+    from live_gtk_check import why_it_ended
+
+    nested = ExceptionGroup("outer", [ExceptionGroup("inner", [CheckFailed("no hit")])])
+    assert why_it_ended(nested) == (False, "no hit")
+    assert why_it_ended(BaseExceptionGroup("x", [KeyboardInterrupt()])) == (True, "")
+    assert why_it_ended(Interrupted()) == (True, "")
+    assert why_it_ended(trio.TooSlowError()) == (False, "the run took too long")
+    interrupted, failure = why_it_ended(ExceptionGroup("x", [KeyError("peers")]))
+    assert not interrupted
+    assert failure == "the check itself failed: KeyError: 'peers'"

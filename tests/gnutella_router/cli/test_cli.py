@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import argparse
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -114,3 +116,35 @@ def test_decode_into_a_closed_pipe_ends_quietly(tmp_path: Path) -> None:
     assert decode.returncode == 0
     assert b"Traceback" not in err
     assert b"BrokenPipe" not in err
+
+
+def _every_parser() -> Iterator[tuple[str, argparse.ArgumentParser]]:
+    def walk(
+        parser: argparse.ArgumentParser, name: str
+    ) -> Iterator[tuple[str, argparse.ArgumentParser]]:
+        yield name, parser
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for sub_name, sub in action.choices.items():
+                    yield from walk(sub, f"{name} {sub_name}")
+
+    from gnutella_router.cli.main import build_parser
+
+    return walk(build_parser(), "gnutella-router")
+
+
+def test_every_help_line_gives_its_default_once() -> None:
+    """A help text that says its default in words must not get ``(default: X)`` added
+    too (it printed ``(default 1) (default: 1.0)``), nor ``(default: None)``."""
+    twice = []
+    for name, parser in _every_parser():
+        formatter = parser._get_formatter()
+        for action in parser._actions:
+            if not action.help or action.help == argparse.SUPPRESS:
+                continue
+            text = formatter._expand_help(action)
+            if text.lower().count("default") > 1 or "(default: None)" in text:
+                twice.append(f"{name} {'/'.join(action.option_strings)}: {text}")
+    assert not twice, "\n".join(twice)
+    load = dict(_every_parser())["gnutella-router load"].format_help()
+    assert "(default: 1000.0)" in " ".join(load.split())  # still shown where not said

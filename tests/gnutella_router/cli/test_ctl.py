@@ -47,6 +47,65 @@ async def test_peers_are_added_and_dropped(
 
 
 @pytest.mark.e2e
+async def test_adding_a_peer_already_connected_opens_no_second_connection(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    async with running_daemons(tmp_path, 2, overrides=CONTROLLED) as (first, second):
+        assert first.admin_address is not None
+        peer = f"{second.address[0]}:{second.address[1]}"
+        assert await ctl(first.admin_address, "peers", "add", peer) == 0
+        await wait_until(lambda: len(second.server.connections) == 1)
+        (connection,) = first.server.connections.snapshot()
+        capsys.readouterr()
+        assert await ctl(first.admin_address, "peers", "add", peer) == 1
+        err = capsys.readouterr().err
+        assert "409" in err
+        assert f"already connected to {peer} (connection {connection.id}); nothing dialled" in err
+        await trio.sleep(0.2)
+        assert len(first.server.connections) == 1
+        assert len(second.server.connections) == 1
+
+
+@pytest.mark.e2e
+async def test_a_dropped_peer_is_not_redialled_until_its_hold_ends(tmp_path: Path) -> None:
+    """The catcher wants one outgoing connection and knows the dropped peer: without a
+    hold it dials it again within a second (its next look), undoing the drop. (The hold
+    is ours: the other side, wanting no connections here, does not dial back.)"""
+    settings = {**CONTROLLED, "catcher.min_connections": 1, "catcher.drop_hold": 3.0}
+    async with (
+        running_daemons(tmp_path / "a", overrides=settings) as (first,),
+        running_daemons(tmp_path / "b") as (second,),
+    ):
+        assert first.admin_address is not None
+        peer = f"{second.address[0]}:{second.address[1]}"
+        assert await ctl(first.admin_address, "peers", "add", peer) == 0
+        await wait_until(lambda: first.server.connections.count("outgoing") == 1)
+        (connection,) = first.server.connections.snapshot()
+        dropped_at = trio.current_time()
+        assert await ctl(first.admin_address, "peers", "drop", peer) == 0
+        await wait_until(lambda: first.server.connections.count("outgoing") == 0)
+        while trio.current_time() - dropped_at < 2.0:
+            assert first.server.connections.count("outgoing") == 0, "redialled while held"
+            await trio.sleep(0.1)
+        # After the hold the catcher may dial it again, as any known host.
+        await wait_until(lambda: first.server.connections.count("outgoing") == 1, timeout=15)
+        assert first.server.connections.snapshot()[0].id != connection.id
+
+
+@pytest.mark.e2e
+async def test_adding_a_dropped_peer_lifts_its_hold(tmp_path: Path) -> None:
+    settings = {**CONTROLLED, "catcher.drop_hold": 600.0}
+    async with running_daemons(tmp_path, 2, overrides=settings) as (first, second):
+        assert first.admin_address is not None
+        peer = f"{second.address[0]}:{second.address[1]}"
+        assert await ctl(first.admin_address, "peers", "add", peer) == 0
+        assert await ctl(first.admin_address, "peers", "drop", peer) == 0
+        await wait_until(lambda: len(first.server.connections) == 0)
+        assert await ctl(first.admin_address, "peers", "add", peer) == 0
+        assert len(first.server.connections) == 1
+
+
+@pytest.mark.e2e
 async def test_an_unreachable_peer_is_a_clear_error(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

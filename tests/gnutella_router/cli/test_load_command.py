@@ -95,7 +95,7 @@ async def test_an_explicit_duration_still_wins(tmp_path: Path) -> None:
 
 
 @pytest.mark.e2e
-def test_ctrl_c_prints_a_partial_report_and_exits_130() -> None:
+def test_ctrl_c_prints_a_partial_report_and_exits_130(tmp_path: Path) -> None:
     port = free_port()
     echo = subprocess.Popen(
         [*COMMAND, "echo", "--listen", f"127.0.0.1:{port}"], stderr=subprocess.PIPE
@@ -103,14 +103,22 @@ def test_ctrl_c_prints_a_partial_report_and_exits_130() -> None:
     try:
         assert echo.stderr is not None
         echo.stderr.readline()
+        kept = tmp_path / "run"
         arguments = ["--rate", "200", "--duration", "60", "--quiet", "--admin", "off"]
         load = subprocess.Popen(
-            [*COMMAND, "load", "--target", f"127.0.0.1:{port}", *arguments],
+            [*COMMAND, "load", "--target", f"127.0.0.1:{port}", *arguments, "--out", str(kept)],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
         )
         try:
-            time.sleep(3)  # connected and sending by then
+            # The manifest is written just before the run starts: past the imports, which
+            # take seconds on a busy machine (a Ctrl-C then is an ordinary interrupt).
+            deadline = time.monotonic() + 60
+            while not (kept / "manifest.json").exists():
+                assert time.monotonic() < deadline, "the load never started"
+                assert load.poll() is None, "the load ended early"
+                time.sleep(0.05)
+            time.sleep(1.5)  # connected and sending by then
             started = time.monotonic()
             load.send_signal(signal.SIGINT)
             out, err = load.communicate(timeout=20)
@@ -160,3 +168,99 @@ async def test_an_unreachable_admin_interface_is_said_plainly(tmp_path: Path) ->
     assert report.router is not None
     assert report.router.note is not None
     assert "cannot reach the admin interface" in report.router.note
+
+
+@pytest.mark.e2e
+async def test_replies_the_router_routed_back_are_not_counted_as_lost(tmp_path: Path) -> None:
+    """With answering sinks the router forwards pongs and hits back to the injector: those
+    reach our peers as replies, and must be counted there, not reported as lost."""
+    async with running_daemons(tmp_path) as (daemon,):
+        assert daemon.admin_address is not None
+        settings = LoadSettings(
+            target=daemon.address,
+            peers=3,
+            duration=1.0,
+            respond=True,
+            admin=daemon.admin_address,
+        )
+        traffic = TrafficGenerator(mix=PAPER_MIX, arrivals=ConstantRate(200), seed=3)
+        report = await run_load(settings, traffic)
+    assert report.router is not None
+    forwarded = report.router.forwarded
+    assert forwarded.get("pong", 0) > 0
+    assert forwarded.get("query_hit", 0) > 0
+    assert report.router.copies_at_our_peers == forwarded
+    # The router's own pongs (one per ping it got) are its own, not forwarded copies.
+    assert report.router.generated.get("pong", 0) >= report.sent["ping"]
+    text = report.to_text()
+    assert "not at our peers" not in text
+    assert "lost" not in text
+
+
+@pytest.mark.e2e
+async def test_load_reads_a_guarded_routers_counters_with_the_token(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    token = "load-token-1234"
+    async with running_daemons(tmp_path, overrides={"admin.token": token}) as (daemon,):
+        assert daemon.admin_address is not None
+        admin = f"127.0.0.1:{daemon.admin_address[1]}"
+        argv = ["load", "--target", f"127.0.0.1:{daemon.address[1]}", "--admin", admin]
+        argv += ["--rate", "50", "--duration", "0.3", "--quiet", "--drain", "0.5"]
+        monkeypatch.delenv("GNUTELLA_ADMIN_TOKEN", raising=False)
+        assert await trio.to_thread.run_sync(main, argv) == 0
+        without = capsys.readouterr().out
+        assert "401" in without
+        assert "give --token or set GNUTELLA_ADMIN_TOKEN" in without
+        assert await trio.to_thread.run_sync(main, [*argv, "--token", token]) == 0
+        assert "dropped by the router: none" in capsys.readouterr().out
+        monkeypatch.setenv("GNUTELLA_ADMIN_TOKEN", token)
+        assert await trio.to_thread.run_sync(main, argv) == 0
+        assert "dropped by the router: none" in capsys.readouterr().out
+
+
+@pytest.mark.e2e
+async def test_a_load_run_is_kept_in_a_folder_of_its_own(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    echo = EchoRouter()
+    out = tmp_path / "kept"
+    async with trio.open_nursery() as nursery:
+        address = await nursery.start(echo.serve)
+        argv = ["load", "--target", f"127.0.0.1:{address[1]}", "--admin", "off", "--quiet"]
+        argv += ["--rate", "100", "--duration", "0.3", "--random-seed", "5", "--out", str(out)]
+        assert await trio.to_thread.run_sync(main, argv) == 0
+        assert f"results in {out}" in capsys.readouterr().err
+        assert await trio.to_thread.run_sync(main, argv) == 2  # not over it unasked
+        assert "give --overwrite" in capsys.readouterr().err
+        assert await trio.to_thread.run_sync(main, [*argv, "--overwrite"]) == 0
+        nursery.cancel_scope.cancel()
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["kind"] == "load"
+    assert manifest["status"] == "ok"
+    assert manifest["seed"] == 5
+    assert manifest["configuration"]["peers"] == 4
+    assert manifest["command"].startswith("gnutella-router load --target")
+    summary = json.loads((out / "summary.json").read_text())
+    assert sum(summary["sent"].values()) == 30
+    assert "copies reached the sinks" in (out / "report.txt").read_text()
+
+
+def test_the_old_seed_spelling_still_works_with_a_warning(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from gnutella_router.cli.main import build_parser
+
+    args = build_parser().parse_args(["load", "--target", "127.0.0.1:1", "--seed", "9"])
+    assert args.random_seed == 9
+    assert "--seed is deprecated here, use --random-seed" in capsys.readouterr().err
+    args = build_parser().parse_args(["load", "--target", "127.0.0.1:1", "--random-seed", "9"])
+    assert args.random_seed == 9
+    assert capsys.readouterr().err == ""
+    for old in (["sample", "x", "--seed", "3"], ["decode", "--seed", "3"]):
+        assert build_parser().parse_args(old).random_seed == 3
+    assert build_parser().parse_args(["testnet", "--seed-value", "4"]).random_seed == 4
+    # In testnet, --seed stays what it is in run: a peer's address.
+    assert build_parser().parse_args(["testnet", "--seed", "127.0.0.1:6346"]).seed == [
+        "127.0.0.1:6346"
+    ]

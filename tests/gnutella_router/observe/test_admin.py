@@ -302,6 +302,35 @@ async def test_a_token_is_required_once_set(tmp_path: Path) -> None:
 
 
 @pytest.mark.e2e
+async def test_metrics_and_health_stay_open_when_a_token_guards_the_rest(
+    tmp_path: Path,
+) -> None:
+    """A token set for control must not break a Prometheus scraper or a health check,
+    which have no secret to send; the pages that name peers stay behind it."""
+    async with running_daemons(tmp_path, overrides={"admin.token": TOKEN}) as (daemon,):
+        address = admin_of(daemon)
+        assert (await http_get(address, "/metrics")).status == 200
+        assert (await http_get(address, "/healthz")).status == 200
+        assert (await http_get(address, "/healthz/")).status == 200
+        for guarded in ("/connections", "/routes", "/dump", "/stats", "/"):
+            assert (await http_get(address, guarded)).status == 401, guarded
+
+
+@pytest.mark.e2e
+async def test_the_open_pages_are_a_setting(tmp_path: Path) -> None:
+    settings = {"admin.token": TOKEN, "admin.open_pages": ["/healthz"]}
+    async with running_daemons(tmp_path, overrides=settings) as (daemon,):
+        server = AdminServer(daemon, address=("127.0.0.1", 0))
+        assert server.respond("GET", "/healthz", [], "127.0.0.1").status == 200
+        assert server.respond("GET", "/metrics", [], "127.0.0.1").status == 401
+        # An open page is open to whoever may connect at all: remote clients still
+        # need allow_remote.
+        assert server.respond("GET", "/healthz", [], "192.0.2.7").status == 403
+    with pytest.raises(ConfigError, match=r"admin\.open_pages"):
+        load_config(None, {"admin.open_pages": ["/dump"]})
+
+
+@pytest.mark.e2e
 async def test_remote_peers_are_refused_unless_allowed(tmp_path: Path) -> None:
     async with running_daemons(tmp_path) as (daemon,):
         local = AdminServer(daemon, address=("127.0.0.1", 0))
@@ -314,9 +343,11 @@ async def test_remote_peers_are_refused_unless_allowed(tmp_path: Path) -> None:
     remote_settings = {"admin.allow_remote": True, "admin.token": TOKEN}
     async with running_daemons(tmp_path / "remote", overrides=remote_settings) as (daemon,):
         remote = AdminServer(daemon, address=("127.0.0.1", 0))
-        assert remote.respond("GET", "/healthz", [], "192.0.2.7").status == 401
+        assert remote.respond("GET", "/stats", [], "192.0.2.7").status == 401
         bearer = [(b"Authorization", f"Bearer {TOKEN}".encode())]
-        assert remote.respond("GET", "/healthz", bearer, "192.0.2.7").status == 200
+        assert remote.respond("GET", "/stats", bearer, "192.0.2.7").status == 200
+        # A scraper elsewhere reads the open pages without the token.
+        assert remote.respond("GET", "/healthz", [], "192.0.2.7").status == 200
 
 
 def test_allow_remote_without_a_token_is_a_configuration_error() -> None:

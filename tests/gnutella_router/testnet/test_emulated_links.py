@@ -98,8 +98,9 @@ def test_bandwidth_needs_namespaces(capsys: pytest.CaptureFixture[str]) -> None:
 @pytest.mark.e2e
 async def test_a_chain_run_reports_latency_over_its_links(tmp_path: Path) -> None:
     """The whole path: --link-delay through the run's plan into the routers' settings.
-    The sink on node 4 gets copies 4 links away, at least 80 ms late; every router's
-    /stats says its writes are held."""
+    The sink on node 4 gets copies 4 links away, each at least 80 ms late, the sink on
+    node 0 its copies with no link's delay; every router's /stats says its writes are
+    held."""
     chain = tmp_path / "chain.txt"
     chain.write_text("0 1\n1 2\n2 3\n3 4\n")
     settings = NetworkSettings(
@@ -112,7 +113,10 @@ async def test_a_chain_run_reports_latency_over_its_links(tmp_path: Path) -> Non
     assert outcome.ok, out.getvalue()
     assert outcome.summary["emulated_links"]["delay_by"] == "routers"
     assert outcome.report is not None
-    assert outcome.report.latency["one-hop"]["query"].max >= 80_000  # microseconds
+    latency = outcome.report.latency  # rows by the hops a copy arrived with
+    # Node 4's sink: five hops, four of them emulated links; node 0's: none of them.
+    assert latency["five-hop"]["query"].min >= 80_000  # microseconds
+    assert latency["one-hop"]["query"].min < 20_000
     for index in range(5):
         state = json.loads((tmp_path / "results" / f"node-{index}" / "state.json").read_text())
         emulation = state["stats"]["link_emulation"]

@@ -87,6 +87,46 @@ async def test_a_servent_that_does_not_start_is_named(tmp_path: Path) -> None:
     assert outcome.summary["nodes"] == []  # no router was started for nothing
 
 
+@pytest.mark.e2e
+async def test_a_servent_that_never_listens_is_stopped_with_what_it_started(
+    tmp_path: Path,
+) -> None:
+    """A wrapper that starts its servent and never listens (or hangs) is given
+    --servent-timeout, not the formation timeout, and then everything in its process
+    group goes: the servent it started too, not only the wrapper's pid."""
+    orphan = tmp_path / "servent.pid"
+    wrapper = f"sh -c 'sleep 300 & echo $! > {orphan}; wait' {{port}}"
+    settings = NetworkSettings(
+        nodes=2, duration=1.0, results=tmp_path, mode="in-process", servent=wrapper,
+        servent_timeout=1.0, form_timeout=120,
+    )  # fmt: skip
+    started = trio.current_time()
+    with trio.fail_after(60):
+        outcome = await run_network(settings, out=io.StringIO())
+    assert trio.current_time() - started < 30  # the servent's 1 s, not the 120 s
+    assert outcome.error is not None
+    assert "servent-0 did not listen" in outcome.error
+    assert "within 1 s" in outcome.error
+    pid = int(orphan.read_text())
+    with trio.fail_after(5):
+        while _alive(pid):
+            await trio.sleep(0.05)
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie, dead but not yet reaped by its parent, does not)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, IndexError):
+        return False
+    return state != "Z"
+
+
+def test_the_servent_timeout_is_checked() -> None:
+    with pytest.raises(ValueError, match="--servent-timeout"):
+        NetworkSettings(servent="x {port}", servent_timeout=0)
+
+
 def test_a_router_port_comes_with_the_next_port_free(monkeypatch: pytest.MonkeyPatch) -> None:
     """A router puts its admin interface on the next port by default: a candidate whose
     next port is taken is passed over."""

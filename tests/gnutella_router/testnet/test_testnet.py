@@ -267,37 +267,46 @@ def test_a_bad_mix_is_refused_before_any_router_starts(
     assert not (tmp_path / "r").exists()  # nothing was started or written
 
 
-def test_a_run_replaces_an_earlier_runs_results(tmp_path: Path) -> None:
+def test_an_earlier_run_is_kept_unless_overwrite_is_given(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     results = tmp_path / "results"
     for index in range(5):
         (results / f"node-{index}").mkdir(parents=True)
     (results / "summary.json").write_text("{}")
     (results / "queries.csv").write_text("old")
     (results / "old-run.png").write_text("old")
-    (results / "notes.txt").write_text("mine")  # not the testnet's: left alone
-    status = main(
-        [
-            "testnet",
-            "--nodes",
-            "2",
-            "--duration",
-            "0.5",
-            "--rate",
-            "50",
-            "--results",
-            str(results),
-            "--form-timeout",
-            "15",
-        ]
+    argv = ["testnet", "--nodes", "2", "--duration", "0.5", "--rate", "50"]
+    argv += ["--out", str(results), "--form-timeout", "15", "--random-seed", "7"]
+    started = time.monotonic()
+    assert main(argv) == 2  # refused before anything starts
+    assert "holds an earlier run; give --overwrite" in capsys.readouterr().err
+    assert time.monotonic() - started < 2
+    assert (results / "queries.csv").read_text() == "old"
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("not a run")
+    assert main([*argv[:-6], "--out", str(tmp_path / "mine"), "--overwrite"]) == 2
+    assert "not a run's" in capsys.readouterr().err
+    assert (tmp_path / "mine" / "notes.txt").exists()  # never removed
+
+    # The run itself in a process of its own: it sets up logging for the process, which
+    # must not keep writing into this test's captured (and then closed) stream.
+    done = subprocess.run(
+        [sys.executable, "-m", "gnutella_router", *argv, "--overwrite"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
     )
-    assert status == 0
+    assert done.returncode == 0, done.stderr
+    assert "replacing the earlier run" in done.stderr
     assert sorted(p.name for p in results.iterdir()) == [
         "connectivity.csv",
         "connectivity.png",
+        "manifest.json",
         "node-0",
         "node-1",
         "nodes.csv",
-        "notes.txt",
         "overlay.png",
         "queries.csv",
         "reach.png",
@@ -305,6 +314,17 @@ def test_a_run_replaces_an_earlier_runs_results(tmp_path: Path) -> None:
     ]
     assert (results / "queries.csv").read_text() != "old"
     assert len(json.loads((results / "summary.json").read_text())["nodes"]) == 2
+    manifest = json.loads((results / "manifest.json").read_text())
+    assert manifest["kind"] == "testnet"
+    assert manifest["status"] == "ok"
+    assert manifest["seed"] == 7
+    assert manifest["configuration"]["nodes"] == 2
+    assert manifest["configuration"]["mode"] == "in-process"
+    assert manifest["command"].startswith("gnutella-router testnet --nodes 2")
+    assert "--random-seed 7" in manifest["command"]
+    assert manifest["machine"]["cores"] >= 1
+    assert manifest["started"] <= manifest["ended"]
+    assert manifest["seconds"] > 0
 
 
 class _NonBlockingOutput:

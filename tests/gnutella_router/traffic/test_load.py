@@ -49,25 +49,70 @@ def test_stamps_round_trip() -> None:
 
 @pytest.mark.e2e
 async def test_a_known_delay_is_measured_as_such() -> None:
+    """No copy reads less than the stand-in's delay, and every copy is timed. How much
+    more than the delay is the machine's business (a busy machine adds scheduling), so
+    that is left to scripts/bench_load_client.py, not asserted here."""
     report = await load_echo(delay=0.030, rate=200)
     one_hop = report.latency["one-hop"]
     for name in ("ping", "query"):
-        assert 30_000 <= one_hop[name].p50 <= 40_000, one_hop[name]
-        assert one_hop[name].p99 <= 60_000, one_hop[name]
+        assert one_hop[name].min >= 30_000, one_hop[name]
+        assert one_hop[name].count == report.received[name]
     assert report.received == report.expected  # two sinks, every copy
     assert sum(report.expected.values()) == 2 * sum(report.sent.values())
-    # Sends more than 1 ms behind schedule happen (the echo, the sinks and the sender share
-    # one event loop here); they are counted, and latency is measured from the schedule.
-    assert report.late <= 0.1 * sum(report.sent.values())
-    assert 190 <= report.achieved_rate <= 210
     assert report.loss == {"ping": 0.0, "query": 0.0}
+    assert report.negative_samples == 0
 
 
-@pytest.mark.e2e
-async def test_without_delay_the_client_adds_little() -> None:
-    report = await load_echo(delay=0.0, rate=1000)
-    assert report.latency["one-hop"]["ping"].p50 < 5_000
-    assert report.received == report.expected
+async def test_sends_held_up_are_counted_late_and_timed_from_their_schedule() -> None:
+    """The mechanism behind "late": a write that stalls (here the first, for 200 ms)
+    makes every message due meanwhile go out late, counted, and stamped with the time
+    it was due; and no message is ever stamped later than the moment it was written
+    (a stamp in the future would make latencies read short). The counts depend on the
+    schedule, not on the machine's speed: a busy machine can only make more sends late."""
+    import time
+
+    from gnutella_router.traffic.load import LoadRun
+
+    writes: list[tuple[int, bytes]] = []
+
+    class StallingInjector:
+        async def send(self, data: bytes) -> None:
+            writes.append((time.perf_counter_ns(), data))
+            if len(writes) == 1:
+                await trio.sleep(0.2)
+
+    run = LoadRun(LoadSettings(target=("127.0.0.1", 1), peers=2, duration=0.5), paper_traffic(100))
+    await run._send([StallingInjector()], 1)  # type: ignore[list-item]
+    stamps = [
+        (written, read_stamp(data[at : at + 16], run.run_id))
+        for written, data in writes
+        for at in _message_offsets(data)
+    ]
+    assert len(stamps) == sum(run.sent) == 50
+    assert all(stamp is not None and stamp <= written for written, stamp in stamps)
+    # About 19 messages were due while the first write stalled (10 ms apart, from 10 ms
+    # to 190 ms): each went out late and kept its scheduled time as its stamp.
+    assert run.late >= 15
+    held = [written - stamp for written, stamp in stamps if stamp is not None]
+    assert sum(1 for wait in held if wait > 100_000_000) >= 5
+
+
+def _message_offsets(data: bytes) -> list[int]:
+    """Where each message starts in a run of whole messages."""
+    offsets, at = [], 0
+    while at < len(data):
+        offsets.append(at)
+        at += 23 + int.from_bytes(data[at + 19 : at + 23], "little")
+    return offsets
+
+
+def test_a_client_that_fell_behind_says_so() -> None:
+    on_time = dataclasses.replace(_small_report(), late=0)
+    behind = dataclasses.replace(_small_report(), sent={"ping": 100}, late=62)
+    assert "fell behind" not in on_time.to_text()
+    assert behind.late_share == pytest.approx(0.62)
+    assert "WARNING: the load client fell behind: 62% of its sends" in behind.to_text()
+    assert '"late_share": 0.62' in behind.to_json()
 
 
 @pytest.mark.e2e
@@ -78,6 +123,7 @@ async def test_no_latency_is_shorter_than_a_loopback_hop() -> None:
     report = await load_echo(delay=0.0, rate=1000)
     assert report.early > 0  # the timer slack is real, so this test checks something
     assert report.negative_samples == 0
+    assert report.received == report.expected
     for name in ("ping", "query"):
         # A loopback hop through a Python process and back costs tens of microseconds
         # at the very least.
@@ -85,11 +131,11 @@ async def test_no_latency_is_shorter_than_a_loopback_hop() -> None:
 
 
 @pytest.mark.e2e
-async def test_a_five_millisecond_stand_in_reads_five_milliseconds() -> None:
+async def test_a_five_millisecond_stand_in_never_reads_less() -> None:
     report = await load_echo(delay=0.005, rate=1000)
     assert report.negative_samples == 0
     for name in ("ping", "query"):
-        assert 5_000 <= report.latency["one-hop"][name].p50 <= 7_000, report.latency
+        assert report.latency["one-hop"][name].min >= 5_000, report.latency
 
 
 def test_negative_samples_are_counted_not_clamped() -> None:
@@ -116,8 +162,10 @@ async def test_the_papers_query_delay_shows_in_query_latency(tmp_path: Path) -> 
         settings = LoadSettings(target=daemon.address, peers=3, duration=2.0, drain=0.5)
         report = await run_load(settings, paper_traffic(100))
     one_hop = report.latency["one-hop"]
-    assert 20_000 <= one_hop["query"].p50 <= 35_000, one_hop["query"]
-    assert one_hop["ping"].p50 < one_hop["query"].p50 - 10_000, one_hop["ping"]
+    # Every query waited its 20 ms; pings, which do not, went through faster. How much
+    # more the machine adds is not this test's business.
+    assert one_hop["query"].min >= 20_000, one_hop["query"]
+    assert one_hop["ping"].min < 20_000, one_hop["ping"]
     assert report.received == report.expected
     # The router answers every ping with its own pong: replies timed at the injector.
     assert report.replies.get("pong", 0) == report.sent["ping"]
@@ -242,8 +290,9 @@ async def test_a_warmup_is_sent_but_not_timed() -> None:
 def test_the_calibration_commands_as_a_user_runs_them(tmp_path: Path) -> None:
     """`gnutella-router echo --delay-ms 5` and `gnutella-router load --json` as processes:
     no sample reads less than the stand-in's 5 ms (the fault read 1 µs at the median) and
-    none below zero. The median's upper bound is loose: two Python processes on a busy
-    2-core machine add a few milliseconds of scheduling on top of the 5 ms."""
+    none below zero. Nothing is asserted above the 5 ms: two Python processes on a busy
+    2-core machine add what scheduling they add (scripts/bench_load_client.py measures
+    it), which says nothing about the mechanism."""
     import json
     import socket
     import subprocess
@@ -277,7 +326,6 @@ def test_the_calibration_commands_as_a_user_runs_them(tmp_path: Path) -> None:
     for name in ("ping", "query"):
         summary = report["latency"]["one-hop"][name]
         assert summary["min"] >= 5_000, report["latency"]
-        assert summary["p50"] <= 25_000, report["latency"]
 
 
 async def test_every_probe_has_a_guid_of_its_own(autojump_clock: trio.testing.MockClock) -> None:
@@ -315,3 +363,38 @@ def test_a_sink_counts_a_copy_it_had_already_as_a_duplicate() -> None:
     assert _seen_before(seen, 70_001)
     assert not _seen_before(seen, 70_000)
     assert len(seen) < 70_001 // 8 + 4097  # a bit per message, not a byte
+
+
+def test_latency_rows_are_named_and_ordered_by_hops() -> None:
+    from traffic_models.latency import hop_kind
+
+    assert [hop_kind(h) for h in (1, 2, 3, 15, 20)] == [
+        "one-hop",
+        "two-hop",
+        "three-hop",
+        "fifteen-hop",
+        "20-hop",
+    ]
+    book = LatencyBook()
+    for kind in ("round-trip", "four-hop", "one-hop", "target-reply", "two-hop"):
+        book.record(kind, MessageType.QUERY, 1_000)
+    assert list(book.summaries()) == [
+        "one-hop",
+        "two-hop",
+        "four-hop",
+        "round-trip",
+        "target-reply",
+    ]
+
+
+def test_a_spread_run_names_a_copys_row_by_its_hops_a_plain_run_does_not() -> None:
+    """A plain run's sinks are the target's own peers (one hop through it, whatever hops
+    a stand-in writes); a spread run's sinks sit several routers out."""
+    from gnutella_router.testnet.spread_load import SpreadLoadRun
+    from gnutella_router.traffic.load import LoadRun
+
+    settings = LoadSettings(target=("127.0.0.1", 1), peers=3)
+    plain = LoadRun(settings, paper_traffic(10))
+    spread = SpreadLoadRun(settings, paper_traffic(10), [], registered=None)  # type: ignore[arg-type]
+    assert [plain.copy_kind(h) for h in (0, 1, 3)] == ["one-hop"] * 3
+    assert [spread.copy_kind(h) for h in (1, 3)] == ["one-hop", "three-hop"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Sequence
 from functools import partial
@@ -368,7 +369,54 @@ async def test_the_replay_command(tmp_path: Path, capsys: pytest.CaptureFixture[
         status = await trio.to_thread.run_sync(partial(main, argv))
         await recorded(target, 8)
     assert status == 0
-    out = capsys.readouterr().out
+    out, err = capsys.readouterr()
     assert "2 peers, 2 passes, speed 2" in out
     assert "sent 8 messages" in out
     assert "late 0, dropped 0, Byes skipped 0" in out
+    kept = Path(err.split("results in ")[-1].strip())
+    assert kept.name.startswith("replay-")
+    assert json.loads((kept / "manifest.json").read_text())["status"] == "ok"
+    assert json.loads((kept / "summary.json").read_text())["sent"] == 8
+
+
+@pytest.mark.e2e
+async def test_the_replay_reports_latency_replies_and_the_routers_drops(tmp_path: Path) -> None:
+    """What came back is measured: copies of the trace's queries and pings at the other
+    peer (timed), the router's own pongs (timed as its replies), and the router's
+    counters, which name the drop of a replayed hit whose query it never saw."""
+    queries = [message(Query(b"replayed %d" % i), ttl=3, hops=0) for i in range(6)]
+    pings = [message(Ping(), ttl=2, hops=0) for _ in range(4)]
+    stray = hit_for(message(Query(b"never sent"), ttl=3, hops=0))
+    records = [traced(i * 0.02, 1, m) for i, m in enumerate([*queries, *pings])]
+    records.append(traced(0.25, 2, stray))
+    trace = tmp_path / "mixed.trace"
+    write_trace(trace, records)
+    async with running_daemons(tmp_path / "b") as (target,):
+        summary = await replay(trace, target.address, peers=2, admin=target.admin_address)
+    assert summary.sent_by_type == {"ping": 4, "query": 6, "query_hit": 1}
+    assert summary.copies == {"ping": 4, "query": 6}  # each reached the other peer once
+    one_hop = summary.latency["one-hop"]
+    assert one_hop["query"].count == 6
+    assert one_hop["ping"].count == 4
+    assert summary.replies["pong"] >= 4  # the router answers each ping itself
+    assert summary.latency["target-reply"]["pong"].count == summary.replies["pong"]
+    assert summary.negative_samples == 0
+    assert summary.router is not None
+    assert summary.router.note is None
+    assert summary.router.dropped.get("no-route") == {"query_hit": 1}
+    text = summary.format()
+    assert "one-hop query" in text
+    assert "dropped by the router, no-route: query_hit 1" in text
+
+
+def test_what_the_replay_remembers_is_bounded() -> None:
+    from gnutella_router.traffic.replay import Timing
+
+    timing = Timing(window=10.0, most=3)
+    wires = [bytes([i]) * 16 + bytes([MessageType.QUERY]) for i in range(5)]
+    for i, wire in enumerate(wires):
+        timing.sent(wire, 0, float(i))
+    assert timing.untimed == 2  # the fourth and fifth found the table full
+    timing.sent(bytes([9]) * 16 + bytes([MessageType.PING]), 0, 12.5)  # 0, 1, 2 expired
+    assert timing.untimed == 2
+    assert len(timing._sent) == 1
