@@ -79,7 +79,7 @@ COLUMNS = (
     "routed msgs/s (all nodes)",
     "copies lost",
     "queries not arrived",
-    "query latency p50 / p99 (ms)",
+    "one-hop query latency p50 / p99 (ms)",
     "exit, stopped, left behind",
 )
 
@@ -391,9 +391,9 @@ def main(argv: list[str] | None = None) -> int:
             "GWebCache) beside it. Routed msgs/s: messages all routers received per second "
             "of traffic (every copy of a flood counts at every node it reaches). Copies "
             "lost: of every copy owed to the load client's sinks, pings and queries, those "
-            "that never came. Query latency: from a query's scheduled send to its copy at a "
-            "sink (node 0's, or one up to 5 hops away), over every copy; where the machine "
-            "cannot keep up (the load client shares it with every router), it grows. "
+            "that never came. One-hop query latency: from a query's scheduled send to its "
+            "copy at node 0's sink (through the one router the injector talks to); where the "
+            "machine cannot keep up (the load client shares it with every router), it grows. "
             "Left behind: processes, namespaces and links of the run still "
             "there after it (checked by the script). Rerun with "
             "`.venv/bin/python scripts/bench_testnet.py` (as root for the namespace modes), "
