@@ -83,6 +83,7 @@ class Daemon:
             max_ttl=config.network.max_ttl,
             hard_ttl_limit=config.network.hard_ttl_limit,
             allow_private=config.network.allow_private_addresses,
+            local_networks=config.network.local_networks_parsed,
             shedding=config.shedding,
             trusted=self._link_trusted,
             on_host_learned=self._learn,
@@ -101,7 +102,6 @@ class Daemon:
         self.catcher = GnutellaCatcher(
             config, server=self.server, router=self.router, log=self.log.bind(stage="catcher")
         )
-        self.router.local_networks = config.network.local_networks_parsed
         self.registry.register("server", self.server)
         self.registry.register("router", self.router.stage)
         self.registry.register("catcher", self.catcher.stage)

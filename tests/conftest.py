@@ -5,7 +5,9 @@ the benchmarks under scripts/, never by timing tests.
 
 A compiled hot module runs in place of its source (see ``hatch_build.py``): if one is
 older than its source, the tests would test old code, so the session stops at once and
-says how to rebuild.
+says how to rebuild. The session's header says which spelling of the hot path runs
+(compiled, or interpreted: ``GNUTELLA_ROUTER_INTERPRETED``, see
+:mod:`gnutella_router.native`).
 """
 
 import os
@@ -13,12 +15,19 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from hypothesis import settings
+from hypothesis import Phase, settings
 
-from gnutella_router.native import stale_modules
+from gnutella_router.native import describe, stale_modules
 
 settings.register_profile("default", deadline=None, print_blob=True)
 settings.load_profile("default")
+settings.register_profile(
+    "no-shrinking",
+    parent=settings.get_profile("default"),
+    phases=[Phase.explicit, Phase.reuse, Phase.generate],
+)
+"""For a run that must fail fast rather than find the smallest failing case: the second
+spelling's run of the hot modules' tests (``tests/gnutella_router/test_native.py``)."""
 
 if stale := stale_modules():
     pytest.exit(
@@ -43,3 +52,7 @@ def runs_kept_in_a_temporary_folder(tmp_path_factory: pytest.TempPathFactory) ->
         os.environ.pop(RUNS_ENVIRONMENT, None)
     else:
         os.environ[RUNS_ENVIRONMENT] = before
+
+
+def pytest_report_header() -> str:
+    return describe()

@@ -94,7 +94,8 @@ def add_testnet_parser(commands: argparse._SubParsersAction[argparse.ArgumentPar
         "--cleanup",
         action="store_true",
         help="remove what killed --netns runs left (namespaces named grtXXXX-n*, the "
-        "processes in them, their bridges and veths), then exit",
+        "processes in them, their bridges and veths; a run whose controller still runs "
+        "is left alone), then exit",
     )
     testnet.add_argument(
         "--on-node-failure",
@@ -286,8 +287,8 @@ def add_testnet_parser(commands: argparse._SubParsersAction[argparse.ArgumentPar
         type=float,
         default=None,
         metavar="S",
-        help="seconds to wait for every link to come up (default 20 s plus 1 s per 25 "
-        "nodes in one process, plus start-up time in --processes mode)",
+        help="seconds to wait, once every node has started, for every planned link to come "
+        "up (default 30 s plus 1 s per 10 nodes)",
     )
     testnet.add_argument(
         "--log-format",
@@ -401,14 +402,16 @@ def _cleanup() -> int:
     from gnutella_router.testnet import namespaces
 
     try:
-        removed, problems = namespaces.remove_leftovers()
+        removed, problems, kept = namespaces.remove_leftovers()
     except namespaces.NamespaceError as exc:
         print(f"gnutella-router testnet --cleanup: {exc}", file=sys.stderr)
         return 2
     for thing in removed:
         print(f"removed {thing}")
+    for run in kept:
+        print(f"left alone: {run}")
     for problem in problems:
         print(f"gnutella-router testnet --cleanup: {problem}", file=sys.stderr)
     if not removed and not problems:
-        print("nothing to clean up: no test network namespaces or links are left")
+        print("nothing to clean up: no killed run's namespaces or links are left")
     return 1 if problems else 0

@@ -272,6 +272,7 @@ class CatcherConfig(Section, frozen=True):
     drop_hold: Seconds = 300.0
     """A peer the operator dropped (``ctl peers drop``) is not dialled again for this
     long: otherwise the catcher, missing a connection, redials it within a second."""
+    learn_from_peers: bool = True
 
     def _check(self) -> None:
         for seed in self.seeds:

@@ -165,15 +165,15 @@ class Profiler:
         if self._hooked:
             return
         self._hooked = True
-        router, server = self.daemon.router, self.daemon.server
-        learned_one = router.on_host_learned
+        replies, server = self.daemon.router.replies, self.daemon.server
+        learned_one = replies.on_host_learned
         if learned_one is not None:
 
             def count_one(host: str, port: int, source: str, connection_id: int) -> None:
                 self.hosts_from_router += 1
                 learned_one(host, port, source, connection_id)
 
-            router.on_host_learned = count_one
+            replies.on_host_learned = count_one
         learned_many: Callable[[list[tuple[str, int]], str, str], None] | None = (
             server.on_hosts_learned
         )

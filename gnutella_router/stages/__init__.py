@@ -13,8 +13,10 @@
 The router stage's parts, each a module of its own: :mod:`.admission` (its door),
 :mod:`.destinations` (what one destination of a broadcast may get), :mod:`.pongs`,
 :mod:`.query_routing` (QRP tables), :mod:`.dynamic_query` (leaf queries),
-:mod:`.flood` (the batch path for runs of new pings and queries), :mod:`.replies`
-(pongs, hits and pushes back along their routes; the messages that stop here),
+:mod:`.flood` (the one routing path for runs of a link's frames), :mod:`.replies`
+(an object the router holds: pongs, hits and pushes back along their routes, the
+messages that stop here), :mod:`.reply_runs` (runs of replies routed in bulk),
+:mod:`.network_settings` (the settings they all read, in one place),
 :mod:`.vendor_messages` and :mod:`.router_statistics`. It sees connections only as a
 :class:`~.link.Link`.
 

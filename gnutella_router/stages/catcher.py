@@ -26,6 +26,13 @@ again meanwhile, or the drop would be undone within a second; ``ctl peers add`` 
 the hold. Each new outgoing connection gets one ping of our own (TTL 2) so its
 neighbours' pongs teach us more hosts, as the paper's catcher did. The cache is saved
 atomically now and then and at shutdown.
+
+With ``catcher.learn_from_peers`` off, hosts named by peers are counted and not
+cached, so the only candidates are the seeds, the GWebCache's hosts and the
+operator's: a test network (:mod:`gnutella_router.testnet`) keeps its planned shape
+that way, each router dialling its planned peers and retrying one that refused or was
+not up yet, after its backoff, instead of filling its slots with whoever a neighbour
+named.
 """
 
 from __future__ import annotations
@@ -42,7 +49,12 @@ import trio
 from gnutella_router.config import Config
 from gnutella_router.control.holds import PeerHolds
 from gnutella_router.discovery.gwebcache import GWebCacheError, fetch_hosts
-from gnutella_router.discovery.host_cache import SEED, HostCache, HostCacheStatistics
+from gnutella_router.discovery.host_cache import (
+    OPERATOR,
+    SEED,
+    HostCache,
+    HostCacheStatistics,
+)
 from gnutella_router.discovery.ranges import classify_address
 from gnutella_router.discovery.saving import remove_leftovers, write_atomically
 from gnutella_router.logs import RateLimitedWarnings
@@ -84,6 +96,8 @@ class CatcherStatistics:
     dial_failures: int
     dropped_hosts: int
     """Learned hosts dropped because the catcher's queue was full."""
+    ignored_hosts: int
+    """Hosts peers named that were not cached, ``catcher.learn_from_peers`` being off."""
     dials_by_range: dict[str, int]
     """Dials by the kind of address dialled: ``public``, or the reason it is not
     (``loopback``, ``private``, ...; see :mod:`gnutella_router.discovery.ranges`)."""
@@ -154,10 +168,13 @@ class GnutellaCatcher:
         self.dials_by_range: collections.Counter[str] = collections.Counter()
         self.dial_failures = 0
         self.dropped_hosts = 0
+        self.ignored_hosts = 0
         self.gwebcache_requests = 0
         self.gwebcache_failures = 0
         self.saves = 0
         self._last_gwebcache = -1e9
+        self._asking = False
+        """A GWebCache request is waiting for its answer."""
 
     # ------------------------------------------------------------------ learning
 
@@ -165,8 +182,13 @@ class GnutellaCatcher:
         """Called by the router and the server: queue a host, never wait.
 
         ``teller`` is the IP address of the peer that named the host (None for the
-        operator's own word); the host cache counts its share by it.
+        operator's own word); the host cache counts its share by it. With
+        ``catcher.learn_from_peers`` off, only the operator's hosts are taken: the router
+        then dials only its seeds, its GWebCache's hosts and the operator's.
         """
+        if source != OPERATOR and not self.settings.learn_from_peers:
+            self.ignored_hosts += 1
+            return
         if not self.stage.queue.admit_one((host, port, source, teller)):
             self.dropped_hosts += 1
 
@@ -377,11 +399,15 @@ class GnutellaCatcher:
         return host, port
 
     async def _ask_gwebcache(self) -> None:
+        """Ask the GWebCache for hosts (and report our address), unless asked less than
+        ``gwebcache_interval`` ago or a request is still waiting for its answer: a cache
+        slow to answer is not sent a second request on top of the first."""
         now = trio.current_time()
-        if now - self._last_gwebcache < self.settings.gwebcache_interval:
+        if self._asking or now - self._last_gwebcache < self.settings.gwebcache_interval:
             return
         self._last_gwebcache = now
         self.gwebcache_requests += 1
+        self._asking = True
         try:
             reply = await fetch_hosts(
                 self.settings.gwebcache,
@@ -392,6 +418,8 @@ class GnutellaCatcher:
             self.gwebcache_failures += 1
             self.log.warning("gwebcache failed", url=self.settings.gwebcache, error=str(exc))
             return
+        finally:
+            self._asking = False
         now = trio.current_time()
         teller = self.hosts.gwebcache_teller(self.settings.gwebcache)
         for host, port in reply.hosts:
@@ -433,6 +461,7 @@ class GnutellaCatcher:
             dials=self.dials,
             dial_failures=self.dial_failures,
             dropped_hosts=self.dropped_hosts,
+            ignored_hosts=self.ignored_hosts,
             dials_by_range=dict(self.dials_by_range),
             own_addresses_skipped=self.own_addresses_skipped,
             gwebcache_requests=self.gwebcache_requests,

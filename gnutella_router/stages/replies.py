@@ -2,16 +2,31 @@
 recorded paths; Bye, QRP and vendor messages acted on where they arrive; the checks
 every routed message passes.
 
-:class:`ReplyRouting` is a part of :class:`~.router.GnutellaRouter` (its base class),
-apart so that the flooding side of the router (pings, queries, their broadcasts and
-the batch path) and the reverse side can each be read whole. It holds no state of its
-own: the tables and counters it names are the router's, made in its ``__init__``.
+Theory of operation
+-------------------
+:class:`ReplyRouting` is the reverse side of the router: an object the router
+(:class:`~.router.GnutellaRouter`) holds and builds with everything it needs handed in
+by name (the route tables, the counters, the one :class:`~.link.Outbox`, the pong cache,
+query routing, dynamic querying, the one encoder of copies). So the flooding side
+(pings, queries and their broadcasts, :mod:`.flood`) and the reverse side can each be
+read whole, and what the reverse side touches is written in its constructor.
+
+It owns what only it uses: the push duplicates table, what pongs taught (the verdict on
+each address named, the hosts told to the catcher lately) and the reply run
+(:class:`~.reply_runs.ReplyRun`, whose owner it is: the run calls back here for its rare
+cases). The settings it judges by (the hard TTL limit, which addresses may be cached)
+are read from the router's one :class:`~.network_settings.NetworkSettings` at each use,
+so a change made while the router runs takes effect here at once; the verdicts it
+remembers per address are forgotten when those settings change.
+
+The run router hands it every frame that is neither a ping nor a query nor part of a
+run of replies (:meth:`ReplyRouting.handle`: pushes, Bye, QRP, vendor messages, unknown
+types), and every refused ping or query (:meth:`ReplyRouting.refuse`).
 """
 
 from __future__ import annotations
 
 import collections
-import ipaddress
 from collections.abc import Callable
 
 from gnutella_router.control.abuse import LARGE_HIT, Offence, in_networks
@@ -19,9 +34,12 @@ from gnutella_router.discovery.ranges import NON_PUBLIC_REASONS, classify_addres
 from gnutella_router.net.route_table import OWN, RouteTable, SeenTable
 from gnutella_router.stages import vendor_messages
 from gnutella_router.stages.dynamic_query import DynamicQuerying
+from gnutella_router.stages.flood import Copies
 from gnutella_router.stages.link import Link, Outbox
+from gnutella_router.stages.network_settings import Network, NetworkSettings
 from gnutella_router.stages.pongs import PongCache
 from gnutella_router.stages.query_routing import QueryRouting
+from gnutella_router.stages.reply_runs import ReplyRun
 from gnutella_router.stages.rules import DROP_REASONS, MALFORMED, OFFENCES, OK, ttl_verdict
 from protocol.codec import parse_payload
 from protocol.constants import GUID_SIZE, MessageType
@@ -36,6 +54,8 @@ PUSH = MessageType.PUSH
 QUERY_HIT = MessageType.QUERY_HIT
 VENDOR = MessageType.VENDOR
 QRP = MessageType.QRP
+HOP_BY_HOP = frozenset({MessageType.STANDARD_VENDOR})
+"""Types consumed where they arrive, with nothing to act on."""
 LOCAL = OWN
 """The route of a message this router originated (connection ids start at 1)."""
 
@@ -52,30 +72,86 @@ LEARN_AGAIN_SECONDS = 60.0
 class ReplyRouting:
     """Reverse-path routing and the messages that stop here (see the module docstring)."""
 
-    # The router's, made in GnutellaRouter.__init__:
-    own_guid: bytes
-    hard_ttl_limit: int
-    allow_private: bool
-    local_networks: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...] = ()
-    """Networks whose pongs are cached even when private addresses are not allowed (the
-    daemon sets ``network.local_networks``): a test network on loopback or in namespaces."""
-    on_host_learned: HostLearned | None
-    pongs_not_cached: collections.Counter[str]
-    ping_routes: RouteTable
-    query_routes: RouteTable
-    push_routes: RouteTable
-    push_seen: SeenTable
-    pong_cache: PongCache
-    pong_addresses: PongAddresses
-    _pong_verdicts: dict[str, str | None]
-    _hosts_told: dict[tuple[str, int], float]
-    query_routing: QueryRouting
-    dynamic: DynamicQuerying
-    forwarded: list[int]
-    consumed: list[int]
-    dropped: collections.Counter[tuple[str, int]]
-    outbox: Outbox
-    _copy: Callable[[bytes, int, int, int, bytes], bytes]
+    def __init__(
+        self,
+        *,
+        settings: NetworkSettings,
+        own_guid: bytes,
+        outbox: Outbox,
+        ping_routes: RouteTable,
+        query_routes: RouteTable,
+        push_routes: RouteTable,
+        push_seen: SeenTable,
+        pong_cache: PongCache,
+        query_routing: QueryRouting,
+        dynamic: DynamicQuerying,
+        copies: Copies,
+        received: list[int],
+        forwarded: list[int],
+        consumed: list[int],
+        dropped: collections.Counter[tuple[str, int]],
+        on_host_learned: HostLearned | None = None,
+    ) -> None:
+        self.settings = settings
+        """The router's settings, read at each use (:mod:`.network_settings`)."""
+        self.own_guid = own_guid
+        self.outbox = outbox
+        self.ping_routes = ping_routes
+        self.query_routes = query_routes
+        self.push_routes = push_routes
+        self.push_seen = push_seen
+        """Pushes seen, by message GUID: a push is routed once."""
+        self.pong_cache = pong_cache
+        self.query_routing = query_routing
+        self.dynamic = dynamic
+        self.forwarded = forwarded
+        self.consumed = consumed
+        self.dropped = dropped
+        self.on_host_learned = on_host_learned
+        """Told of each host a pong names, when it is news (the catcher's; the profiler
+        may wrap it while it runs)."""
+        self.pongs_not_cached: collections.Counter[str] = collections.Counter()
+        """Pongs routed but kept out of the pong cache, by reason (e.g. "private")."""
+        self._copy = copies.copy
+        """The one encoder of what the router sends (:class:`.flood.Copies`)."""
+        self._pong_addresses = PongAddresses()
+        self._pong_verdicts: dict[str, str | None] = {}
+        self._verdicts_under: tuple[bool, tuple[Network, ...]] = (
+            settings.allow_private,
+            settings.local_networks,
+        )
+        """The settings :attr:`_pong_verdicts` were worked out under."""
+        self._hosts_told: dict[tuple[str, int], float] = {}
+        self._handlers: list[Callable[[Link, Frame, float], None]] = [self._on_unknown] * 256
+        self._handlers[BYE] = self._on_bye
+        self._handlers[PUSH] = self._on_push
+        for message_type in HOP_BY_HOP:
+            self._handlers[message_type] = self._on_hop_by_hop
+        self._handlers[VENDOR] = self._on_vendor
+        self._handlers[QRP] = self._on_qrp
+        self.runs = ReplyRun(
+            owner=self,
+            outbox=outbox,
+            ping_routes=ping_routes,
+            query_routes=query_routes,
+            push_routes=push_routes,
+            copies=copies,
+            received=received,
+            forwarded=forwarded,
+            consumed=consumed,
+            dropped=dropped,
+        )
+        """Routes the runs of pongs and query hits, calling back here for what is rare."""
+
+    @property
+    def hard_ttl_limit(self) -> int:
+        """The limit on hops + TTL (the reply run's, :class:`.reply_runs.ReplyOwner`)."""
+        return self.settings.hard_ttl_limit
+
+    def handle(self, link: Link, frame: Frame, now: float) -> None:
+        """A frame that is neither a ping, a query nor a reply, to its handler: a push,
+        Bye, QRP, a vendor message or a type we do not know."""
+        self._handlers[frame.payload_type](link, frame, now)
 
     def refuse(self, link: Link, frame: Frame, verdict: int, now: float) -> None:
         """Drop a frame for a rule's ``verdict`` (:mod:`.rules`): counted under its
@@ -86,7 +162,7 @@ class ReplyRouting:
             link.offended(offence, now)
 
     def _ttl_ok(self, connection: Link, frame: Frame, now: float) -> bool:
-        verdict = ttl_verdict(frame.ttl, frame.hops, self.hard_ttl_limit)
+        verdict = ttl_verdict(frame.ttl, frame.hops, self.settings.hard_ttl_limit)
         if verdict != OK:
             self.refuse(connection, frame, verdict, now)
             return False
@@ -118,7 +194,7 @@ class ReplyRouting:
         """What a pong tells us, before it is routed back: its host goes into the pong
         cache (unless its address may not be handed out) and, if news, to the catcher.
         False when its payload is malformed (counted, and the sender's offence)."""
-        address = self.pong_addresses.read(frame.payload)
+        address = self._pong_addresses.read(frame.payload)
         if address is None:
             self.malformed(connection, frame, now)
             return False
@@ -169,13 +245,19 @@ class ReplyRouting:
         same hosts again and again, and the look-up parses the address and walks the
         local networks, several times what routing the pong costs.
         """
+        settings = self.settings
+        allow_private = settings.allow_private
+        local_networks = settings.local_networks
+        under = self._verdicts_under
+        if allow_private != under[0] or local_networks is not under[1]:
+            # Changed while the router runs: what was worked out before no longer holds.
+            self._pong_verdicts = {}
+            self._verdicts_under = (allow_private, local_networks)
         verdicts = self._pong_verdicts
         if ip in verdicts:
             return verdicts[ip]
         canonical, problem = classify_address(ip)
-        if problem in _NON_PUBLIC and (
-            self.allow_private or in_networks(canonical, self.local_networks)
-        ):
+        if problem in _NON_PUBLIC and (allow_private or in_networks(canonical, local_networks)):
             problem = None
         if len(verdicts) >= HOSTS_REMEMBERED:
             verdicts.clear()

@@ -7,7 +7,7 @@ Replies come in runs: a peer answering a flood sends its pongs and hits back to 
 and a read holds hundreds of them. The run router (:mod:`.flood`) hands each run of
 them to :meth:`ReplyRun.route`, which judges them one by one in order, as the rules
 say (the TTL rules of :mod:`.rules`; a hit's payload long enough to name its servent;
-a pong's address read, cached and learned by the router, :meth:`ReplyOwner.pong_seen`),
+a pong's address read, cached and learned by its owner, :meth:`ReplyOwner.pong_seen`),
 looks up their routes and notes what the tables must (a hit teaches the push table
 where its servent is; a route used is counted), but does not send them one by one: it
 collects the copies, TTL - 1 and hops + 1, per destination, and offers each
@@ -22,9 +22,10 @@ exactly as sending them one by one would. Destinations are independent, so their
 does not matter; a reply routed back to the very peer that sent the run is sent at
 once, in place, since its offer may close the peer the run comes from.
 
-What is rare goes to the router alone: a reply with no route (an offence, and a hit
-parsed whole first), a malformed one, a TTL past the rules. A peer whose offence gets it
-closed ends the run there, with the replies collected before it sent.
+What is rare goes to the run's owner (the router's :class:`.replies.ReplyRouting`)
+alone: a reply with no route (an offence, and a hit parsed whole first), a malformed
+one, a TTL past the rules. A peer whose offence gets it closed ends the run there, with
+the replies collected before it sent.
 """
 
 from __future__ import annotations
@@ -47,7 +48,8 @@ SMALLEST_HIT: i64 = 11 + GUID_SIZE
 
 
 class ReplyOwner(Protocol):
-    """What a reply run needs of the router: its limit, and the acts that are its own."""
+    """What a reply run needs of its owner (:class:`.replies.ReplyRouting`): the hard TTL
+    limit, read at each run (it may change while the router runs), and the rare acts."""
 
     @property
     def hard_ttl_limit(self) -> int: ...

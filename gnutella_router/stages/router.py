@@ -62,18 +62,10 @@ from gnutella_router.stages.destinations import DestinationFilter
 from gnutella_router.stages.dynamic_query import TICK_SECONDS, DynamicQuerying
 from gnutella_router.stages.flood import Copies, RunCopies, RunRouter, runs_of
 from gnutella_router.stages.link import Link, Outbox
+from gnutella_router.stages.network_settings import Network, NetworkSettings
 from gnutella_router.stages.pongs import CachedAnswers, OwnPong, PongCache
 from gnutella_router.stages.query_routing import QueryRouting
-from gnutella_router.stages.replies import (
-    BYE,
-    LOCAL,
-    PUSH,
-    QRP,
-    VENDOR,
-    HostLearned,
-    ReplyRouting,
-)
-from gnutella_router.stages.reply_runs import ReplyRun
+from gnutella_router.stages.replies import LOCAL, QRP, VENDOR, HostLearned, ReplyRouting
 from gnutella_router.stages.router_statistics import RouterStatistics
 from gnutella_router.stages.rules import SOURCE_OVER_RATE, ping_verdict, query_verdict
 from protocol.codec import encode_message
@@ -89,12 +81,10 @@ from protocol.messages import (
     Ping,
     random_guid,
 )
-from protocol.pong_address import PongAddresses
 from protocol.qrp import QrpReceiver
 
 PING = MessageType.PING
 QUERY = MessageType.QUERY
-HOP_BY_HOP = frozenset({MessageType.STANDARD_VENDOR})
 OVER_RATE_LOG_SECONDS = 10.0
 """A peer's queries dropped for its query rate are logged at most this often."""
 
@@ -104,7 +94,7 @@ _TTL_BYTE = operator.itemgetter(TTL_OFFSET)
 """The TTL's offset in an encoded message."""
 
 
-class GnutellaRouter(ReplyRouting):
+class GnutellaRouter:
     """Routing tables and forwarding decisions; the handler of the router stage."""
 
     def __init__(
@@ -117,6 +107,7 @@ class GnutellaRouter(ReplyRouting):
         max_ttl: int,
         hard_ttl_limit: int,
         allow_private: bool = True,
+        local_networks: tuple[Network, ...] = (),
         on_host_learned: HostLearned | None = None,
         shedding: SheddingConfig | None = None,
         trusted: Callable[[int], bool] | None = None,
@@ -128,13 +119,9 @@ class GnutellaRouter(ReplyRouting):
         """The one way out: every message the router sends is offered here
         (:class:`.link.Outbox`)."""
         self._own_address = own_address
-        self.own_guid = own_guid
-        self.max_ttl = max_ttl
-        self.hard_ttl_limit = hard_ttl_limit
-        self.allow_private = allow_private
-        self.pongs_not_cached: collections.Counter[str] = collections.Counter()
-        """Pongs routed but kept out of the pong cache, by reason (e.g. "private")."""
-        self.on_host_learned = on_host_learned
+        self.settings = NetworkSettings(max_ttl, hard_ttl_limit, allow_private, local_networks)
+        """The limits and address rules every part of the router reads, in one place
+        (:mod:`.network_settings`); the properties below read and change them."""
         self.shedder = (
             None
             if shedding is None or (shedding.policy == "backpressure" and not shedding.rate_limit)
@@ -152,11 +139,7 @@ class GnutellaRouter(ReplyRouting):
             "query", config.query_route_seconds, capacity, now
         )
         self.push_routes: RouteTable = RouteTable("push", config.push_route_seconds, capacity, now)
-        self.push_seen = SeenTable("push-seen", config.push_route_seconds, capacity, now)
         self.pong_cache = PongCache(capacity=200, lifetime=config.pong_cache_seconds)
-        self.pong_addresses = PongAddresses()
-        self._pong_verdicts: dict[str, str | None] = {}
-        self._hosts_told: dict[tuple[str, int], float] = {}
         self.own_pong = OwnPong(own_address, now)
         self.cached_answers = CachedAnswers(self.pong_cache, config.pongs_per_ping)
         self.query_delay = config.query_delay_ms / 1000.0
@@ -188,13 +171,6 @@ class GnutellaRouter(ReplyRouting):
         stage's response times, and its TTL cut degrades forwarded queries."""
         if self.admission is not None:
             self.stage.response_observer = self._observe_response
-        self._handlers: list[Callable[[Link, Frame, float], None]] = [self._on_unknown] * 256
-        self._handlers[BYE] = self._on_bye
-        self._handlers[PUSH] = self._on_push
-        for message_type in HOP_BY_HOP:
-            self._handlers[message_type] = self._on_hop_by_hop
-        self._handlers[VENDOR] = self._on_vendor
-        self._handlers[QRP] = self._on_qrp
         self.query_routing = QueryRouting(
             outbox.link, self.log, table_interval=config.qrp_table_interval
         )
@@ -206,21 +182,32 @@ class GnutellaRouter(ReplyRouting):
         self._over_rate_said: dict[int, float] = {}
         self._over_rate_held: dict[int, int] = {}
         copies = Copies()
+        """The one encoder of what the router sends (copies, our pongs, replies passed
+        on): kept header tails, see :class:`.flood.Copies`."""
+        self.replies = ReplyRouting(
+            settings=self.settings,
+            own_guid=own_guid,
+            outbox=outbox,
+            ping_routes=self.ping_routes,
+            query_routes=self.query_routes,
+            push_routes=self.push_routes,
+            push_seen=SeenTable("push-seen", config.push_route_seconds, capacity, now),
+            pong_cache=self.pong_cache,
+            query_routing=self.query_routing,
+            dynamic=self.dynamic,
+            copies=copies,
+            received=self.received,
+            forwarded=self.forwarded,
+            consumed=self.consumed,
+            dropped=self.dropped,
+            on_host_learned=on_host_learned,
+        )
+        """The reverse side: replies routed back, pushes, Bye, QRP, vendor messages
+        (:mod:`.replies`)."""
         self._runs = RunRouter(
             owner=self,
             outbox=outbox,
-            replies=ReplyRun(
-                owner=self,
-                outbox=outbox,
-                ping_routes=self.ping_routes,
-                query_routes=self.query_routes,
-                push_routes=self.push_routes,
-                copies=copies,
-                received=self.received,
-                forwarded=self.forwarded,
-                consumed=self.consumed,
-                dropped=self.dropped,
-            ),
+            replies=self.replies.runs,
             copies=copies,
             ping_routes=self.ping_routes,
             query_routes=self.query_routes,
@@ -230,9 +217,45 @@ class GnutellaRouter(ReplyRouting):
             generated=self.generated,
             query_rate=self.query_rate,
         )
-        self._copy = copies.copy
-        """The one encoder of what the router sends (copies, our pongs, replies passed
-        on): kept header tails, see :class:`.flood.Copies`."""
+
+    # ------------------------------------------------------------------ settings
+
+    @property
+    def max_ttl(self) -> int:
+        """Broadcasts are clamped to hops + TTL <= this (:attr:`settings`)."""
+        return self.settings.max_ttl
+
+    @max_ttl.setter
+    def max_ttl(self, value: int) -> None:
+        self.settings.max_ttl = value
+
+    @property
+    def hard_ttl_limit(self) -> int:
+        """Messages over hops + TTL > this are dropped (:attr:`settings`)."""
+        return self.settings.hard_ttl_limit
+
+    @hard_ttl_limit.setter
+    def hard_ttl_limit(self, value: int) -> None:
+        self.settings.hard_ttl_limit = value
+
+    @property
+    def allow_private(self) -> bool:
+        """Whether pongs naming private addresses are cached (:attr:`settings`)."""
+        return self.settings.allow_private
+
+    @allow_private.setter
+    def allow_private(self, value: bool) -> None:
+        self.settings.allow_private = value
+
+    @property
+    def local_networks(self) -> tuple[Network, ...]:
+        """Networks whose pongs are cached even when private addresses are not allowed
+        (:attr:`settings`)."""
+        return self.settings.local_networks
+
+    @local_networks.setter
+    def local_networks(self, value: tuple[Network, ...]) -> None:
+        self.settings.local_networks = value
 
     # ------------------------------------------------------------------ admission
 
@@ -342,9 +365,9 @@ class GnutellaRouter(ReplyRouting):
             if verdict == SOURCE_OVER_RATE:
                 self._note_over_rate(link, now)
         else:
-            self._handlers[message_type](link, frame, now)
+            self.replies.handle(link, frame, now)
             return
-        self.refuse(link, frame, verdict, now)
+        self.replies.refuse(link, frame, verdict, now)
 
     def _note_over_rate(self, link: Link, now: float) -> None:
         """Say that a peer's queries are dropped for its query rate: once per peer every
@@ -603,7 +626,7 @@ class GnutellaRouter(ReplyRouting):
                 for table in (self.ping_routes, self.query_routes, self.push_routes)
             },
             pong_cache_size=len(self.pong_cache),
-            pongs_not_cached=dict(self.pongs_not_cached),
+            pongs_not_cached=dict(self.replies.pongs_not_cached),
             ttl_trimmed={message_type_name(t): n for t, n in sorted(self.ttl_trimmed.items())},
             dynamic_queries=self.dynamic.statistics(),
             relayed_higher_ttl=self.relayed_higher_ttl,

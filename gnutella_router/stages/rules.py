@@ -14,7 +14,7 @@ These are pure functions of a frame's fields and the router's settings, answerin
 :data:`Verdict` code rather than acting: the run router (:mod:`.flood`) calls them in
 its one pass over a run, where a frame that is not :data:`OK` ends the stretch it
 routes in bulk, and the router acts on that very code for that frame (which drop
-reason, which offence; :meth:`.GnutellaRouter.refuse`). So the rule and the order in
+reason, which offence; :meth:`.replies.ReplyRouting.refuse`). So the rule and the order in
 which the rules apply live here only, and the path that routes in bulk and the frame
 that breaks it can never disagree. The module is compiled with the hot path
 (:mod:`gnutella_router.native`): calls into it from the run router are C calls.

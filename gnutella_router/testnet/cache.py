@@ -5,13 +5,17 @@ planned to dial, so the catchers build exactly the planned topology through the 
 bootstrap path a router uses on the real network.
 
 The cache learns each node's address as it comes up (:meth:`HostCacheService.publish_node`)
-but answers nobody until every node has been started (:meth:`HostCacheService.open`): a
-page answered in part would let a node dial the neighbours it has, learn other nodes
-from their pongs, and fill its outgoing slots with links nobody planned before the
-rest of its page could be told. So the first requests are held, up to ``hold``
-seconds (the catchers' fetch deadline is set above it), and then all pages are
-complete at once. Once open, a page is answered at once with the nodes that listen
-then (a node back from churn is told where its neighbours are now).
+but lists nobody until every node has been started (:meth:`HostCacheService.open`), so
+that leaves can join their ultrapeers (and publish their tables) before any overlay
+link comes up. Until then a request is held, a long poll of at most ``hold`` seconds
+(below the routers' fetch deadline): it is answered the moment the cache opens, or
+with no hosts and a warning line when the hold runs out, and the router asks again.
+So a router asks a few times while the others start, not every second (a network in
+one process would spend its one core answering), and none waits long for a page.
+From then on every page lists the planned peers that listen, at once (a node back
+from churn is told where its neighbours are now). A router of the
+test network dials no one else (``catcher.learn_from_peers`` is off), so a page
+answered in part cannot lead it to fill its slots with peers nobody planned.
 """
 
 from __future__ import annotations
@@ -25,9 +29,9 @@ import trio
 from gnutella_router.net.connection import format_address
 from gnutella_router.testnet.topology import Topology
 
-CACHE_HOLD_SECONDS = 8.0
-"""Longest a cache request waits for the network to listen, by default (below the
-catcher's default fetch deadline, 10 s; a run sets both to fit its start-up)."""
+HOLD_SECONDS = 4.0
+"""Longest a request waits for the cache to open (the long poll of the module
+docstring); below the test network's fetch deadline, ``launch.DIAL_TIMEOUT``."""
 REQUEST_SECONDS = 5.0
 """Longest a client may take to send its request."""
 LOOPBACK = "127.0.0.1"
@@ -40,22 +44,22 @@ class HostCacheService:
     ``GET /node/<i>?...`` answers node i with the nodes it should dial; any other page
     lists every node. The answer is v2 (``I|pong|...`` then ``H|ip:port|age``), or bare
     ``ip:port`` lines (v1) when the request asks ``hostfile=1`` without ``get=1``.
-    Requests wait (at most ``hold`` seconds) until :meth:`open` (or :meth:`publish`)
-    has been called.
+    Until :meth:`open` (or :meth:`publish`) has been called, every page lists nobody,
+    and a request waits up to ``hold`` seconds for it.
     """
 
     def __init__(
-        self, topology: Topology, *, hold: float = CACHE_HOLD_SECONDS, host: str = LOOPBACK
+        self, topology: Topology, *, host: str = LOOPBACK, hold: float = HOLD_SECONDS
     ) -> None:
         self.topology = topology
-        self.hold = hold
         self.host = host
+        self.hold = hold
         """Where it listens: loopback, or the bridge of a network in namespaces."""
         self.addresses: list[tuple[str, int] | None] = [None] * topology.nodes
         """Where each node listens, once it does (None before, or after it left)."""
         self.published_at = 0.0
         self.requests = 0
-        self._open = trio.Event()
+        self._opened = trio.Event()
         self.port = 0
 
     def publish(self, addresses: Sequence[tuple[str, int]]) -> None:
@@ -70,8 +74,13 @@ class HostCacheService:
         self.published_at = trio.current_time()
 
     def open(self) -> None:
-        """Every node has been started: answer the held requests, and all later ones."""
-        self._open.set()
+        """Every node has been started: list the nodes from now on, and answer the
+        requests held until now."""
+        self._opened.set()
+
+    @property
+    def opened(self) -> bool:
+        return self._opened.is_set()
 
     def url(self, node: int | None = None) -> str:
         page = "gwc" if node is None else f"node/{node}"
@@ -88,7 +97,7 @@ class HostCacheService:
         lines = ["I|pong|gnutella-router testnet"]
         lines.extend(f"H|{format_address(*h)}|{age}" for h in hosts)
         if not hosts:
-            lines.append("I|WARNING|the test network is not listening yet")
+            lines.append("I|WARNING|the test network is not listening yet; ask again soon")
         return ("\n".join(lines) + "\n").encode()
 
     def _wanted(self, path: str) -> list[int]:
@@ -98,6 +107,8 @@ class HostCacheService:
         return list(range(self.topology.nodes))
 
     def _hosts_for(self, path: str) -> list[tuple[str, int]]:
+        if not self.opened:
+            return []
         return [a for n in self._wanted(path) if (a := self.addresses[n]) is not None]
 
     async def serve(self, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
@@ -121,7 +132,7 @@ class HostCacheService:
                 return
             self.requests += 1
             with trio.move_on_after(self.hold):
-                await self._open.wait()
+                await self._opened.wait()
             await stream.send_all(_http(200, self.body(line[1])))
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
             pass

@@ -34,12 +34,10 @@ running, shielded from cancellation.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import shlex
 import signal
 import subprocess
-import sys
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from pathlib import Path
@@ -50,8 +48,9 @@ import trio
 from gnutella_router.config import Config, config_as_toml, parse_host_port
 from gnutella_router.observe.admin_client import FetchError, fetch
 from gnutella_router.ready_file import read_ready_file
+from gnutella_router.testnet.forks import ForkedProcess, ForkServer, ForkServerError
 from gnutella_router.testnet.nodes import NetworkNode, NodeError, NodeFailure
-from gnutella_router.testnet.process import COMMAND
+from gnutella_router.testnet.process import COMMAND, parent_death_signal, wait_for_exit
 
 CONFIG_FILE = "router.toml"
 LOG_FILE = "router.log"
@@ -61,32 +60,9 @@ START_TIMEOUT = 30.0
 READY_POLL_SECONDS = 0.05
 ADMIN_TIMEOUT = 10.0
 STOP_GRACE = 10.0
-EXIT_POLL_SECONDS = 0.05
-PR_SET_PDEATHSIG = 1
 T = TypeVar("T")
-
-
-def parent_death_signal() -> Callable[[], None] | None:
-    """A function for the child to run between fork and exec: SIGHUP it when its
-    parent dies. Resolved here, in the parent, so the child only makes one call.
-
-    SIGHUP, not SIGTERM: the parent-death signal can arrive more than once (a child
-    with threads gets one per thread), and a router takes a second SIGTERM as "stop at
-    once, no Bye", while any number of SIGHUPs is one graceful stop."""
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        prctl = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-    parent = os.getpid()
-
-    def arm() -> None:
-        prctl(PR_SET_PDEATHSIG, signal.SIGHUP)
-        if os.getppid() != parent:  # the parent died before the call: stop at once
-            os.kill(os.getpid(), signal.SIGHUP)
-
-    return arm
+ChildProcess = subprocess.Popen[bytes] | ForkedProcess
+"""A child started with its own interpreter, or forked by the fork server."""
 
 
 def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> tuple[str, ...]:
@@ -138,14 +114,21 @@ class ChildNode(NetworkNode):
         token: str = "",
         start_timeout: float = START_TIMEOUT,
         limiter: trio.CapacityLimiter | None = None,
+        forks: ForkServer | None = None,
+        namespace: str | None = None,
     ) -> None:
-        super().__init__(index, state_dir)
+        super().__init__(index, Path(os.path.abspath(state_dir)))
         self.on_failure = on_failure
         self.prefix = tuple(prefix)
+        self.forks = forks
+        """Where the router is forked from (:mod:`.forks`); None: started with its own
+        interpreter, after ``prefix``."""
+        self.namespace = namespace
+        """The network namespace a forked router enters (``prefix`` does it otherwise)."""
         self.token = token
         self.start_timeout = start_timeout
         self.limiter = limiter
-        self.process: subprocess.Popen[bytes] | None = None
+        self.process: ChildProcess | None = None
         self.exit_status: int | None = None
         self.stopping = False
         self._exited = trio.Event()
@@ -162,8 +145,16 @@ class ChildNode(NetworkNode):
         self.state_dir.mkdir(parents=True, exist_ok=True)
         config_path = self.state_dir / CONFIG_FILE
         config_path.write_text(config_as_toml(config))
-        argv = [*self.prefix, *COMMAND, "run", "--config", str(config_path)]
-        self._launch(nursery, [*argv, "--log-format", "console"])
+        arguments = ["run", "--config", str(config_path), "--log-format", "console"]
+        if self.forks is not None:
+            try:
+                self.process = await self.forks.spawn(arguments, self.log_path, self.namespace)
+            except ForkServerError as exc:
+                self.failure = NodeFailure(self.index, f"did not start: {exc}", kind=self.label)
+                raise NodeError(self.failure.describe()) from None
+            nursery.start_soon(self._watch, self.process)
+        else:
+            self._launch(nursery, [*self.prefix, *COMMAND, *arguments])
         record = await self._until_ready(self._wait_ready)
         self.address = _address(_first(record.get("listening")))
         admin = record.get("admin")
@@ -187,7 +178,7 @@ class ChildNode(NetworkNode):
             )
         nursery.start_soon(self._watch, self.process)
 
-    async def _until_ready(self, ready: Callable[[subprocess.Popen[bytes]], Awaitable[T]]) -> T:
+    async def _until_ready(self, ready: Callable[[ChildProcess], Awaitable[T]]) -> T:
         """``ready(process)``, or the failure named and the process killed."""
         assert self.process is not None
         try:
@@ -221,7 +212,7 @@ class ChildNode(NetworkNode):
             with contextlib.suppress(ProcessLookupError):
                 self.process.kill()
 
-    async def _wait_ready(self, process: subprocess.Popen[bytes]) -> dict[str, object]:
+    async def _wait_ready(self, process: ChildProcess) -> dict[str, object]:
         with trio.move_on_after(self.start_timeout):
             while True:
                 if self._exited.is_set():
@@ -232,8 +223,8 @@ class ChildNode(NetworkNode):
                 await trio.sleep(READY_POLL_SECONDS)
         raise NodeError(f"did not listen within {self.start_timeout:g} s")
 
-    async def _watch(self, process: subprocess.Popen[bytes]) -> None:
-        status = await wait_for_exit(process)
+    async def _watch(self, process: ChildProcess) -> None:
+        status = await _exit_of(process)
         self.exit_status = status
         self._exited.set()
         if not self.stopping and self.address is not None:
@@ -288,7 +279,7 @@ class ChildNode(NetworkNode):
         with trio.CancelScope(shield=True):
             if process.returncode is None:
                 kill_group(process.pid)
-            self.exit_status = await wait_for_exit(process)
+            self.exit_status = await _exit_of(process)
             self._exited.set()
             kill_group(process.pid)  # what it started and left behind, if anything
 
@@ -334,7 +325,7 @@ class ServentNode(ChildNode):
         await self._until_ready(self._accepting)
         self.address = self.listen
 
-    async def _accepting(self, process: subprocess.Popen[bytes]) -> None:
+    async def _accepting(self, process: ChildProcess) -> None:
         host, port = self.listen
         with trio.move_on_after(self.start_timeout):
             while True:
@@ -382,25 +373,11 @@ async def stop_children(nodes: Iterable[NetworkNode], grace: float = STOP_GRACE)
                 nursery.start_soon(child.wait_stopped, grace)
 
 
-async def wait_for_exit(process: subprocess.Popen[bytes]) -> int:
-    """Wait without blocking trio until ``process`` exits, reap it, return its status.
-
-    On Linux a pidfd becomes readable when the process exits; elsewhere, poll."""
-    if process.returncode is None and hasattr(os, "pidfd_open"):
-        try:
-            descriptor = os.pidfd_open(process.pid)
-        except OSError:  # gone already, or an old kernel: polling finds out
-            descriptor = -1
-        if descriptor >= 0:
-            try:
-                await trio.lowlevel.wait_readable(descriptor)
-            finally:
-                os.close(descriptor)
-    while True:
-        status = process.poll()
-        if status is not None:
-            return status
-        await trio.sleep(EXIT_POLL_SECONDS)  # no pidfd: nothing to wait on but time
+async def _exit_of(process: ChildProcess) -> int:
+    """Wait until ``process`` exits (reaped); its status."""
+    if isinstance(process, ForkedProcess):
+        return await process.wait()
+    return await wait_for_exit(process)
 
 
 def _fetch(address: tuple[str, int], target: str, token: str) -> object:

@@ -5,9 +5,22 @@ network: where it listens (a port the system picks on loopback, its own address 
 usual port in a namespace), its admin interface (loopback, or beyond it, always with the
 run's token), the run's GWebCache page that lists whom it dials, the servents and seeds it
 dials too, and limits that fit a test network (every peer comes from one address on
-loopback). It starts the foreign servents first, then the routers (a few child processes
-at a time: Python's start-up is CPU work), and publishes each router in the cache as
-soon as it listens, so the others can dial it.
+loopback). It starts the foreign servents first, then the routers, several at once
+(forked from the fork server, :mod:`.forks`, when there is one: then a start costs
+milliseconds; in host processes shared by several routers, :mod:`.shared`, a start is
+a few milliseconds too; else a few at a time, since Python's start-up is CPU work), and
+publishes each router in the cache as soon as it listens.
+
+How the planned links come up, whatever the order the routers start in: each router
+dials only its planned peers (``catcher.learn_from_peers`` off: the hosts its
+neighbours name are not cached), which its page of the run's cache lists once every
+node has been started; until then a request waits a few seconds at most, answered the
+moment the cache opens (:mod:`.cache`), and the router asks again if it was not. A
+dial that fails (a peer not up yet, a handshake that timed out on a busy machine) is
+retried after a backoff of half a second, doubling up to a few seconds; a dial gives
+up after :data:`DIAL_TIMEOUT` seconds rather than wait on a peer that does not answer.
+So no router fills its slots with peers nobody planned, and a planned link that failed
+once is tried again until it is up.
 """
 
 from __future__ import annotations
@@ -25,6 +38,7 @@ from gnutella_router.testnet.cache import HostCacheService
 from gnutella_router.testnet.children import ChildNode, ServentNode
 from gnutella_router.testnet.churn import LEAVE, ChurnSettings, churn_schedule
 from gnutella_router.testnet.emulated_links import LinkPlan
+from gnutella_router.testnet.forks import ForkServer
 from gnutella_router.testnet.leaves import leaves_per_node
 from gnutella_router.testnet.namespaces import NamespaceNetwork
 from gnutella_router.testnet.nodes import LocalNode, NetworkNode, NodeError, NodeFailure
@@ -43,14 +57,20 @@ LOOPBACK = "127.0.0.1"
 MIN_MAX_CONNECTIONS = 32
 NAMESPACE_PORT = 6346
 """In namespaces every node listens on the usual Gnutella port (its admin on the next)."""
-CACHE_ANSWER_MARGIN = 10.0
+DIAL_TIMEOUT = 5.0
+"""Seconds a router's dial (connect and handshake) and cache request may take: a peer
+that does not answer by then is dialled again after its backoff."""
 RUN_CATCHER = {
-    # The run's own cache may be asked often, and a node that was not listening yet
-    # when dialled is dialled again soon.
-    "catcher.gwebcache_interval": 2.0,
-    "catcher.backoff_initial": 1.0,
-    "catcher.backoff_max": 5.0,
+    # The run's own cache may be asked often; a node that was not listening yet when
+    # dialled is dialled again soon; only planned peers are dialled.
+    "catcher.gwebcache_interval": 1.0,
+    "catcher.backoff_initial": 0.5,
+    "catcher.backoff_max": 4.0,
+    "catcher.dial_timeout": DIAL_TIMEOUT,
+    "catcher.learn_from_peers": False,
 }
+FORKED_AT_ONCE = 16
+"""Routers being forked and waiting to listen at the same time."""
 
 
 class Launcher:
@@ -62,6 +82,7 @@ class Launcher:
         topology: Topology,
         cache: HostCacheService,
         *,
+        forks: ForkServer | None = None,
         namespaces: NamespaceNetwork | None,
         servents: ServentSet | None,
         failures: list[NodeFailure],
@@ -73,6 +94,7 @@ class Launcher:
         self.mode = settings.node_mode
         self.topology = topology
         self.cache = cache
+        self.forks = forks
         self.namespaces = namespaces
         self.servents = servents
         self.failures = failures
@@ -108,12 +130,7 @@ class Launcher:
         out_degree = len(self.topology.out_neighbours(index))
         servents = self.servents.seeds_for(index) if self.servents is not None else []
         wanted = out_degree + len(settings.seeds) + len(servents)
-        # The first request to the run's cache is held until every node has started
-        # (see .cache): the catcher must wait for its answer as long.
-        extra: dict[str, object] = {
-            **RUN_CATCHER,
-            "catcher.dial_timeout": self.cache.hold + CACHE_ANSWER_MARGIN,
-        }
+        extra: dict[str, object] = dict(RUN_CATCHER)
         if self.namespaces is not None:
             # A host of its own: the usual ports, and an admin interface the controller
             # reaches across the bridge, with the run's token.
@@ -193,14 +210,18 @@ class Launcher:
                 start_timeout=self.settings.formation_timeout,
             )
         if self.mode == "processes":
+            namespaces = self.namespaces
+            forked = self.forks is not None
             return ChildNode(
                 index,
                 self.node_dir(index),
                 on_failure=self.on_failure,
-                prefix=() if self.namespaces is None else self.namespaces.exec_prefix(index),
+                prefix=() if namespaces is None or forked else namespaces.exec_prefix(index),
                 token=self.admin_token,
-                start_timeout=self.settings.formation_timeout,
+                start_timeout=self.settings.start_timeout,
                 limiter=limiter,
+                forks=self.forks,
+                namespace=None if namespaces is None else namespaces.namespace(index),
             )
         return LocalNode(index, self.node_dir(index))
 
@@ -220,9 +241,12 @@ class Launcher:
             await self.start_servents(nursery)
         admin_threads = trio.CapacityLimiter(16)
         self.nodes = [self.new_node(i, admin_threads) for i in range(self.settings.nodes)]
-        at_once = trio.Semaphore(
-            {"processes": STARTING_AT_ONCE, "shared": SHARED_STARTING_AT_ONCE}.get(self.mode, 1)
-        )
+        if self.mode == "shared":
+            at_once = trio.Semaphore(SHARED_STARTING_AT_ONCE)
+        elif self.mode == "processes":
+            at_once = trio.Semaphore(FORKED_AT_ONCE if self.forks else STARTING_AT_ONCE)
+        else:
+            at_once = trio.Semaphore(1)  # each start is CPU work on this very thread
         errors: list[str] = []
 
         async def start(node: NetworkNode) -> None:

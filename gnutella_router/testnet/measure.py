@@ -19,8 +19,9 @@ through the nodes' admin pages at the end of the traffic:
   and the share of queries that got at least one (success);
 * **load per node**: messages and bytes per second in and out over the overlay links,
   from the connection counters before and after the traffic;
-* **connectivity over time**: sampled with the status line; the graph of links that
-  are up, its connected components and the largest one's size.
+* **connectivity over time**: sampled with the status line, as :mod:`.formation`
+  defines it: the planned links up, the links outside the plan, the graph of every link
+  between running nodes, its connected components and the largest one's size.
 
 Beside the measured reach and duplicates goes what a pure flood on the planned graph
 would give (:func:`flood_model`), computed with networkx: a node at distance ``d`` from
@@ -41,51 +42,9 @@ from typing import Any
 
 import networkx as nx
 
+from gnutella_router.testnet.formation import Formation, formation
 from gnutella_router.testnet.nodes import NetworkNode
 from gnutella_router.testnet.topology import QUERY_TTL, Topology
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class ConnectivitySample:
-    """The overlay at one moment: who runs, which planned links are up, its components."""
-
-    at: float
-    nodes_up: int
-    links_up: int
-    links_planned: int
-    components: int
-    largest_component: int
-
-
-def live_graph(nodes: Sequence[NetworkNode]) -> nx.Graph:
-    """Running nodes, and an edge for every open connection between two of them (each
-    link is found from its dialer's side: its outgoing connection names the listener)."""
-    graph = nx.Graph()
-    where = {node.peer_name: node.index for node in nodes if node.running()}
-    graph.add_nodes_from(where.values())
-    for node in nodes:
-        if not node.running():
-            continue
-        for connection in node.view.open_connections():
-            other = where.get(connection.peer)
-            if connection.role == "outgoing" and other is not None and other != node.index:
-                graph.add_edge(node.index, other)
-    return graph
-
-
-def connectivity_sample(
-    at: float, nodes: Sequence[NetworkNode], planned: int
-) -> ConnectivitySample:
-    graph = live_graph(nodes)
-    parts = list(nx.connected_components(graph)) if graph.number_of_nodes() else []
-    return ConnectivitySample(
-        at=round(at, 3),
-        nodes_up=graph.number_of_nodes(),
-        links_up=graph.number_of_edges(),
-        links_planned=planned,
-        components=len(parts),
-        largest_component=max((len(p) for p in parts), default=0),
-    )
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -270,13 +229,14 @@ class OverlayRecord:
         self.before: dict[int, LinkCounters] = {}
         self.after: dict[int, LinkCounters] = {}
         self.route_pages: list[Any] = [None] * topology.nodes
-        self.connectivity: collections.deque[ConnectivitySample] = collections.deque(
-            maxlen=MAX_SAMPLES
-        )
+        self.connectivity: collections.deque[Formation] = collections.deque(maxlen=MAX_SAMPLES)
         self.records: list[QueryRecord] = []
 
-    def sample(self, at: float, nodes: Sequence[NetworkNode]) -> None:
-        self.connectivity.append(connectivity_sample(at, nodes, len(self.topology.links)))
+    def sample(self, at: float, nodes: Sequence[NetworkNode]) -> Formation:
+        """Take a connectivity sample of ``nodes``' last views; the snapshot."""
+        state = formation(at, self.topology, nodes)
+        self.connectivity.append(state)
+        return state
 
     def conclude(self, hits: Mapping[bytes, Sequence[int]]) -> dict[str, Any]:
         """Match the route tables with the hits; the figures for ``summary.json``."""
@@ -300,7 +260,7 @@ class OverlayRecord:
             for r in self.records
         ]
         nodes = [{"node": n, **self.rates(n)} for n in range(self.topology.nodes)]
-        samples = [dataclasses.asdict(s) for s in self.connectivity]
+        samples = [s.row() for s in self.connectivity]
         for name, rows in (("queries", queries), ("nodes", nodes), ("connectivity", samples)):
             if rows:
                 write_csv(results / f"{name}.csv", rows)

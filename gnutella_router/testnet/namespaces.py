@@ -14,20 +14,26 @@ carry one address and differ only in ports, which is not how an overlay looks. W
 * node i gets namespace ``grtXXXX-n<i>`` with loopback up and one end of a veth pair
   (``grtXXXXh<i>`` on the bridge, ``eth0`` inside) addressed ``.<(i+2)//256>.<(i+2)%256>``,
   so every node listens on the same port at an address of its own, as hosts do;
-* neighbour (ARP) entries are written ahead, fixed: the controller's for every node, and
-  each node's for the bridge and for the nodes it is planned to talk to. The kernel's
-  neighbour table is one for all namespaces, and by default it holds at most 1,024
-  entries that come and go (``gc_thresh3``): a thousand nodes that each asked the
-  controller and their neighbours for their MAC addresses would fill it and have their
-  next connections fail. Fixed entries do not count towards that limit, and they go
-  with their namespaces and the bridge; MAC addresses are drawn from the run's id and
-  the node's index (:meth:`NamespaceNetwork.hardware_address`) so that they can be.
+* neighbour (ARP) entries are written ahead, permanent: the bridge's for every node, and
+  each node's for the bridge and for the hosts it is planned to talk to (``pairs``: its
+  planned peers, and the servents linked with it).
+
+Every address's link-layer address is fixed in advance, drawn from the run's id and the
+node's index (:meth:`NamespaceNetwork.mac`), so that those entries can be written before
+anyone speaks. The kernel keeps one neighbour table for every namespace of the machine
+and drops new entries past ``net.ipv4.neigh.default.gc_thresh3`` (1024 by default),
+which 200 nodes that each resolve the bridge and a few peers, plus the bridge resolving
+200 nodes, would pass: connects then fail for want of an address ("neighbor table
+overflow"), and a thousand nodes would fail at once. Permanent entries are not counted
+against that limit (Linux 4.20 and later) and go with the namespaces and the bridge, so
+nothing is changed on the machine; any other peer is still resolved the usual way.
 
 ``XXXX`` is four hex digits drawn per run: two runs on one machine do not collide, and
 everything a run made carries its prefix, so :func:`remove_leftovers` (``testnet
---cleanup``) can find what a run killed with ``kill -9`` left behind, and nothing else;
-each run notes its controller's pid under :data:`RUNS_DIRECTORY`, so that a cleanup
-leaves alone the namespaces of a run that is still going.
+--cleanup``) can find what a run killed with ``kill -9`` left behind, and nothing else.
+The bridge's alias names the controller's pid (:func:`owner`); a run whose controller
+still runs is no leftover, and ``--cleanup`` leaves it alone (several runs may share a
+machine).
 :meth:`NamespaceNetwork.remove` deletes the namespaces (which takes their veths) and
 the bridge; it is called on every exit path of a run, and it stops first any process
 still inside one of the run's namespaces or holding one open (a process that runs
@@ -53,7 +59,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 PREFIX = "grt"
@@ -65,8 +71,10 @@ IP_TIMEOUT = 20.0
 VETH_GONE_SECONDS = 20.0
 """Longest wait for the kernel to take a deleted namespace's veth with it."""
 NETNS_DIRECTORY = Path("/run/netns")
-RUNS_DIRECTORY = Path("/run/gnutella-router-testnet")
-"""A file per run in namespaces, named by its prefix, holding its controller's pid."""
+OWNER_ALIAS = "gnutella-router testnet, controller pid "
+"""The start of the alias of a run's bridge; the controller's pid follows."""
+PREFIX_LENGTH = len(PREFIX) + 4
+"""``grtXXXX``: the part of a name that says which run it belongs to."""
 MAX_BRIDGE_PORTS = 1023
 """A Linux bridge takes at most 1023 ports (port numbers are 10 bits, 0 is reserved):
 one run's nodes and servents together, each with a veth on the run's bridge."""
@@ -158,22 +166,29 @@ class NamespaceNetwork:
         nodes: int,
         *,
         run_id: str | None = None,
-        neighbours: Mapping[int, Iterable[int]] | None = None,
+        pairs: Iterable[tuple[int, int]] = (),
         after_create: Callable[[NamespaceNetwork], None] | None = None,
     ) -> None:
-        """``neighbours`` (by node index) are the nodes each one will talk to: they get
-        fixed neighbour entries (see :meth:`create`). ``after_create`` is called at the
-        end of :meth:`create` (to put qdiscs into the namespaces, say)."""
+        """``pairs`` are the hosts (by index) that will talk to each other: both get
+        permanent neighbour entries for the other (see :meth:`create`). ``after_create``
+        is called at the end of :meth:`create` (to put qdiscs into the namespaces, say)."""
         if not 1 <= nodes <= MAX_BRIDGE_PORTS:
             raise NamespaceError(
                 f"--netns takes 1 to {MAX_BRIDGE_PORTS} nodes and servents in all (a Linux "
                 f"bridge has at most {MAX_BRIDGE_PORTS} ports), not {nodes}"
             )
         self.nodes = nodes
+        self.peers: dict[int, set[int]] = {}
+        """For each node, the nodes it will talk to (both ways of each pair)."""
+        for a, b in pairs:
+            if not (0 <= a < nodes and 0 <= b < nodes):
+                raise NamespaceError(f"a pair of nodes outside 0..{nodes - 1}: {a}, {b}")
+            if a != b:
+                self.peers.setdefault(a, set()).add(b)
+                self.peers.setdefault(b, set()).add(a)
         self.run_id = run_id or secrets.token_hex(2)
         self.prefix = f"{PREFIX}{self.run_id}"
         self.bridge = f"{self.prefix}br"
-        self.neighbours = {i: sorted(set(n)) for i, n in (neighbours or {}).items()}
         self.after_create = after_create
         self.subnet: ipaddress.IPv4Network | None = None
         self.created: list[str] = []
@@ -196,12 +211,15 @@ class NamespaceNetwork:
         """Node ``index``'s address."""
         return str(self._subnet()[index + 2])
 
-    def hardware_address(self, index: int | None) -> str:
-        """Node ``index``'s MAC address (``None``: the bridge's), locally administered
-        and drawn from the run's id, so that neighbour entries can be written ahead."""
+    def mac(self, index: int | None) -> str:
+        """The link-layer address of node ``index``'s ``eth0`` (None: the bridge's):
+        locally administered, and unique to the run and the node, so that neighbour
+        entries can be written ahead."""
         run = int(self.run_id, 16)
-        low = 0xFFFFFF if index is None else index
-        return ":".join(f"{b:02x}" for b in (0x02, run >> 8, run & 0xFF, *low.to_bytes(3, "big")))
+        host = 0xFFFF if index is None else index
+        return ":".join(
+            f"{b:02x}" for b in (0x02, 0x67, run >> 8, run & 0xFF, host >> 8, host & 0xFF)
+        )
 
     def exec_prefix(self, index: int) -> tuple[str, ...]:
         """Put before a command to run it in node ``index``'s namespace."""
@@ -230,10 +248,9 @@ class NamespaceNetwork:
         check_available()
         self.subnet = choose_subnet(_used_networks(), int(self.run_id, 16))
         length = self.subnet.prefixlen
-        _record_run(self.prefix)
-        self._run("link", "add", self.bridge, "type", "bridge")
+        self._run("link", "add", self.bridge, "address", self.mac(None), "type", "bridge")
         self.bridge_made = True
-        self._run("link", "set", self.bridge, "address", self.hardware_address(None))
+        self._run("link", "set", self.bridge, "alias", f"{OWNER_ALIAS}{os.getpid()}")
         self._run("addr", "add", f"{self.gateway}/{length}", "dev", self.bridge)
         self._run("link", "set", self.bridge, "up")
         # Recorded before they are made: a batch that fails half way leaves some.
@@ -244,13 +261,13 @@ class NamespaceNetwork:
             outside += [
                 f"netns add {namespace}",
                 f"link add {veth} type veth peer name {INNER_INTERFACE} "
-                f"address {self.hardware_address(index)} netns {namespace}",
+                f"address {self.mac(index)} netns {namespace}",
                 f"link set {veth} master {self.bridge} up",
-                f"neigh replace {self.address(index)} lladdr {self.hardware_address(index)} "
+                f"neigh replace {self.address(index)} lladdr {self.mac(index)} "
                 f"dev {self.bridge} nud permanent",
             ]
         self._batch(outside)
-        gateway = f"neigh replace {self.gateway} lladdr {self.hardware_address(None)}"
+        gateway = f"neigh replace {self.gateway} lladdr {self.mac(None)}"
         for index in range(self.nodes):
             inside = [
                 "link set lo up",
@@ -259,9 +276,8 @@ class NamespaceNetwork:
                 f"{gateway} dev {INNER_INTERFACE} nud permanent",
                 *(
                     f"neigh replace {self.address(other)} lladdr "
-                    f"{self.hardware_address(other)} dev {INNER_INTERFACE} nud permanent"
-                    for other in self.neighbours.get(index, ())
-                    if other != index and 0 <= other < self.nodes
+                    f"{self.mac(other)} dev {INNER_INTERFACE} nud permanent"
+                    for other in sorted(self.peers.get(index, ()))
                 ),
             ]
             self._batch(inside, namespace=self.namespace(index))
@@ -285,8 +301,6 @@ class NamespaceNetwork:
             if _link_exists(self.bridge):
                 problems.append(f"bridge {self.bridge} could not be deleted")
             self.bridge_made = False
-        if not problems:
-            _forget_run(self.prefix)
         return problems
 
 
@@ -413,13 +427,29 @@ def list_leftovers() -> tuple[list[str], list[str]]:
     return namespaces, _run_links()
 
 
-def remove_leftovers() -> tuple[list[str], list[str]]:
+def owner(prefix: str) -> int | None:
+    """The pid of the controller of the run named ``prefix`` (``grtXXXX``), from its
+    bridge's alias; None when the bridge or the alias is gone."""
+    try:
+        alias = Path(f"/sys/class/net/{prefix}br/ifalias").read_text().strip()
+    except OSError:
+        return None
+    pid = alias.removeprefix(OWNER_ALIAS)
+    return int(pid) if alias.startswith(OWNER_ALIAS) and pid.isdigit() else None
+
+
+def remove_leftovers() -> tuple[list[str], list[str], list[str]]:
     """Remove what killed runs left: their namespaces (and the processes in them), then
-    their bridges and veths; what was removed, and the problems met. What belongs to a
-    run whose controller still runs (:func:`running_runs`) is left alone."""
+    their bridges and veths; what was removed, the problems met, and the runs left
+    alone because their controller still runs (:func:`running_runs`).
+
+    Raises:
+        NamespaceError: namespaces cannot be handled here (see :func:`check_available`).
+    """
     check_available()
-    live = running_runs()
     namespaces, links = list_leftovers()
+    live = running_runs(namespaces + links)
+    kept = [f"run {prefix} (its controller, pid {pid}, still runs)" for prefix, pid in live.items()]
     namespaces = [n for n in namespaces if _run_prefix(n) not in live]
     links = [link for link in links if _run_prefix(link) not in live]
     removed: list[str] = []
@@ -433,22 +463,20 @@ def remove_leftovers() -> tuple[list[str], list[str]]:
                 problems.append(f"link {link} could not be deleted")
                 continue
         removed.append(f"link {link}")
-    for prefix in {_run_prefix(name) for name in namespaces + links}:
-        _forget_run(prefix)
-    return removed, problems
+    return removed, problems, kept
 
 
 def abandoned_leftovers() -> list[str]:
-    """Namespaces and links of runs that are over: neither noted as running
-    (:func:`running_runs`) nor with a process in or holding one of their namespaces (a
-    run of an older version goes on beside us, say). What a check that a run left
-    nothing behind looks at, on a machine where other runs may be going."""
-    live = running_runs()
+    """Namespaces and links of runs that are over: neither with a controller still
+    running (:func:`running_runs`) nor with a process in or holding one of their
+    namespaces (a run of an older version goes on beside us, say). What a check that a
+    run left nothing behind looks at, on a machine where other runs may be going."""
+    namespaces, links = list_leftovers()
+    live = running_runs(namespaces + links)
     runs: dict[str, list[str]] = {}
-    for names in list_leftovers():
-        for name in names:
-            if _run_prefix(name) not in live:
-                runs.setdefault(_run_prefix(name), []).append(name)
+    for name in namespaces + links:
+        if _run_prefix(name) not in live:
+            runs.setdefault(_run_prefix(name), []).append(name)
     left = []
     for found in runs.values():
         spaces = [name for name in found if "-n" in name]
@@ -460,29 +488,17 @@ def abandoned_leftovers() -> list[str]:
 
 def _run_prefix(name: str) -> str:
     """``grtXXXX``: the run a namespace or link belongs to."""
-    return name[: len(PREFIX) + 4]
+    return name[:PREFIX_LENGTH]
 
 
-def _record_run(prefix: str) -> None:
-    """Note that this process runs ``prefix``'s network, for :func:`running_runs`."""
-    with contextlib.suppress(OSError):
-        RUNS_DIRECTORY.mkdir(mode=0o700, parents=True, exist_ok=True)
-        (RUNS_DIRECTORY / prefix).write_text(f"{os.getpid()}\n")
-
-
-def _forget_run(prefix: str) -> None:
-    with contextlib.suppress(OSError):
-        (RUNS_DIRECTORY / prefix).unlink()
-
-
-def running_runs() -> dict[str, int]:
-    """Runs whose controller is still alive, by prefix: their namespaces are in use (by
-    a run going on beside a ``--cleanup``, say), not left behind."""
+def running_runs(names: Iterable[str]) -> dict[str, int]:
+    """The runs among those ``names`` belong to whose controller is alive, by prefix,
+    with its pid: their namespaces are in use (by a run going on beside a ``--cleanup``,
+    say), not left behind. This very process is no other run: what it made and still
+    has is its own to answer for."""
     live = {}
-    with contextlib.suppress(OSError):
-        for record in RUNS_DIRECTORY.iterdir():
-            with contextlib.suppress(OSError, ValueError):
-                pid = int(record.read_text().split()[0])
-                if pid != os.getpid() and _alive(pid):
-                    live[record.name] = pid
+    for prefix in {_run_prefix(name) for name in names}:
+        pid = owner(prefix)
+        if pid is not None and pid != os.getpid() and _alive(pid):
+            live[prefix] = pid
     return live

@@ -74,6 +74,8 @@ from gnutella_router.net.connection import format_address
 from gnutella_router.testnet.cache import HostCacheService
 from gnutella_router.testnet.children import ChildNode, ServentNode, stop_children
 from gnutella_router.testnet.console import Console, run_console
+from gnutella_router.testnet.forks import ForkServer, ForkServerError, available
+from gnutella_router.testnet.formation import Formation, failure_message, formation
 from gnutella_router.testnet.launch import Launcher
 from gnutella_router.testnet.leaves import LeafPopulation, wait_for_tables
 from gnutella_router.testnet.measure import (
@@ -127,8 +129,15 @@ CHURN_IDLE_HORIZON = 24 * 3600.0
 """With ``duration=0`` (up until Ctrl-C), churn is scheduled this far ahead."""
 ROUTES_READ = 100_000
 """Query route entries read per node at the end (the admin interface's most per page)."""
-POLL_SECONDS = {"in-process": 0.05, "processes": 0.25, "shared": 0.25}
-"""How often formation and settling read the nodes' connection tables."""
+POLL_SECONDS = {"in-process": 0.05, "processes": 1.0, "shared": 0.25}
+"""How often formation and settling read the nodes' connection tables: for a router
+process every read is an HTTP request the router answers and the controller parses, CPU
+that 200 routers read four times a second would take from their own start-up and
+handshakes; a shared router's is one small request to its host (:mod:`.shared`)."""
+FORK_SERVER_LOG = "fork-server.log"
+READS_PER_SECOND = 50
+"""Nodes whose counters the status line reads per second at most: a network larger than
+that is read in full every ``nodes / READS_PER_SECOND`` seconds instead of every one."""
 
 
 @dataclasses.dataclass(slots=True)
@@ -155,7 +164,7 @@ class LocalNetwork:
         self.console = Console(self.out)
         self.mode = settings.node_mode
         self.topology = settings.plan()
-        self.cache = HostCacheService(self.topology, hold=settings.formation_timeout)
+        self.cache = HostCacheService(self.topology)
         self.servents = (
             ServentSet(
                 settings.servent, settings.servent_count, settings.nodes, settings.results,
@@ -169,7 +178,7 @@ class LocalNetwork:
         self.namespaces = (
             NamespaceNetwork(
                 hosts,
-                neighbours=self.topology.host_neighbours(
+                pairs=self.topology.host_pairs(
                     [] if self.servents is None else self.servents.links
                 ),
                 after_create=self.link_plan.shape_namespaces,
@@ -178,10 +187,17 @@ class LocalNetwork:
             else None
         )
         self.failures: list[NodeFailure] = []
+        self.forks = (
+            ForkServer(settings.results / FORK_SERVER_LOG)
+            if self.mode == "processes" and available()
+            else None
+        )
+        """Where router processes are forked from (:mod:`.forks`), where that works."""
         self.launcher = Launcher(
             settings,
             self.topology,
             self.cache,
+            forks=self.forks,
             namespaces=self.namespaces,
             servents=self.servents,
             failures=self.failures,
@@ -209,11 +225,17 @@ class LocalNetwork:
         self.interrupted = False
         self.error: str | None = None
         self.formed_after: float | None = None
+        self.started_after: float | None = None
+        """Seconds from the run's start until every node had been started."""
+        self.formation: Formation | None = None
+        """The snapshot taken when formation ended, formed or not."""
         self._started = 0.0
         self._stop = trio.Event()
         self._work: trio.CancelScope | None = None
-        self._last_routed = 0
-        self._last_at = 0.0
+        self._read_totals: tuple[float, int] | None = None
+        """When the routers' totals were last read in full, and the messages routed then."""
+        self._routed_rate = 0.0
+        """Messages routed per second between the last two full reads."""
 
     @property
     def nodes(self) -> list[NetworkNode]:
@@ -260,7 +282,17 @@ class LocalNetwork:
                     self.error = f"network namespaces: {exc}"
                 self.cache.host = self.namespaces.gateway if self.error is None else LOOPBACK
             if self.error is None:
-                collected, stopped_in = await self._run_nodes(handle_signals)
+                async with trio.open_nursery() as lifeline:
+                    # The fork server outlives the run proper: a second Ctrl-C cancels
+                    # that, and the server must still report the exits of the children
+                    # stopped below.
+                    try:
+                        collected, stopped_in = await self._run_nodes(handle_signals, lifeline)
+                    finally:
+                        await stop_children(self.nodes, grace=STOP_TIMEOUT)
+                        if self.forks is not None:
+                            await self.forks.close()
+                        lifeline.cancel_scope.cancel()
         finally:
             # Whatever happened above (a second Ctrl-C included), no child outlives us,
             # and no namespace either.
@@ -282,10 +314,11 @@ class LocalNetwork:
         return outcome
 
     async def _run_nodes(
-        self, handle_signals: bool
+        self, handle_signals: bool, lifeline: trio.Nursery
     ) -> tuple[tuple[list[dict[str, Any]], list[dict[str, Any]]] | None, float | None]:
         """Start, form, drive, collect and stop: the run proper, once the network's
-        addresses exist; what was collected and how long stopping took."""
+        addresses exist; what was collected and how long stopping took. The fork server
+        runs in ``lifeline``."""
         collected: tuple[list[dict[str, Any]], list[dict[str, Any]]] | None = None
         stopped_in: float | None = None
         async with trio.open_nursery() as nursery:
@@ -299,8 +332,14 @@ class LocalNetwork:
                 with trio.CancelScope() as self._work:
                     if self._stop.is_set():
                         self._work.cancel()
+                    if self.forks is not None:
+                        try:
+                            await self.forks.start(lifeline)
+                        except ForkServerError as exc:
+                            raise NetworkError(str(exc)) from None
                     join = None if self.leaves is None else functools.partial(self._join, nursery)
                     await self.launcher.start_nodes(nursery, before_open=join)
+                    self.started_after = trio.current_time() - self._started
                     self.phase = "forming"
                     await self._form()
                     self._write_record()
@@ -346,23 +385,17 @@ class LocalNetwork:
     def _alive(self, index: int) -> bool:
         return self.nodes[index].running()
 
-    def link_up(self, dialer: int, listener: int) -> bool:
-        if not (self._alive(dialer) and self._alive(listener)):
-            return False
-        target = self.nodes[listener].peer_name
-        return bool(target) and self.nodes[dialer].view.has_peer(target, "outgoing")
+    def snapshot(self) -> Formation:
+        """The network against its plan now, from the nodes' last views (:mod:`.formation`)."""
+        return formation(trio.current_time() - self._started, self.topology, self.nodes)
 
     def missing_links(self) -> list[tuple[int, int]]:
         """Planned links that are not up, between nodes that are running."""
-        alive = self._alive
-        return [
-            (a, b)
-            for a, b in self.topology.links
-            if alive(a) and alive(b) and not self.link_up(a, b)
-        ]
+        return list(self.snapshot().missing)
 
-    async def refresh(self, *, totals: bool = False) -> None:
-        """Read every running node's connections (and totals) again, all at once."""
+    async def refresh(self, *, totals: bool = False, only: set[int] | None = None) -> None:
+        """Read every running node's connections (and totals) again, all at once; or
+        only those of the nodes in ``only``."""
 
         async def read(node: NetworkNode) -> None:
             # A node that cannot answer keeps its last view; its death is reported.
@@ -371,7 +404,7 @@ class LocalNetwork:
 
         async with trio.open_nursery() as nursery:
             for node in self.nodes:
-                if node.running():
+                if node.running() and (only is None or node.index in only):
                     nursery.start_soon(read, node)
 
     async def _poll_until(self, done: Callable[[], bool], *, totals: bool = False) -> None:
@@ -383,19 +416,20 @@ class LocalNetwork:
             await trio.sleep(POLL_SECONDS[self.mode])
 
     async def _form(self) -> None:
+        """Wait (bounded) until every planned link is up. Once every node has been read,
+        only the nodes at either end of a missing link are read again: only their views
+        can change the answer, and the others need their CPU."""
         timeout = self.settings.formation_timeout
+        state = self.snapshot()
         with trio.move_on_after(timeout):
-            await self._poll_until(lambda: not self.missing_links())
-        missing = self.missing_links()
-        if missing:
-            names = ", ".join(
-                f"node-{a} -> node-{b} ({self.nodes[b].peer_name})" for a, b in missing
-            )
-            raise NetworkError(
-                f"the network did not form within {timeout:g} s: "
-                f"{len(missing)} of {len(self.topology.links)} links missing: {names}"
-            )
-        self.formed_after = trio.current_time() - self._started
+            await self.refresh()
+            while not (state := self.snapshot()).formed:
+                await trio.sleep(POLL_SECONDS[self.mode])
+                await self.refresh(only={n for link in state.missing for n in link})
+        self.formation = state = self.snapshot()
+        if not state.formed:
+            raise NetworkError(failure_message(state, self.nodes, timeout))
+        self.formed_after = state.at
         if self.settings.seeds:
             await self._wait_for_seeds()
         if self.servents is not None:
@@ -630,6 +664,12 @@ class LocalNetwork:
                 "sinks_on": [0, *sink_nodes(self.topology)] if settings.duration else [],
             },
             "formed_after_seconds": _rounded(self.formed_after),
+            "started_after_seconds": _rounded(self.started_after),
+            "formation": None if self.formation is None else self.formation.describe(),
+            "fork_server": self.forks is not None,
+            "namespaces": None
+            if self.namespaces is None
+            else {"prefix": self.namespaces.prefix, "subnet": str(self.namespaces.subnet)},
             "emulated_links": self.link_plan.describe(),
             "nodes": rows,
             "failures": [dataclasses.asdict(f) for f in self.failures],
@@ -679,20 +719,21 @@ class LocalNetwork:
     def _note(self, text: str) -> None:
         self.console.note(text)
 
-    def status_line(self) -> str:
+    def status_line(self, state: Formation | None = None) -> str:
+        """The one-line state of the run; ``state`` is the snapshot to count links from
+        (taken now when not given)."""
         now = trio.current_time()
         elapsed = now - self._started
+        if state is None:
+            state = self.snapshot()
         running = [n for n in self.nodes if n.running()]
-        links = sum(1 for a, b in self.topology.links if self.link_up(a, b)) if self.nodes else 0
         connections = sum(len(n.view.open_connections()) for n in running)
         routed = sum(n.view.received for n in self.nodes)
         dropped = sum(n.view.dropped for n in self.nodes)
-        span = now - self._last_at
-        rate = (routed - self._last_routed) / span if self._last_at and span > 0 else 0.0
-        self._last_routed, self._last_at = routed, now
+        rate = self._routed_rate
         line = (
             f"[{elapsed:6.1f} s] {self.phase:<8} nodes {len(running)}/{self.settings.nodes}  "
-            f"links {links}/{len(self.topology.links)}  conns {connections}  "
+            f"{state.counts()}  conns {connections}  "
             f"routed {routed:,} ({rate:,.0f}/s)  dropped {dropped:,}"
         )
         if self.load_run is not None and self.phase == "traffic":
@@ -704,13 +745,36 @@ class LocalNetwork:
         return line
 
     async def _show_status(self) -> None:
+        """The status line and a connectivity sample about once a second, from the
+        nodes' last views (read by the formation poll, then by :meth:`_read_views`)."""
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._read_views)
+            while True:
+                await trio.sleep(STATUS_INTERVAL)
+                state = self.overlay.sample(trio.current_time() - self._started, self.nodes)
+                if self.phase != "console":  # the console has the terminal
+                    self.console.status(self.status_line(state))
+
+    async def _read_views(self) -> None:
+        """Once the network has formed, read every node's connections and counters
+        about once a second; a large network less often (at most
+        :data:`READS_PER_SECOND` nodes a second), so the reads do not take the routers'
+        CPU. A read that is slow delays the next, never the status line."""
+        every = max(STATUS_INTERVAL, self.settings.nodes / READS_PER_SECOND)
         while True:
-            await trio.sleep(STATUS_INTERVAL)
-            with trio.move_on_after(STATUS_INTERVAL):
+            began = trio.current_time()
+            if self.phase not in ("starting", "netns", "leaves", "forming"):
                 await self.refresh(totals=True)
-            self.overlay.sample(trio.current_time() - self._started, self.nodes)
-            if self.phase != "console":  # the console has the terminal
-                self.console.status(self.status_line())
+                self._note_routed(trio.current_time())
+            await trio.sleep_until(began + every)
+
+    def _note_routed(self, now: float) -> None:
+        """Keep the routed rate between this full read of the totals and the last."""
+        routed = sum(n.view.received for n in self.nodes)
+        if self._read_totals is not None and now > self._read_totals[0]:
+            then, before = self._read_totals
+            self._routed_rate = max(0, routed - before) / (now - then)
+        self._read_totals = (now, routed)
 
     def _print_final(self, outcome: NetworkOutcome) -> None:
         text = final_text(outcome.summary, self.report, outcome.results)

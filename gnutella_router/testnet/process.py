@@ -7,25 +7,32 @@ every port it was asked to wait for, or raises :class:`RouterProcessError` namin
 exit status or the timeout (and the log, when there is one). :func:`stop_router_process`
 asks with SIGTERM (the router says Bye, saves its host cache and exits 0) and kills
 after a grace period, so nothing is left behind on any path; :class:`RouterProcess` is
-a context manager that does this at the end of its block.
+a context manager that does this at the end of its block. Two helpers serve the test
+network's controller, which starts its children from trio: :func:`parent_death_signal`
+(a child hears when its parent dies) and :func:`wait_for_exit` (reap without blocking).
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import signal
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Self
 
+import trio
+
 COMMAND = (sys.executable, "-m", "gnutella_router")
 """How a child router is run: the same interpreter, so the same installation."""
+EXIT_POLL_SECONDS = 0.05
+PR_SET_PDEATHSIG = 1
 
 
 class RouterProcessError(Exception):
@@ -133,3 +140,47 @@ def _wait_accepting(
         if time.monotonic() > deadline:
             raise RouterProcessError(f"the router did not accept within {timeout:g} s{where}")
         time.sleep(0.05)
+
+
+def parent_death_signal() -> Callable[[], None] | None:
+    """A function for the child to run between fork and exec: SIGHUP it when its
+    parent dies. Resolved here, in the parent, so the child only makes one call.
+
+    SIGHUP, not SIGTERM: the parent-death signal can arrive more than once (a child
+    with threads gets one per thread), and a router takes a second SIGTERM as "stop at
+    once, no Bye", while any number of SIGHUPs is one graceful stop."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    parent = os.getpid()
+
+    def arm() -> None:
+        prctl(PR_SET_PDEATHSIG, signal.SIGHUP)
+        if os.getppid() != parent:  # the parent died before the call: stop at once
+            os.kill(os.getpid(), signal.SIGHUP)
+
+    return arm
+
+
+async def wait_for_exit(process: subprocess.Popen[bytes]) -> int:
+    """Wait without blocking trio until ``process`` exits, reap it, return its status.
+
+    On Linux a pidfd becomes readable when the process exits; elsewhere, poll."""
+    if process.returncode is None and hasattr(os, "pidfd_open"):
+        try:
+            descriptor = os.pidfd_open(process.pid)
+        except OSError:  # gone already, or an old kernel: polling finds out
+            descriptor = -1
+        if descriptor >= 0:
+            try:
+                await trio.lowlevel.wait_readable(descriptor)
+            finally:
+                os.close(descriptor)
+    while True:
+        status = process.poll()
+        if status is not None:
+            return status
+        await trio.sleep(EXIT_POLL_SECONDS)  # no pidfd: nothing to wait on but time

@@ -167,11 +167,15 @@ def final_text(summary: dict[str, Any], report: LoadReport | None, results: Path
     """What a run prints at its end: the network, the load report, the node table,
     failures and errors, how the nodes stopped, and where the results are."""
     settings, topology = summary["settings"], summary["topology"]
-    formed = summary["formed_after_seconds"]
+    formed, started = summary["formed_after_seconds"], summary.get("started_after_seconds")
+    formation = summary.get("formation") or {}
+    outside = len(formation.get("outside_plan") or ())
     lines = [
         f"test network: {_count(settings['nodes'], 'node')} ({settings['mode']}), "
         f"{topology['kind']} topology, {_count(len(topology['links']), 'link')}"
+        + (f", all started in {started:.1f} s" if started is not None else "")
         + (f", formed in {formed:.1f} s" if formed is not None else "")
+        + (f" ({_count(outside, 'link')} outside the plan)" if outside else "")
     ]
     if summary.get("emulated_links"):
         lines.append(emulated_links_text(summary["emulated_links"]))

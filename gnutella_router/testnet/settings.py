@@ -38,13 +38,18 @@ SERVENT_START_TIMEOUT = 60.0
 (it loads its caches and checks its shared files), more on a busy machine."""
 STOP_TIMEOUT = 10.0
 """Seconds a node is given to stop its own way before it is killed."""
-COLLECT_SECONDS_PER_NODE = 0.05
+COLLECT_SECONDS_PER_NODE = 0.15
+"""Added per node to the time the final collection may take: each node's route table
+and dump are large pages, read 16 at a time, on a machine the routers keep busy."""
 STARTING_AT_ONCE = 4
-"""Child processes starting at the same time: Python's start-up is CPU work, and more at
-once only makes each slower to listen."""
+"""Child processes starting with an interpreter of their own at the same time (where
+there is no fork server): Python's start-up is CPU work, and more at once only makes
+each slower to listen."""
 SHARED_STARTING_AT_ONCE = 16
 """Routers starting at the same time in ``shared`` mode: a router in a host process
 starts in a few milliseconds, so this only keeps every host busy."""
+START_TIMEOUT = 60.0
+"""Longest a node process may take to listen once it is started."""
 
 
 class NetworkError(Exception):
@@ -73,7 +78,8 @@ class NetworkSettings:
     """Node i listens on ``base_port + i``; ``None`` lets the system pick."""
     seed: int = 1
     form_timeout: float | None = None
-    """Seconds for every link to come up; None: 20 s, plus start-up time for processes."""
+    """Seconds for every planned link to come up once every node has started; None: 30 s
+    plus a second per 10 nodes (0.15 s a node when routers share processes)."""
     late_threshold_ms: float = 1.0
     mode: str = "auto"
     """``in-process``, ``processes``, ``shared`` (set by ``routers_per_process``), or
@@ -271,14 +277,18 @@ class NetworkSettings:
 
     @property
     def formation_timeout(self) -> float:
+        """Seconds for every planned link to come up, counted from when every node has
+        been started: every router dials its planned peers at once then, and retries
+        those that did not answer within a few seconds."""
         if self.form_timeout is not None:
             return self.form_timeout
-        if self.node_mode == "processes":
-            # Nodes start STARTING_AT_ONCE at a time, each in about a second of CPU.
-            return 20.0 + 1.5 * self.nodes / STARTING_AT_ONCE
         if self.node_mode == "shared":
-            # A host process starts in about a second, then each of its routers in a few
-            # tens of milliseconds, and every router's links take handshakes on few cores.
+            # Every router's links take handshakes on the few cores the host processes
+            # share, a thousand routers' worth of them at once.
             return 30.0 + 0.15 * self.nodes
-        # One process dials every link, handshakes included, on one core.
-        return 20.0 + self.nodes / 25
+        return 30.0 + self.nodes / 10
+
+    @property
+    def start_timeout(self) -> float:
+        """Longest one node may take to listen once it is started."""
+        return START_TIMEOUT

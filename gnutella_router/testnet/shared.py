@@ -45,13 +45,7 @@ from typing import Any
 import trio
 
 from gnutella_router.config import Config, config_as_toml
-from gnutella_router.testnet.children import (
-    CONFIG_FILE,
-    describe_exit,
-    log_tail,
-    parent_death_signal,
-    wait_for_exit,
-)
+from gnutella_router.testnet.children import CONFIG_FILE, describe_exit, log_tail
 from gnutella_router.testnet.host_wire import MessageReader, WireError, encode
 from gnutella_router.testnet.nodes import (
     NetworkNode,
@@ -60,6 +54,7 @@ from gnutella_router.testnet.nodes import (
     NodeView,
     connections_from_page,
 )
+from gnutella_router.testnet.process import parent_death_signal, wait_for_exit
 
 HOST_COMMAND = (sys.executable, "-m", "gnutella_router.testnet.host")
 DEFAULT_ROUTERS_PER_PROCESS = 100

@@ -113,19 +113,13 @@ class Topology:
                     queue.append(other)
         return found
 
-    def host_neighbours(self, servent_links: Sequence[Sequence[int]] = ()) -> dict[int, set[int]]:
-        """Who talks to whom, links taken both ways, by host: the nodes, then servent j
-        as host ``nodes + j``, linked with the routers ``servent_links[j]``."""
-        talks: dict[int, set[int]] = {n: set() for n in range(self.nodes + len(servent_links))}
-        for a, b in self.links:
-            talks[a].add(b)
-            talks[b].add(a)
+    def host_pairs(self, servent_links: Sequence[Sequence[int]] = ()) -> list[tuple[int, int]]:
+        """Who talks to whom, by host: the planned links, then servent j as host
+        ``nodes + j`` with each router of ``servent_links[j]``."""
+        pairs = list(self.links)
         for servent, routers in enumerate(servent_links):
-            host = self.nodes + servent
-            for router in routers:
-                talks[host].add(router)
-                talks[router].add(host)
-        return talks
+            pairs += [(self.nodes + servent, router) for router in routers]
+        return pairs
 
     def is_connected(self) -> bool:
         return self.nodes == 0 or len(self.distances(0)) == self.nodes

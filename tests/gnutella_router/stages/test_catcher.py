@@ -136,6 +136,42 @@ async def test_bootstraps_from_a_gwebcache(tmp_path: Path) -> None:
 
 
 @pytest.mark.e2e
+async def test_a_slow_gwebcache_is_not_asked_again_before_it_answers(tmp_path: Path) -> None:
+    asked = 0
+
+    async def answer_slowly(stream: trio.SocketStream) -> None:
+        nonlocal asked
+        asked += 1
+        await trio.sleep(3.0)  # a long poll: longer than the interval between requests
+        body = b"I|pong|slow cache\n"
+        head = b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(body)
+        await stream.send_all(head + body)
+        await stream.aclose()
+
+    async with trio.open_nursery() as nursery:
+        listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+        port = listeners[0].socket.getsockname()[1]
+        nursery.start_soon(trio.serve_listeners, answer_slowly, listeners)
+        daemon = await start(
+            nursery,
+            tmp_path,
+            {
+                "catcher.gwebcache": f"http://127.0.0.1:{port}/gwc",
+                "catcher.gwebcache_interval": 1.0,
+                "catcher.dial_timeout": 5.0,
+                "catcher.min_connections": 1,
+            },
+        )
+        await wait_until(lambda: asked >= 1, JOIN_TIMEOUT)
+        await trio.sleep(2.5)  # the maintenance loop came round twice meanwhile
+        assert asked == 1
+        assert daemon.catcher.gwebcache_requests == 1
+        await wait_until(lambda: asked >= 2, JOIN_TIMEOUT)  # asked again once answered
+        await stop(daemon)
+        nursery.cancel_scope.cancel()
+
+
+@pytest.mark.e2e
 async def test_the_routers_own_address_never_enters_its_host_cache(tmp_path: Path) -> None:
     async with running_daemons(tmp_path) as (daemon,):
         host, port = daemon.address
@@ -146,6 +182,49 @@ async def test_the_routers_own_address_never_enters_its_host_cache(tmp_path: Pat
         await wait_until(lambda: ("81.2.69.7", 6346) in daemon.catcher.hosts)
         assert (host, port) not in daemon.catcher.hosts
         assert daemon.catcher.statistics().own_addresses_skipped == 2
+
+
+@pytest.mark.e2e
+async def test_without_learning_from_peers_only_the_operators_hosts_are_cached(
+    tmp_path: Path,
+) -> None:
+    from gnutella_router.discovery.host_cache import OPERATOR
+
+    async with running_daemons(tmp_path, overrides={"catcher.learn_from_peers": False}) as (
+        daemon,
+    ):
+        daemon.catcher.learn("81.2.69.7", 6346, "pong")
+        daemon.catcher.learn("81.2.69.8", 6346, "x-try")
+        daemon.catcher.learn("81.2.69.9", 6346, "listen-ip")
+        daemon.catcher.learn("81.2.69.10", 6346, OPERATOR)
+        await wait_until(lambda: ("81.2.69.10", 6346) in daemon.catcher.hosts)
+        for named in ("81.2.69.7", "81.2.69.8", "81.2.69.9"):
+            assert (named, 6346) not in daemon.catcher.hosts
+        assert daemon.catcher.statistics().ignored_hosts == 3
+
+
+@pytest.mark.e2e
+async def test_a_seed_that_is_not_up_yet_is_dialled_again_until_it_is(tmp_path: Path) -> None:
+    # The planned peer of a test network: refused at first (nothing listens there),
+    # then retried after its backoff, and joined once it listens.
+    port = free_port()
+    overrides: dict[str, object] = {
+        "catcher.seeds": [f"127.0.0.1:{port}"],
+        "catcher.min_connections": 1,
+        "catcher.learn_from_peers": False,
+        "catcher.backoff_initial": 0.2,
+        "catcher.backoff_max": 0.5,
+    }
+    async with trio.open_nursery() as nursery:
+        dialler = await start(nursery, tmp_path / "dialler", overrides)
+        await wait_until(lambda: dialler.catcher.dial_failures >= 2, JOIN_TIMEOUT)
+        assert outgoing(dialler) == 0
+        late = await start(nursery, tmp_path / "late", {"node.listen": f"127.0.0.1:{port}"})
+        await wait_until(lambda: outgoing(dialler) == 1, JOIN_TIMEOUT)
+        (connection,) = dialler.server.connections.snapshot()
+        assert connection.capabilities.listen_address == late.address
+        await stop(dialler)
+        await stop(late)
 
 
 def test_a_wildcard_listener_is_named_by_loopback_too() -> None:

@@ -20,6 +20,7 @@ import trio.testing
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gnutella_router import native
 from gnutella_router.config.sections import SheddingConfig
 from gnutella_router.net.flow_control_queue import FlowControlQueue
 from gnutella_router.net.threshold_queue import ThresholdQueue
@@ -218,7 +219,13 @@ async def drive(
     return outcome(network.router, network.links), outcome(naive, naive.links)
 
 
-@settings(max_examples=300, deadline=None)
+EXAMPLES = 100 if native.sources_in_use() else 300
+"""Fewer where the hot path runs from its sources in place of compiled modules: the
+second spelling's run of the hot modules' tests (``tests/gnutella_router/test_native.py``),
+which must stay short; the compiled spelling is held to the full count."""
+
+
+@settings(max_examples=EXAMPLES, deadline=None)
 @given(
     st.lists(batch_drawn, min_size=1, max_size=5),
     st.sampled_from([0, 0, 1, 3]),

@@ -287,7 +287,7 @@ async def test_public_networks_keep_private_pongs_out_of_the_cache(tmp_path: Pat
         }
         assert routed == {"192.168.1.7", "81.2.69.9"}  # both still routed back
         assert len(daemon.router.pong_cache) == 1
-        assert daemon.router.pongs_not_cached["private"] == 1
+        assert daemon.router.statistics().pongs_not_cached["private"] == 1
         assert ("192.168.1.7", 6346) not in daemon.catcher.hosts
         assert daemon.catcher.hosts.statistics().rejected["private"] == 1
 
@@ -304,7 +304,7 @@ async def test_a_handler_bug_costs_a_batch_not_the_daemon(
 
         # Every per-message handler is broken; a push always takes that path (runs route
         # only pings, queries, pongs and hits).
-        monkeypatch.setattr(daemon.router, "_handlers", [broken] * 256)
+        monkeypatch.setattr(daemon.router.replies, "_handlers", [broken] * 256)
         await a.send(message(Push(b"S" * 16, 1, "10.0.0.1", 6346), ttl=2))
         await wait_until(lambda: daemon.router.stage.handler_errors == 1)
         monkeypatch.undo()

@@ -304,6 +304,9 @@ def test_killing_the_controller_stops_every_node_gracefully(tmp_path: Path) -> N
                 if (record := read_ready_file(results / f"node-{i}")) is not None
             ]
             time.sleep(0.1)
+        # The fork server the routers were forked from (where there is one) goes too.
+        children = Path(f"/proc/{controller.pid}/task/{controller.pid}/children").read_text()
+        pids += [int(child) for child in children.split()]
         controller.kill()
         controller.wait()
         deadline = time.monotonic() + 20

@@ -130,7 +130,7 @@ async def test_tbf_holds_a_link_to_its_rate() -> None:
     (200 kB - the burst) / 100 kB/s, whatever the machine; nothing stays behind."""
     pair = Topology("ring", 2, ((1, 0),))
     plan = LinkPlan(pair, bandwidth_kbps=800.0)
-    network = NamespaceNetwork(2, neighbours={0: [1], 1: [0]}, after_create=plan.shape_namespaces)
+    network = NamespaceNetwork(2, pairs=[(0, 1)], after_create=plan.shape_namespaces)
     size = 200_000
     try:
         await trio.to_thread.run_sync(network.create)

@@ -11,7 +11,6 @@ import pytest
 from gnutella_router.testnet.measure import (
     LinkCounters,
     OverlayRecord,
-    connectivity_sample,
     flood_model,
     link_counters,
     node_rates,
@@ -20,8 +19,8 @@ from gnutella_router.testnet.measure import (
     reach_within,
     summarise,
 )
-from gnutella_router.testnet.nodes import NodeView, PeerConnection
 from gnutella_router.testnet.topology import Topology, plan_topology
+from tests.gnutella_router.testnet.test_formation import FakeNode
 
 
 def test_a_flood_on_a_ring_reaches_two_more_nodes_per_ttl_without_duplicates() -> None:
@@ -92,34 +91,6 @@ def test_query_records_join_the_tables_and_the_hits() -> None:
     assert summarise([], 0, plan_topology("ring", 4))["queries"] == 0
 
 
-class FakeNode:
-    """What connectivity reads of a node: its index, address, view and whether it runs."""
-
-    def __init__(self, index: int, outgoing: list[int], up: bool = True) -> None:
-        self.index = index
-        self.peer_name = f"127.0.0.1:{7000 + index}"
-        self.up = up
-        links = [PeerConnection(f"127.0.0.1:{7000 + o}", "outgoing", False) for o in outgoing]
-        stranger = PeerConnection("127.0.0.1:55555", "incoming", False)
-        self.view = NodeView((*links, stranger))
-
-    def running(self) -> bool:
-        return self.up
-
-
-def test_connectivity_counts_links_up_and_components() -> None:
-    nodes = [FakeNode(0, [1]), FakeNode(1, [2]), FakeNode(2, []), FakeNode(3, [4]), FakeNode(4, [])]
-    sample = connectivity_sample(1.5, nodes, planned=5)  # type: ignore[arg-type]
-    assert (sample.nodes_up, sample.links_up, sample.components, sample.largest_component) == (
-        5, 3, 2, 3,
-    )  # fmt: skip
-    nodes[1].up = False  # its links go with it
-    sample = connectivity_sample(2.0, nodes, planned=5)  # type: ignore[arg-type]
-    assert (sample.nodes_up, sample.links_up, sample.components, sample.largest_component) == (
-        4, 1, 3, 2,
-    )  # fmt: skip
-
-
 def test_rates_are_counter_deltas_over_the_span() -> None:
     before = link_counters(10.0, [{"messages_in": 100, "bytes_in": 1000, "messages_out": 5}])
     after = link_counters(
@@ -154,6 +125,17 @@ def test_the_record_writes_its_csv_files(tmp_path: Path) -> None:
     assert rows[0]["first_hit_ms"] == ""
     with (tmp_path / "nodes.csv").open() as source:
         assert next(csv.DictReader(source))["messages_in_per_second"] == "5.0"
+    with (tmp_path / "connectivity.csv").open() as source:
+        (sample,) = csv.DictReader(source)
+    assert sample == {
+        "at": "1.0",
+        "nodes_up": "2",
+        "links_up": "1",
+        "links_planned": "3",
+        "links_outside_plan": "0",
+        "components": "1",
+        "largest_component": "2",
+    }
 
 
 @pytest.mark.parametrize("kind", ["ring", "star", "random"])

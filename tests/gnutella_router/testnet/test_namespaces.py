@@ -10,7 +10,6 @@ import io
 import ipaddress
 import json
 import os
-import secrets
 import subprocess
 import sys
 import time
@@ -25,7 +24,6 @@ from gnutella_router.testnet import namespaces
 from gnutella_router.testnet.namespaces import (
     NAME_PATTERN,
     POOL,
-    PREFIX,
     NamespaceError,
     NamespaceNetwork,
     choose_subnet,
@@ -54,6 +52,12 @@ def running(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
     except OSError:
         return False
+
+
+def ours(prefix: str) -> set[str]:
+    """The namespaces and links of the run named ``prefix`` still here (other runs on
+    the machine come and go)."""
+    return {name for names in list_leftovers() for name in names if name.startswith(prefix)}
 
 
 def leftovers(run: NamespaceNetwork) -> list[str]:
@@ -140,6 +144,52 @@ def test_namespaces_get_addresses_reach_each_other_and_go(tmp_path: Path) -> Non
     assert leftovers(run) == []
 
 
+def test_link_layer_addresses_are_the_runs_own_and_distinct() -> None:
+    run = NamespaceNetwork(300, run_id="0a1b")
+    macs = {run.mac(i) for i in range(300)} | {run.mac(None)}
+    assert len(macs) == 301
+    assert run.mac(258) == "02:67:0a:1b:01:02"  # locally administered, unicast
+    assert run.mac(None) == "02:67:0a:1b:ff:ff"
+    with pytest.raises(NamespaceError, match="outside"):
+        NamespaceNetwork(3, pairs=[(0, 3)])
+
+
+def neighbours(*where: str, device: str | None = None) -> dict[str, tuple[str, str]]:
+    """The neighbour table (of one device) as {address: (link-layer address, state)}."""
+    on = () if device is None else ("dev", device)
+    text = subprocess.run(
+        ["ip", *where, "neigh", "show", *on], capture_output=True, text=True, check=True
+    ).stdout
+    table = {}
+    for line in text.splitlines():
+        fields = line.split()
+        if "lladdr" in fields:
+            table[fields[0]] = (fields[fields.index("lladdr") + 1], fields[-1])
+    return table
+
+
+@needs_root
+def test_planned_peers_and_the_bridge_are_permanent_neighbours() -> None:
+    # Resolved in advance, outside the machine's ARP limit: nothing to overflow.
+    run = NamespaceNetwork(3, pairs=[(0, 1)])
+    try:
+        run.create()
+        node0 = neighbours("-n", run.namespace(0))
+        assert node0[run.gateway] == (run.mac(None), "PERMANENT")
+        assert node0[run.address(1)] == (run.mac(1), "PERMANENT")
+        assert run.address(2) not in node0  # not a planned peer: resolved if ever needed
+        assert neighbours("-n", run.namespace(1))[run.address(0)] == (run.mac(0), "PERMANENT")
+        bridge = neighbours(device=run.bridge)
+        assert {bridge[run.address(i)] for i in range(3)} == {
+            (run.mac(i), "PERMANENT") for i in range(3)
+        }
+    finally:
+        problems = run.remove()
+    assert problems == []
+    assert leftovers(run) == []
+    assert run.address(0) not in neighbours()  # gone with the bridge
+
+
 @needs_root
 def test_a_half_made_network_is_still_removed() -> None:
     run = NamespaceNetwork(2)
@@ -152,11 +202,7 @@ def test_a_half_made_network_is_still_removed() -> None:
 
 @pytest.mark.e2e
 @needs_root
-async def test_a_network_in_namespaces_learns_real_addresses(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # A run id of its own, so that what it leaves is told from other runs on the machine.
-    monkeypatch.setattr(secrets, "token_hex", lambda _: "e2e4")
+async def test_a_network_in_namespaces_learns_real_addresses(tmp_path: Path) -> None:
     out = io.StringIO()
     settings = NetworkSettings(
         nodes=4, topology="ring", duration=1.0, rate=50.0, results=tmp_path, netns=True
@@ -181,8 +227,10 @@ async def test_a_network_in_namespaces_learns_real_addresses(
     assert "127.0.0.1" not in cached
     state = json.loads((tmp_path / "node-1" / "state.json").read_text())
     assert {c["listen_address"].rsplit(":", 1)[0] for c in state["connections"]} <= set(hosts)
-    found, links = list_leftovers()  # the run removed its namespaces, veths and bridge
-    assert [name for name in found + links if name.startswith(f"{PREFIX}e2e4")] == []
+    # The run removed its namespaces, veths and bridge (other runs' may come and go).
+    prefix = outcome.summary["namespaces"]["prefix"]
+    found, links = list_leftovers()
+    assert [name for name in found + links if name.startswith(prefix)] == []
 
 
 @pytest.mark.e2e
@@ -206,7 +254,13 @@ def test_cleanup_removes_what_a_killed_run_left(tmp_path: Path) -> None:
                 if (record := read_ready_file(results / f"node-{i}")) is not None
             ]
             time.sleep(0.1)
-        before = {name for names in list_leftovers() for name in names}
+        identified = subprocess.run(
+            ["ip", "netns", "identify", str(pids[0])], capture_output=True, text=True, check=True
+        )
+        prefix = identified.stdout.strip()[: namespaces.PREFIX_LENGTH]
+        assert namespaces.owner(prefix) == controller.pid
+        assert main(["testnet", "--cleanup"]) == 0  # its controller runs: left alone
+        before = ours(prefix)
         assert len([n for n in before if "-n" in n]) >= 3
         controller.kill()
         controller.wait()
@@ -214,10 +268,9 @@ def test_cleanup_removes_what_a_killed_run_left(tmp_path: Path) -> None:
         if controller.poll() is None:
             controller.kill()
             controller.wait()
-    after = {name for names in list_leftovers() for name in names}
-    assert after >= before  # killed: nothing was removed
+    assert ours(prefix) >= before  # killed: nothing was removed
     assert main(["testnet", "--cleanup"]) == 0
-    assert list_leftovers() == ([], [])
+    assert ours(prefix) == set()
     deadline = time.monotonic() + 10
     while any(running(pid) for pid in pids):
         assert time.monotonic() < deadline, "a node outlived the cleanup"

@@ -192,7 +192,7 @@ def test_removal_stops_a_process_that_holds_a_namespace_open() -> None:
 
 @needs_root
 async def test_a_socket_made_in_a_namespace_has_its_address() -> None:
-    network = NamespaceNetwork(2, neighbours={0: [1], 1: [0]})
+    network = NamespaceNetwork(2, pairs=[(0, 1)])
     try:
         await trio.to_thread.run_sync(network.create)
         install_socket_factory()

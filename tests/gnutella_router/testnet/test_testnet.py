@@ -20,6 +20,7 @@ from gnutella_router.cli.main import build_parser, main
 from gnutella_router.discovery.gwebcache import fetch_hosts
 from gnutella_router.testnet.cache import HostCacheService
 from gnutella_router.testnet.network import LocalNetwork, run_network
+from gnutella_router.testnet.nodes import LocalNode
 from gnutella_router.testnet.settings import NetworkSettings
 from gnutella_router.testnet.topology import Topology, plan_topology, sink_nodes
 
@@ -117,20 +118,24 @@ async def test_host_cache_serves_the_nodes_in_v2_format() -> None:
 
 
 @pytest.mark.e2e
-async def test_host_cache_holds_requests_until_the_network_listens() -> None:
-    cache = HostCacheService(plan_topology("star", 2))
+async def test_host_cache_holds_a_request_briefly_and_answers_it_when_it_opens() -> None:
+    cache = HostCacheService(plan_topology("star", 2), hold=0.3)
     async with trio.open_nursery() as nursery:
         await nursery.start(cache.serve)
+        cache.publish_node(0, ("127.0.0.1", 9001))
+        with trio.fail_after(3):  # the hold runs out: nobody listed, the router asks again
+            assert (await fetch_hosts(cache.url(1), timeout=5)).hosts == ()
+        cache.hold = 30.0
         answers: list[object] = []
 
         async def ask() -> None:
-            answers.append((await fetch_hosts(cache.url(1), timeout=5)).hosts)
+            answers.append((await fetch_hosts(cache.url(1), timeout=40)).hosts)
 
         nursery.start_soon(ask)
         await trio.sleep(0.2)
-        assert answers == []
-        cache.publish([("127.0.0.1", 9001), ("127.0.0.1", 9002)])
-        with trio.fail_after(5):
+        assert answers == []  # held ...
+        cache.open()
+        with trio.fail_after(3):  # ... and answered as soon as the cache opens
             while not answers:
                 await trio.sleep(0.01)
         assert answers == [(("127.0.0.1", 9001),)]
@@ -212,6 +217,43 @@ async def test_idle_network_stays_up_until_stopped(tmp_path: Path) -> None:
     assert outcome.summary["load"] is None
     assert outcome.summary["stopped"] is True
     assert (tmp_path / "node-1" / "state.json").exists()
+
+
+@pytest.mark.e2e
+async def test_a_link_outside_the_plan_is_counted_apart_everywhere(tmp_path: Path) -> None:
+    network = LocalNetwork(
+        NetworkSettings(nodes=3, topology="star", duration=0, results=tmp_path),
+        out=io.StringIO(),
+    )
+
+    async def stray_when_formed() -> None:
+        with trio.fail_after(15):
+            while network.phase != "up":
+                await trio.sleep(0.05)
+        node1, node2 = network.nodes[1], network.nodes[2]
+        assert isinstance(node1, LocalNode)
+        assert node1.daemon is not None
+        assert node2.address is not None
+        await node1.daemon.add_peer(*node2.address)  # node 1 -> node 2: not planned
+        await network.refresh()
+        state = network.snapshot()
+        assert state.formed  # every planned link is still up ...
+        assert state.outside_plan == ((1, 2),)  # ... and the stray is counted apart
+        assert "links 2/2 (+1 outside the plan)" in network.status_line()
+        with trio.fail_after(10):  # a connectivity sample counts it too
+            while not any(s.links_outside_plan for s in network.overlay.connectivity):
+                await trio.sleep(0.1)
+        network.request_stop()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(stray_when_formed)
+        with trio.fail_after(40):
+            outcome = await network.run()
+    assert outcome.ok, outcome.error
+    assert outcome.summary["formation"]["outside_plan"] == []  # at formation: none yet
+    rows = (tmp_path / "connectivity.csv").read_text().splitlines()
+    column = rows[0].split(",").index("links_outside_plan")
+    assert any(row.split(",")[column] == "1" for row in rows[1:])
 
 
 @pytest.mark.e2e
@@ -393,30 +435,18 @@ def test_signals_on_a_running_testnet(tmp_path: Path) -> None:
 
 
 @pytest.mark.e2e
-async def test_pages_wait_until_every_node_started_then_answer_at_once() -> None:
-    # A page answered in part lets a node dial strangers it hears of from its first
-    # neighbours' pongs: nothing is answered until the cache is opened.
-    cache = HostCacheService(plan_topology("ring", 3), hold=10)
+async def test_pages_list_the_planned_peers_that_listen_once_every_node_started() -> None:
+    # Until every node has started (leaves join their ultrapeers then), no page lists
+    # anyone; then each lists the planned peers that listen, and a node that left is
+    # dropped from its neighbours' pages at once.
+    cache = HostCacheService(plan_topology("ring", 3), hold=0.1)
     async with trio.open_nursery() as nursery:
         await nursery.start(cache.serve)
-        answers: dict[int, object] = {}
-
-        async def ask(node: int) -> None:
-            answers[node] = (await fetch_hosts(cache.url(node), timeout=15)).hosts
-
-        nursery.start_soon(ask, 1)
-        cache.publish_node(2, ("127.0.0.1", 9002))  # all node 1 dials: not enough
-        await trio.sleep(0.3)
-        assert answers == {}
+        cache.publish_node(2, ("127.0.0.1", 9002))
+        assert (await fetch_hosts(cache.url(1), timeout=5)).hosts == ()
         cache.publish_node(0, ("127.0.0.1", 9000))
         cache.open()
-        with trio.fail_after(5):
-            while 1 not in answers:
-                await trio.sleep(0.01)
-        assert answers[1] == (("127.0.0.1", 9002),)
-
+        assert (await fetch_hosts(cache.url(1), timeout=5)).hosts == (("127.0.0.1", 9002),)
         cache.publish_node(0, None)  # node 0 left (churn): node 2 is told so at once
-        with trio.fail_after(2):
-            await ask(2)
-        assert answers[2] == ()
+        assert (await fetch_hosts(cache.url(2), timeout=5)).hosts == ()
         nursery.cancel_scope.cancel()
