@@ -15,6 +15,7 @@ from gnutella_router.cli.interrupt import INTERRUPTED
 from gnutella_router.config import ConfigError, parse_host_port
 from gnutella_router.run_folder import Manifest, RunFolderError, start_run
 from gnutella_router.testnet.churn import ChurnSettings
+from gnutella_router.testnet.emulated_links import parse_delay
 from gnutella_router.testnet.leaves import LeafSettings
 from gnutella_router.testnet.settings import (
     AUTO_PROCESSES_ABOVE,
@@ -51,7 +52,7 @@ def add_testnet_parser(commands: argparse._SubParsersAction[argparse.ArgumentPar
         default=None,
         metavar="N",
         help="routers (default 5, or as many as --topology-file has; at most 500 in one "
-        "process, 300 as processes)",
+        "process, 300 as processes, 2000 with --routers-per-process, 1023 with --netns)",
     )
     mode = testnet.add_mutually_exclusive_group()
     mode.add_argument(
@@ -70,13 +71,24 @@ def add_testnet_parser(commands: argparse._SubParsersAction[argparse.ArgumentPar
         const="in-process",
         help=f"run every node in this process (default up to {AUTO_PROCESSES_ABOVE} nodes)",
     )
+    mode.add_argument(
+        "--routers-per-process",
+        type=int,
+        default=None,
+        metavar="K",
+        help="run the routers K to an OS process (about 2 MiB a router instead of a "
+        "process's 43 MiB); with --netns each still has an address of its own, its sockets "
+        "made in its own namespace; each node's config is in its node-I folder and each "
+        "process's log in host-J.log",
+    )
     testnet.set_defaults(mode="auto")
     testnet.add_argument(
         "--netns",
         action="store_true",
         help="Linux, as root: every node in a network namespace of its own with its own "
         "address on a private bridge (a /16 of 10.64.0.0/10); namespaces, veths and "
-        "bridge are named grtXXXX* and removed when the run ends (implies --processes)",
+        "bridge are named grtXXXX* and removed when the run ends (implies --processes "
+        "unless --routers-per-process is given)",
     )
     testnet.add_argument(
         "--cleanup",
@@ -172,6 +184,22 @@ def add_testnet_parser(commands: argparse._SubParsersAction[argparse.ArgumentPar
         metavar="FILE",
         help="the planned graph from a file instead: an edge list (two node names per "
         "line, # comments) or GraphML (.graphml); it must be connected",
+    )
+    testnet.add_argument(
+        "--link-delay",
+        metavar="MS[,JITTER]",
+        help="every planned link's one-way delay in milliseconds, give or take JITTER: "
+        "by netem where the kernel has it (with --netns), else by the routers holding "
+        "their writes ([emulation], shown in their /stats); a GraphML topology file's "
+        "own delay/jitter edge attributes win (default none)",
+    )
+    testnet.add_argument(
+        "--link-bandwidth",
+        type=float,
+        metavar="KBPS",
+        help="every planned link's rate each way in kbit/s, shaped with tc's tbf in the "
+        "nodes' namespaces (needs --netns); a GraphML topology file's own bandwidth "
+        "(kbit/s) or LinkSpeedRaw (bit/s) edge attributes win (default none)",
     )
     testnet.add_argument(
         "--degree",
@@ -287,6 +315,7 @@ def cmd_testnet(args: argparse.Namespace) -> int:
             print(f"gnutella-router testnet: {exc}", file=sys.stderr)
             return 2
     try:
+        delay, jitter = (0.0, 0.0) if args.link_delay is None else parse_delay(args.link_delay)
         nodes = 5 if args.nodes is None else args.nodes
         if args.topology_file is not None and args.nodes is None:
             nodes = load_topology(args.topology_file).nodes
@@ -306,6 +335,7 @@ def cmd_testnet(args: argparse.Namespace) -> int:
             seed=args.random_seed,
             form_timeout=args.form_timeout,
             mode=args.mode,
+            routers_per_process=args.routers_per_process,
             netns=args.netns,
             servent=args.servent,
             servents=args.servents,
@@ -314,6 +344,9 @@ def cmd_testnet(args: argparse.Namespace) -> int:
             if args.churn is None
             else ChurnSettings.parse(args.churn, kill=args.churn_kill),
             on_node_failure=args.on_node_failure,
+            link_delay_ms=delay,
+            link_jitter_ms=jitter,
+            link_bandwidth_kbps=args.link_bandwidth,
             console=args.console or args.console_script is not None,
             console_script=args.console_script,
             leaves=None

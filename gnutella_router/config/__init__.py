@@ -4,7 +4,7 @@ Theory of operation
 -------------------
 Settings come in tables (``[node]``, ``[network]``, ``[slow_peer]``, ``[router]``,
 ``[catcher]``, ``[log]``, ``[trace]``, ``[governor]``, ``[batching]``, ``[shedding]``,
-``[abuse]``, ``[admin]``, ``[profiler]``), one frozen msgspec struct each
+``[abuse]``, ``[admin]``, ``[profiler]``, ``[emulation]``), one frozen msgspec struct each
 (:mod:`.sections`, where the tables' classes are imported from), gathered in
 :class:`Config`; what each setting means is said in ``docs/router.example.toml``.
 Precedence, lowest first: the built-in defaults, the file, then overrides given as

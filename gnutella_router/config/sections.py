@@ -13,6 +13,7 @@ loaded, and by ``__post_init__`` when built directly or with
 from __future__ import annotations
 
 import ipaddress
+import math
 import re
 import sys
 import urllib.parse
@@ -446,6 +447,64 @@ class ProfilerConfig(Section, frozen=True):
     export: PathText = "profile.json"
 
 
+class EmulationConfig(Section, frozen=True):
+    """Emulated link delay for test networks (:mod:`gnutella_router.net.link_emulation`):
+    writes to peers are held for their link's delay. Off by default."""
+
+    enabled: bool = False
+    delay_ms: Annotated[float, Meta(ge=0, le=60_000)] = 0.0
+    jitter_ms: Annotated[float, Meta(ge=0, le=60_000)] = 0.0
+    links: Annotated[
+        tuple[str, ...],
+        _says('a list of "HOST:PORT=DELAY_MS[,JITTER_MS]" or "HOST=DELAY_MS[,JITTER_MS]"'),
+    ] = ()
+    held_bytes: Annotated[int, Meta(ge=64 * 1024, le=1 << 30)] = 1024 * 1024
+
+    def _check(self) -> None:
+        for link in self.links:
+            try:
+                parse_link(link)
+            except ValueError as exc:
+                raise self._fail("links", str(exc)) from None
+
+
+def parse_link(text: str) -> tuple[str, int | None, float, float]:
+    """An ``[emulation] links`` entry, ``"HOST:PORT=DELAY_MS[,JITTER_MS]"`` or
+    ``"HOST=..."``: the host (one spelling per address), the port (None for any), the
+    delay and the jitter in milliseconds.
+
+    Raises:
+        ValueError: the text is none of those (the message says what is wrong).
+    """
+    where, equals, amounts = text.partition("=")
+    where = where.strip()
+    if not equals or not where:
+        raise ValueError(f"{text!r} is not HOST:PORT=DELAY_MS[,JITTER_MS]")
+    numbers = amounts.split(",")
+    if len(numbers) > 2:
+        raise ValueError(f"{text!r}: at most a delay and a jitter, in milliseconds")
+    try:
+        values = [float(n) for n in numbers]
+    except ValueError:
+        raise ValueError(f"{text!r}: the delay and jitter must be milliseconds") from None
+    if not all(math.isfinite(v) and 0 <= v <= 60_000 for v in values):
+        raise ValueError(f"{text!r}: delay and jitter must be from 0 to 60000 ms")
+    jitter = values[1] if len(values) > 1 else 0.0
+    try:
+        host, port = parse_host_port(where, key="", allow_port_zero=False)
+    except ConfigError:
+        return host_spelling(where.strip("[]")), None, values[0], jitter
+    return host_spelling(host), port, values[0], jitter
+
+
+def host_spelling(host: str) -> str:
+    """An address in one spelling (``::1`` and ``0:0::1`` are one host)."""
+    try:
+        return str(ipaddress.ip_address(host))
+    except ValueError:
+        return host.lower()
+
+
 class Config(Section, frozen=True):
     """Every setting of the daemon, checked; build it with :func:`.load_config`."""
 
@@ -462,6 +521,7 @@ class Config(Section, frozen=True):
     abuse: AbuseConfig = msgspec.field(default_factory=AbuseConfig)
     admin: AdminConfig = msgspec.field(default_factory=AdminConfig)
     profiler: ProfilerConfig = msgspec.field(default_factory=ProfilerConfig)
+    emulation: EmulationConfig = msgspec.field(default_factory=EmulationConfig)
 
     def _check(self) -> None:
         _ = self.admin_address  # a derived admin port must exist

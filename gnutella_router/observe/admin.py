@@ -139,7 +139,7 @@ ENDPOINTS = {
     "/connections": "live connections: peer, capabilities, queues, counters",
     "/qrp": "QRP tables of leaves and ultrapeers; ?keyword=WORD: who would get it",
     "/stages": "stage queues, worker pools and the thread governor",
-    "/stats": "router counters by type and drop reason, server and catcher",
+    "/stats": "router counters by type and drop reason, server, catcher, link emulation",
     "/holds": "peers held down by the operator (POST /peers/hold), and whether offline",
     "/dump": "everything above, with identity and configuration; ?limit=N",
     "/metrics": "Prometheus text exposition",

@@ -497,13 +497,16 @@ def dump_stages(daemon: RouterView) -> dict[str, object]:
 
 def dump_stats(daemon: RouterView) -> dict[str, object]:
     """The counters: the router's by message type and drop reason, the server's, the
-    catcher's, and the trace recorder's when one runs."""
+    catcher's, the trace recorder's when one runs, and the link emulation's when it is
+    on (its writes are held on purpose: :mod:`gnutella_router.net.link_emulation`)."""
     recorder = daemon.recorder
+    emulation = daemon.server.link_emulation
     return {
         "router": jsonable(daemon.router.statistics()),
         "server": jsonable(daemon.server.statistics()),
         "catcher": jsonable(daemon.catcher.statistics()),
         "recorder": None if recorder is None else jsonable(recorder.statistics()),
+        "link_emulation": None if emulation is None else jsonable(emulation.statistics()),
     }
 
 

@@ -51,6 +51,7 @@ from gnutella_router.logs import RateLimitedWarnings
 from gnutella_router.net.connection import Connection, FrameTap, format_address
 from gnutella_router.net.connection_table import ConnectionTable
 from gnutella_router.net.handshaking import next_handshake_event
+from gnutella_router.net.link_emulation import LinkEmulation, wrap_stream
 from gnutella_router.net.listening import open_listeners
 from gnutella_router.net.outbox import Outbox
 from gnutella_router.net.outqueue import OutgoingQueue
@@ -209,6 +210,8 @@ class GnutellaServer:
         )
         """Makes a connection's abuse meter, at the peer's first offence (None: no kicks)."""
         self._shared_values: dict[object, object] = {}
+        self.link_emulation = LinkEmulation.from_config(config.emulation, self.log)
+        """Emulated link delay (test networks only); None when off."""
         self._nursery: trio.Nursery | None = None
         self._listeners: list[trio.SocketListener] = []
         self._handshaking = 0
@@ -674,7 +677,13 @@ class GnutellaServer:
             if role == "incoming" and listen is not None:  # Listen-IP, X-My-Address, Node
                 self.on_hosts_learned([listen], "listen-ip", peer[0])
         return Connection(
-            stream=stream,
+            stream=wrap_stream(
+                self.link_emulation,
+                stream,
+                listen=complete.peer.listen_address if role == "incoming" else peer,
+                peer=peer,
+                nursery=self._nursery,
+            ),
             peer=peer,
             role=role,
             capabilities=self._shared_capabilities(complete.peer),

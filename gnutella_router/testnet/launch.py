@@ -7,8 +7,9 @@ run's token), the run's GWebCache page that lists whom it dials, the servents an
 dials too, and limits that fit a test network (every peer comes from one address on
 loopback). It starts the foreign servents first, then the routers, several at once
 (forked from the fork server, :mod:`.forks`, when there is one: then a start costs
-milliseconds; else a few at a time, since Python's start-up is CPU work), and publishes
-each router in the cache as soon as it listens.
+milliseconds; in host processes shared by several routers, :mod:`.shared`, a start is
+a few milliseconds too; else a few at a time, since Python's start-up is CPU work), and
+publishes each router in the cache as soon as it listens.
 
 How the planned links come up, whatever the order the routers start in: each router
 dials only its planned peers (``catcher.learn_from_peers`` off: the hosts its
@@ -36,17 +37,20 @@ from gnutella_router.net.connection import format_address
 from gnutella_router.testnet.cache import HostCacheService
 from gnutella_router.testnet.children import ChildNode, ServentNode
 from gnutella_router.testnet.churn import LEAVE, ChurnSettings, churn_schedule
+from gnutella_router.testnet.emulated_links import LinkPlan
 from gnutella_router.testnet.forks import ForkServer
 from gnutella_router.testnet.leaves import leaves_per_node
 from gnutella_router.testnet.namespaces import NamespaceNetwork
 from gnutella_router.testnet.nodes import LocalNode, NetworkNode, NodeError, NodeFailure
 from gnutella_router.testnet.servents import ServentSet, free_router_port
 from gnutella_router.testnet.settings import (
+    SHARED_STARTING_AT_ONCE,
     STARTING_AT_ONCE,
     STOP_TIMEOUT,
     NetworkError,
     NetworkSettings,
 )
+from gnutella_router.testnet.shared import HostPool, SharedNode
 from gnutella_router.testnet.topology import MAX_REMOTE_SINKS, Topology
 
 LOOPBACK = "127.0.0.1"
@@ -84,6 +88,7 @@ class Launcher:
         failures: list[NodeFailure],
         on_failure: Callable[[NodeFailure], None],
         note: Callable[[str], None],
+        link_plan: LinkPlan | None = None,
     ) -> None:
         self.settings = settings
         self.mode = settings.node_mode
@@ -95,10 +100,21 @@ class Launcher:
         self.failures = failures
         self.on_failure = on_failure
         self.note = note
+        self.link_plan = link_plan or LinkPlan(topology)
+        """Emulated links (:mod:`.emulated_links`): the routers' share of them goes into
+        their configurations."""
+        if namespaces is None and settings.base_port is None:
+            self.link_plan.choose_ports(settings.nodes)
         self.admin_token = secrets.token_hex(16)
         """Every node's admin token: control (the console) needs one, and admin
         interfaces beyond loopback (in namespaces) take requests with it only."""
         self.nodes: list[NetworkNode] = []
+        self.shared = (
+            HostPool(settings.routers_per_process, settings.results)
+            if settings.routers_per_process is not None
+            else None
+        )
+        """``shared`` mode: the host processes the routers run in (:mod:`.shared`)."""
         self.leaf_slots = dict.fromkeys(range(settings.nodes), 0) | leaves_per_node(
             settings.leaf_count, settings.ultrapeers(topology)
         )
@@ -141,10 +157,15 @@ class Launcher:
                 ],
             }
         else:
-            port = 0 if settings.base_port is None else settings.base_port + index
+            port = (
+                self.link_plan.ports.get(index, 0)
+                if settings.base_port is None
+                else settings.base_port + index
+            )
             where = format_address(*listen) if listen is not None else f"{LOOPBACK}:{port}"
             # The admin default, the node's port + 1, is the next node's port.
             extra |= {"node.listen": where, "admin.listen": f"{LOOPBACK}:0"}
+        extra |= self.link_plan.node_overrides(index, self.planned_address)
         return load_config(
             None,
             {
@@ -169,7 +190,25 @@ class Launcher:
             },
         )
 
+    def planned_address(self, index: int) -> tuple[str, int] | None:
+        """Where node ``index`` will listen, when that is known before it starts."""
+        if self.namespaces is not None:
+            return self.namespaces.address(index), NAMESPACE_PORT
+        if self.settings.base_port is not None:
+            return LOOPBACK, self.settings.base_port + index
+        port = self.link_plan.ports.get(index)
+        return None if port is None else (LOOPBACK, port)
+
     def new_node(self, index: int, limiter: trio.CapacityLimiter) -> NetworkNode:
+        if self.shared is not None:
+            return SharedNode(
+                index,
+                self.node_dir(index),
+                self.shared.host_for(index),
+                namespace=None if self.namespaces is None else self.namespaces.namespace(index),
+                on_failure=self.on_failure,
+                start_timeout=self.settings.formation_timeout,
+            )
         if self.mode == "processes":
             namespaces = self.namespaces
             forked = self.forks is not None
@@ -202,10 +241,12 @@ class Launcher:
             await self.start_servents(nursery)
         admin_threads = trio.CapacityLimiter(16)
         self.nodes = [self.new_node(i, admin_threads) for i in range(self.settings.nodes)]
-        if self.mode != "processes":
-            at_once = trio.Semaphore(1)  # each start is CPU work on this very thread
-        else:
+        if self.mode == "shared":
+            at_once = trio.Semaphore(SHARED_STARTING_AT_ONCE)
+        elif self.mode == "processes":
             at_once = trio.Semaphore(FORKED_AT_ONCE if self.forks else STARTING_AT_ONCE)
+        else:
+            at_once = trio.Semaphore(1)  # each start is CPU work on this very thread
         errors: list[str] = []
 
         async def start(node: NetworkNode) -> None:

@@ -13,30 +13,38 @@ carry one address and differ only in ports, which is not how an overlay looks. W
   namespaces get no default route, so their traffic stays on the bridge;
 * node i gets namespace ``grtXXXX-n<i>`` with loopback up and one end of a veth pair
   (``grtXXXXh<i>`` on the bridge, ``eth0`` inside) addressed ``.<(i+2)//256>.<(i+2)%256>``,
-  so every node listens on the same port at an address of its own, as hosts do.
+  so every node listens on the same port at an address of its own, as hosts do;
+* neighbour (ARP) entries are written ahead, permanent: the bridge's for every node, and
+  each node's for the bridge and for the hosts it is planned to talk to (``pairs``: its
+  planned peers, and the servents linked with it).
 
-Every address's link-layer address is fixed in advance (:meth:`NamespaceNetwork.mac`),
-so the run writes the neighbour entries its hosts need as permanent ones: each node
-knows the bridge's address and its planned peers' (``pairs``), and the bridge knows
-every node's. The kernel keeps one ARP table for every namespace of the machine and
-drops new entries past ``net.ipv4.neigh.default.gc_thresh3`` (1024 by default), which
-200 nodes that each resolve the bridge and a few peers, plus the bridge resolving 200
-nodes, would pass: connects then fail for want of an address ("neighbor table
-overflow"). Permanent entries are not counted against that limit (Linux 4.20 and
-later) and go with the namespaces and the bridge, so nothing is changed on the
-machine; any other peer is still resolved the usual way.
+Every address's link-layer address is fixed in advance, drawn from the run's id and the
+node's index (:meth:`NamespaceNetwork.mac`), so that those entries can be written before
+anyone speaks. The kernel keeps one neighbour table for every namespace of the machine
+and drops new entries past ``net.ipv4.neigh.default.gc_thresh3`` (1024 by default),
+which 200 nodes that each resolve the bridge and a few peers, plus the bridge resolving
+200 nodes, would pass: connects then fail for want of an address ("neighbor table
+overflow"), and a thousand nodes would fail at once. Permanent entries are not counted
+against that limit (Linux 4.20 and later) and go with the namespaces and the bridge, so
+nothing is changed on the machine; any other peer is still resolved the usual way.
 
 ``XXXX`` is four hex digits drawn per run: two runs on one machine do not collide, and
 everything a run made carries its prefix, so :func:`remove_leftovers` (``testnet
 --cleanup``) can find what a run killed with ``kill -9`` left behind, and nothing else.
-The bridge's alias names the controller's pid; a run whose controller still runs is
-no leftover, and ``--cleanup`` leaves it alone (several runs may share a machine).
+The bridge's alias names the controller's pid (:func:`owner`); a run whose controller
+still runs is no leftover, and ``--cleanup`` leaves it alone (several runs may share a
+machine).
 :meth:`NamespaceNetwork.remove` deletes the namespaces (which takes their veths) and
 the bridge; it is called on every exit path of a run, and it stops first any process
-still inside one of the run's namespaces.
+still inside one of the run's namespaces or holding one open (a process that runs
+several routers opens their sockets in their namespaces from its own:
+:mod:`gnutella_router.net.namespace_sockets`), found by reading ``/proc``.
 
-All of it is done with ``ip`` from iproute2; the commands a run issues are kept in
-order (:attr:`NamespaceNetwork.commands`) for the log.
+All of it is done with ``ip`` from iproute2, in batches (``ip -batch``: one process for
+all the links, one per namespace for its inside, one for all the deletions), so that a
+thousand nodes are set up and taken down in seconds; the commands a run issues are kept
+in order (:attr:`NamespaceNetwork.commands`) for the log. A Linux bridge takes at most
+:data:`MAX_BRIDGE_PORTS` ports, so a run has at most that many nodes and servents.
 """
 
 from __future__ import annotations
@@ -51,19 +59,25 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 PREFIX = "grt"
 NAME_PATTERN = re.compile(r"^grt[0-9a-f]{4}(?:br|h\d+|-n\d+)$")
 """Every bridge, veth and namespace name a run makes, and no other."""
 POOL = ipaddress.IPv4Network("10.64.0.0/10")
-MAX_NODES = 65_000
 INNER_INTERFACE = "eth0"
 IP_TIMEOUT = 20.0
+VETH_GONE_SECONDS = 20.0
+"""Longest wait for the kernel to take a deleted namespace's veth with it."""
+NETNS_DIRECTORY = Path("/run/netns")
 OWNER_ALIAS = "gnutella-router testnet, controller pid "
 """The start of the alias of a run's bridge; the controller's pid follows."""
 PREFIX_LENGTH = len(PREFIX) + 4
+"""``grtXXXX``: the part of a name that says which run it belongs to."""
+MAX_BRIDGE_PORTS = 1023
+"""A Linux bridge takes at most 1023 ports (port numbers are 10 bits, 0 is reserved):
+one run's nodes and servents together, each with a veth on the run's bridge."""
 
 
 class NamespaceError(Exception):
@@ -80,21 +94,49 @@ def check_available() -> None:
         raise NamespaceError("--netns needs the ip command from iproute2")
 
 
-def _ip(*arguments: str, check: bool = True, stdin: str | None = None) -> str:
+def _ip(*arguments: str, check: bool = True) -> str:
     try:
         done = subprocess.run(
-            ["ip", *arguments],
-            input=stdin,
-            capture_output=True,
-            text=True,
-            timeout=IP_TIMEOUT,
-            check=False,
+            ["ip", *arguments], capture_output=True, text=True, timeout=IP_TIMEOUT, check=False
         )
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise NamespaceError(f"ip {' '.join(arguments)}: {exc}") from exc
     if check and done.returncode != 0:
         raise NamespaceError(f"ip {' '.join(arguments)}: {done.stderr.strip() or done.returncode}")
     return done.stdout
+
+
+def _ip_batch(lines: Sequence[str], where: Sequence[str] = (), *, force: bool = False) -> None:
+    """Several ``ip`` commands in one process (``ip -batch``); ``where`` goes before
+    them (``("-n", NAME)``: inside a namespace); ``force`` goes on past failures."""
+    if not lines:
+        return
+    arguments = ["ip", *where, *(["-force"] if force else []), "-batch", "-"]
+    try:
+        done = subprocess.run(
+            arguments,
+            input="\n".join(lines) + "\n",
+            capture_output=True,
+            text=True,
+            timeout=IP_TIMEOUT + len(lines) * 0.05,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise NamespaceError(f"{' '.join(arguments)}: {exc}") from exc
+    if done.returncode != 0 and not force:
+        raise NamespaceError(f"{' '.join(arguments)}: {done.stderr.strip() or done.returncode}")
+
+
+def _run_links() -> list[str]:
+    """Links named as runs name theirs."""
+    links = []
+    for line in _ip("-o", "link", "show", check=False).splitlines():
+        parts = line.split(":", 2)
+        if len(parts) >= 2:
+            name = parts[1].strip().split("@")[0]
+            if NAME_PATTERN.match(name):
+                links.append(name)
+    return links
 
 
 def _used_networks() -> list[ipaddress.IPv4Network]:
@@ -120,21 +162,34 @@ class NamespaceNetwork:
     """One run's bridge and namespaces; see the module docstring."""
 
     def __init__(
-        self, nodes: int, *, run_id: str | None = None, pairs: Iterable[tuple[int, int]] = ()
+        self,
+        nodes: int,
+        *,
+        run_id: str | None = None,
+        pairs: Iterable[tuple[int, int]] = (),
+        after_create: Callable[[NamespaceNetwork], None] | None = None,
     ) -> None:
-        if not 1 <= nodes <= MAX_NODES:
-            raise NamespaceError(f"--netns takes 1 to {MAX_NODES} nodes")
+        """``pairs`` are the hosts (by index) that will talk to each other: both get
+        permanent neighbour entries for the other (see :meth:`create`). ``after_create``
+        is called at the end of :meth:`create` (to put qdiscs into the namespaces, say)."""
+        if not 1 <= nodes <= MAX_BRIDGE_PORTS:
+            raise NamespaceError(
+                f"--netns takes 1 to {MAX_BRIDGE_PORTS} nodes and servents in all (a Linux "
+                f"bridge has at most {MAX_BRIDGE_PORTS} ports), not {nodes}"
+            )
         self.nodes = nodes
         self.peers: dict[int, set[int]] = {}
         """For each node, the nodes it will talk to (both ways of each pair)."""
         for a, b in pairs:
             if not (0 <= a < nodes and 0 <= b < nodes):
                 raise NamespaceError(f"a pair of nodes outside 0..{nodes - 1}: {a}, {b}")
-            self.peers.setdefault(a, set()).add(b)
-            self.peers.setdefault(b, set()).add(a)
+            if a != b:
+                self.peers.setdefault(a, set()).add(b)
+                self.peers.setdefault(b, set()).add(a)
         self.run_id = run_id or secrets.token_hex(2)
         self.prefix = f"{PREFIX}{self.run_id}"
         self.bridge = f"{self.prefix}br"
+        self.after_create = after_create
         self.subnet: ipaddress.IPv4Network | None = None
         self.created: list[str] = []
         """Namespaces made so far (removed even when setting up failed half way)."""
@@ -158,7 +213,8 @@ class NamespaceNetwork:
 
     def mac(self, index: int | None) -> str:
         """The link-layer address of node ``index``'s ``eth0`` (None: the bridge's):
-        locally administered, and unique to the run and the node."""
+        locally administered, and unique to the run and the node, so that neighbour
+        entries can be written ahead."""
         run = int(self.run_id, 16)
         host = 0xFFFF if index is None else index
         return ":".join(
@@ -181,6 +237,10 @@ class NamespaceNetwork:
     def create(self) -> None:
         """Make the bridge and every node's namespace and veth, addressed and up.
 
+        The links are made by one ``ip -batch`` and each namespace's inside by one more
+        (``ip -n NAME -batch``): a thousand nodes take a few seconds, where a command
+        each took minutes.
+
         Raises:
             NamespaceError: an ``ip`` command failed; what was made is still recorded,
                 so :meth:`remove` takes it away.
@@ -193,57 +253,47 @@ class NamespaceNetwork:
         self._run("link", "set", self.bridge, "alias", f"{OWNER_ALIAS}{os.getpid()}")
         self._run("addr", "add", f"{self.gateway}/{length}", "dev", self.bridge)
         self._run("link", "set", self.bridge, "up")
+        # Recorded before they are made: a batch that fails half way leaves some.
+        self.created = [self.namespace(index) for index in range(self.nodes)]
+        outside = []
         for index in range(self.nodes):
-            namespace, outside = self.namespace(index), self.host_interface(index)
-            self._run("netns", "add", namespace)
-            self.created.append(namespace)
-            self._run(
-                "link", "add", outside, "type", "veth",
-                "peer", "name", INNER_INTERFACE, "address", self.mac(index), "netns", namespace,
-            )  # fmt: skip
-            self._run("link", "set", outside, "master", self.bridge, "up")
-            self._run("-n", namespace, "link", "set", "lo", "up")
-            self._run(
-                "-n", namespace, "addr", "add", f"{self.address(index)}/{length}",
-                "dev", INNER_INTERFACE,
-            )  # fmt: skip
-            self._run("-n", namespace, "link", "set", INNER_INTERFACE, "up")
-        self._add_neighbours()
-
-    def _add_neighbours(self) -> None:
-        """The permanent neighbour entries of the module docstring: one ``ip -batch`` on
-        the bridge's side, one in each namespace."""
-        entry = "neigh replace {} lladdr {} dev {} nud permanent"
-        bridge_side = [
-            entry.format(self.address(i), self.mac(i), self.bridge) for i in range(self.nodes)
-        ]
-        self._batch(None, bridge_side)
-        for index in range(self.nodes):
-            lines = [entry.format(self.gateway, self.mac(None), INNER_INTERFACE)]
-            lines += [
-                entry.format(self.address(peer), self.mac(peer), INNER_INTERFACE)
-                for peer in sorted(self.peers.get(index, ()))
+            namespace, veth = self.namespace(index), self.host_interface(index)
+            outside += [
+                f"netns add {namespace}",
+                f"link add {veth} type veth peer name {INNER_INTERFACE} "
+                f"address {self.mac(index)} netns {namespace}",
+                f"link set {veth} master {self.bridge} up",
+                f"neigh replace {self.address(index)} lladdr {self.mac(index)} "
+                f"dev {self.bridge} nud permanent",
             ]
-            self._batch(self.namespace(index), lines)
+        self._batch(outside)
+        gateway = f"neigh replace {self.gateway} lladdr {self.mac(None)}"
+        for index in range(self.nodes):
+            inside = [
+                "link set lo up",
+                f"addr add {self.address(index)}/{length} dev {INNER_INTERFACE}",
+                f"link set {INNER_INTERFACE} up",
+                f"{gateway} dev {INNER_INTERFACE} nud permanent",
+                *(
+                    f"neigh replace {self.address(other)} lladdr "
+                    f"{self.mac(other)} dev {INNER_INTERFACE} nud permanent"
+                    for other in sorted(self.peers.get(index, ()))
+                ),
+            ]
+            self._batch(inside, namespace=self.namespace(index))
+        if self.after_create is not None:
+            self.after_create(self)
 
-    def _batch(self, namespace: str | None, lines: Sequence[str]) -> None:
+    def _batch(self, lines: Sequence[str], *, namespace: str | None = None) -> None:
         where = () if namespace is None else ("-n", namespace)
-        self.commands.extend(" ".join(("ip", *where, line)) for line in lines)
-        _ip(*where, "-batch", "-", stdin="\n".join(lines) + "\n")
+        for line in lines:
+            self.commands.append(" ".join(("ip", *where, line)))
+        _ip_batch(lines, where)
 
     def remove(self) -> list[str]:
         """Stop what still runs in the namespaces, then delete them and the bridge;
         problems met on the way (each a sentence), never an exception."""
-        problems = []
-        for namespace in reversed(self.created):
-            problems += _remove_namespace(namespace)
-            # A namespace's veths go with it, but later, from a kernel work queue: the
-            # host side is deleted now so that nothing is left when this returns.
-            index = int(namespace.rsplit("-n", 1)[1])
-            with contextlib.suppress(NamespaceError):
-                _ip("link", "del", self.host_interface(index), check=False)
-            if _link_exists(self.host_interface(index)):
-                problems.append(f"veth {self.host_interface(index)} could not be deleted")
+        problems = _remove_namespaces(list(reversed(self.created)))
         self.created.clear()
         if self.bridge_made:
             with contextlib.suppress(NamespaceError):
@@ -261,27 +311,97 @@ def _link_exists(name: str) -> bool:
         return False
 
 
-def _remove_namespace(namespace: str, grace: float = 3.0) -> list[str]:
-    """Stop the processes inside (SIGTERM, then SIGKILL), then delete the namespace."""
-    problems = []
+def _remove_namespaces(namespaces: Sequence[str], grace: float = 3.0) -> list[str]:
+    """Stop the processes inside the namespaces or holding them open (SIGTERM, then
+    SIGKILL), delete the namespaces, and wait until their veths are gone; the problems
+    met, each a sentence."""
+    if not namespaces:
+        return []
+    problems: list[str] = []
+    pids = sorted(processes_in(namespaces))
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, sig)
+        deadline = time.monotonic() + grace
+        while pids and time.monotonic() < deadline:
+            pids = [p for p in pids if _alive(p)]
+            time.sleep(0.05)
+        if not pids:
+            break
+    problems += [f"process {pid} in a test network namespace did not stop" for pid in pids]
     try:
-        pids = [int(p) for p in _ip("netns", "pids", namespace, check=False).split()]
-        for sig in (signal.SIGTERM, signal.SIGKILL):
-            for pid in pids:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.kill(pid, sig)
-            deadline = time.monotonic() + grace
-            while pids and time.monotonic() < deadline:
-                pids = [p for p in pids if _alive(p)]
-                time.sleep(0.05)
-            if not pids:
-                break
-        _ip("netns", "del", namespace, check=False)
-        if namespace in list_namespaces():
-            problems.append(f"namespace {namespace} could not be deleted")
+        _ip_batch([f"netns del {namespace}" for namespace in namespaces], force=True)
     except NamespaceError as exc:
         problems.append(str(exc))
+    # A deleted namespace takes its veths with it, a moment later, from a kernel work
+    # queue that handles many namespaces at once (a thousand in about a second, where
+    # deleting the veths one by one takes a minute): wait for that, then delete what
+    # is still there, so that nothing is left when this returns.
+    veths = {veth for namespace in namespaces if (veth := _veth_of(namespace)) is not None}
+    deadline = time.monotonic() + VETH_GONE_SECONDS
+    left = veths & set(_run_links())
+    while left and time.monotonic() < deadline:
+        time.sleep(0.1)
+        left &= set(_run_links())
+    if left:
+        with contextlib.suppress(NamespaceError):
+            _ip_batch([f"link del {veth}" for veth in sorted(left)], force=True)
+        left &= set(_run_links())
+    problems += [f"veth {veth} could not be deleted" for veth in sorted(left)]
+    still = set(namespaces) & set(list_namespaces())
+    problems += [f"namespace {namespace} could not be deleted" for namespace in sorted(still)]
     return problems
+
+
+def _veth_of(namespace: str) -> str | None:
+    """The host side of a namespace's veth, by the names runs give them."""
+    prefix, separator, index = namespace.rpartition("-n")
+    return f"{prefix}h{index}" if separator and index.isdigit() else None
+
+
+def processes_in(namespaces: Sequence[str]) -> set[int]:
+    """Processes in any of ``namespaces``, or holding one open (a process that runs
+    several routers makes their sockets in their namespaces, from its own, and keeps
+    each namespace open: :mod:`gnutella_router.net.namespace_sockets`)."""
+    wanted: set[tuple[int, int]] = set()
+    for namespace in namespaces:
+        with contextlib.suppress(OSError):
+            found = os.stat(NETNS_DIRECTORY / namespace)
+            wanted.add((found.st_dev, found.st_ino))
+    holders: set[int] = set()
+    if not wanted:
+        return holders
+    me = os.getpid()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == me:
+            continue
+        with contextlib.suppress(OSError):  # gone, or not ours to read
+            if _same_file(entry / "ns" / "net", wanted) or any(
+                _same_file(descriptor, wanted)
+                for descriptor in (entry / "fd").iterdir()
+                if _may_be_namespace(descriptor)
+            ):
+                holders.add(int(entry.name))
+    return holders
+
+
+def _may_be_namespace(descriptor: Path) -> bool:
+    """Whether an open file may be a network namespace (read off its link, which is
+    cheap, before the file itself is looked at)."""
+    try:
+        target = os.readlink(descriptor)
+    except OSError:
+        return False
+    return target.startswith(("net:[", str(NETNS_DIRECTORY)))
+
+
+def _same_file(path: Path, wanted: set[tuple[int, int]]) -> bool:
+    try:
+        found = os.stat(path)
+    except OSError:
+        return False
+    return (found.st_dev, found.st_ino) in wanted
 
 
 def _alive(pid: int) -> bool:
@@ -304,14 +424,7 @@ def list_namespaces() -> list[str]:
 def list_leftovers() -> tuple[list[str], list[str]]:
     """Namespaces and links of test network runs (by their names), still here."""
     namespaces = [n for n in list_namespaces() if NAME_PATTERN.match(n)]
-    links = []
-    for line in _ip("-o", "link", "show", check=False).splitlines():
-        parts = line.split(":", 2)
-        if len(parts) >= 2:
-            name = parts[1].strip().split("@")[0]
-            if NAME_PATTERN.match(name):
-                links.append(name)
-    return namespaces, links
+    return namespaces, _run_links()
 
 
 def owner(prefix: str) -> int | None:
@@ -328,31 +441,22 @@ def owner(prefix: str) -> int | None:
 def remove_leftovers() -> tuple[list[str], list[str], list[str]]:
     """Remove what killed runs left: their namespaces (and the processes in them), then
     their bridges and veths; what was removed, the problems met, and the runs left
-    alone because their controller still runs.
+    alone because their controller still runs (:func:`running_runs`).
 
     Raises:
         NamespaceError: namespaces cannot be handled here (see :func:`check_available`).
     """
     check_available()
     namespaces, links = list_leftovers()
-    live = {
-        prefix: pid
-        for prefix in {name[:PREFIX_LENGTH] for name in namespaces + links}
-        if (pid := owner(prefix)) is not None and _alive(pid)
-    }
+    live = running_runs(namespaces + links)
     kept = [f"run {prefix} (its controller, pid {pid}, still runs)" for prefix, pid in live.items()]
+    namespaces = [n for n in namespaces if _run_prefix(n) not in live]
+    links = [link for link in links if _run_prefix(link) not in live]
     removed: list[str] = []
     problems: list[str] = []
-    for namespace in namespaces:
-        if namespace[:PREFIX_LENGTH] in live:
-            continue
-        trouble = _remove_namespace(namespace)
-        problems += trouble
-        if not trouble:
-            removed.append(f"namespace {namespace}")
+    problems += _remove_namespaces(namespaces)
+    removed += [f"namespace {n}" for n in namespaces if not any(n in p for p in problems)]
     for link in links:
-        if link[:PREFIX_LENGTH] in live:
-            continue
         if _link_exists(link):  # a veth went with its namespace
             _ip("link", "del", link, check=False)
             if _link_exists(link):
@@ -360,3 +464,41 @@ def remove_leftovers() -> tuple[list[str], list[str], list[str]]:
                 continue
         removed.append(f"link {link}")
     return removed, problems, kept
+
+
+def abandoned_leftovers() -> list[str]:
+    """Namespaces and links of runs that are over: neither with a controller still
+    running (:func:`running_runs`) nor with a process in or holding one of their
+    namespaces (a run of an older version goes on beside us, say). What a check that a
+    run left nothing behind looks at, on a machine where other runs may be going."""
+    namespaces, links = list_leftovers()
+    live = running_runs(namespaces + links)
+    runs: dict[str, list[str]] = {}
+    for name in namespaces + links:
+        if _run_prefix(name) not in live:
+            runs.setdefault(_run_prefix(name), []).append(name)
+    left = []
+    for found in runs.values():
+        spaces = [name for name in found if "-n" in name]
+        if spaces and processes_in(spaces):
+            continue
+        left += sorted(found)
+    return left
+
+
+def _run_prefix(name: str) -> str:
+    """``grtXXXX``: the run a namespace or link belongs to."""
+    return name[:PREFIX_LENGTH]
+
+
+def running_runs(names: Iterable[str]) -> dict[str, int]:
+    """The runs among those ``names`` belong to whose controller is alive, by prefix,
+    with its pid: their namespaces are in use (by a run going on beside a ``--cleanup``,
+    say), not left behind. This very process is no other run: what it made and still
+    has is its own to answer for."""
+    live = {}
+    for prefix in {_run_prefix(name) for name in names}:
+        pid = owner(prefix)
+        if pid is not None and pid != os.getpid() and _alive(pid):
+            live[prefix] = pid
+    return live

@@ -107,6 +107,7 @@ from gnutella_router.testnet.report import (
 )
 from gnutella_router.testnet.servents import ServentSet, resolve_seeds, unconnected_seeds
 from gnutella_router.testnet.settings import STOP_TIMEOUT, NetworkError, NetworkSettings
+from gnutella_router.testnet.shared import SharedNode
 from gnutella_router.testnet.spread_load import SpreadLoadRun
 from gnutella_router.testnet.topology import sink_nodes
 from gnutella_router.traffic.load import LoadError, LoadSettings
@@ -128,13 +129,11 @@ CHURN_IDLE_HORIZON = 24 * 3600.0
 """With ``duration=0`` (up until Ctrl-C), churn is scheduled this far ahead."""
 ROUTES_READ = 100_000
 """Query route entries read per node at the end (the admin interface's most per page)."""
-POLL_SECONDS = {"in-process": 0.05, "processes": 1.0}
-"""How often formation and settling read the nodes' connection tables: every read is
-an HTTP request the router answers and the controller parses, CPU that 200 routers read
-four times a second would take from their own start-up and handshakes."""
-COLLECT_SECONDS_PER_NODE = 0.15
-"""Added per node to the time the final collection may take: each node's route table
-and dump are large pages, read 16 at a time, on a machine the routers keep busy."""
+POLL_SECONDS = {"in-process": 0.05, "processes": 1.0, "shared": 0.25}
+"""How often formation and settling read the nodes' connection tables: for a router
+process every read is an HTTP request the router answers and the controller parses, CPU
+that 200 routers read four times a second would take from their own start-up and
+handshakes; a shared router's is one small request to its host (:mod:`.shared`)."""
 FORK_SERVER_LOG = "fork-server.log"
 READS_PER_SECOND = 50
 """Nodes whose counters the status line reads per second at most: a network larger than
@@ -175,8 +174,17 @@ class LocalNetwork:
             else None
         )  # fmt: skip
         hosts = settings.nodes + settings.servent_count
+        self.link_plan = settings.link_plan(self.topology)
         self.namespaces = (
-            NamespaceNetwork(hosts, pairs=self.topology.links) if settings.netns else None
+            NamespaceNetwork(
+                hosts,
+                pairs=self.topology.host_pairs(
+                    [] if self.servents is None else self.servents.links
+                ),
+                after_create=self.link_plan.shape_namespaces,
+            )
+            if settings.netns
+            else None
         )
         self.failures: list[NodeFailure] = []
         self.forks = (
@@ -195,6 +203,7 @@ class LocalNetwork:
             failures=self.failures,
             on_failure=self._node_failed,
             note=self._note,
+            link_plan=self.link_plan,
         )
         self.overlay = OverlayRecord(self.topology)
         self.leaves = (
@@ -288,6 +297,8 @@ class LocalNetwork:
             # Whatever happened above (a second Ctrl-C included), no child outlives us,
             # and no namespace either.
             await stop_children([*self.nodes, *self._servent_nodes()], grace=STOP_TIMEOUT)
+            if self.launcher.shared is not None:
+                await self.launcher.shared.stop()
             with contextlib.suppress(OSError):
                 remove_network_record(results)
             if self.namespaces is not None:
@@ -343,8 +354,7 @@ class LocalNetwork:
                     # Not shielded: a second Ctrl-C cancels this too and stops at once.
                     with trio.move_on_after(SETTLE_SECONDS):
                         await self._poll_until(self._settled)
-                    collecting = STOP_TIMEOUT + COLLECT_SECONDS_PER_NODE * len(self.nodes)
-                    with trio.move_on_after(collecting):
+                    with trio.move_on_after(self.settings.collect_timeout):
                         collected = await self._collect()
                     stopped_in = await self._stop_nodes()
                 self.console.end_status()
@@ -639,7 +649,7 @@ class LocalNetwork:
         rows = collected[0] if collected else []
         for row in rows:
             node = self.nodes[row["node"]]
-            if isinstance(node, ChildNode):  # read now: the exits came after collection
+            if isinstance(node, ChildNode | SharedNode):  # read now: exits came after collection
                 row["exit_status"] = node.exit_status
             row["links"] = self.overlay.rates(node.index)
         hits = self.load_run.query_hits if self.load_run is not None else {}
@@ -660,6 +670,7 @@ class LocalNetwork:
             "namespaces": None
             if self.namespaces is None
             else {"prefix": self.namespaces.prefix, "subnet": str(self.namespaces.subnet)},
+            "emulated_links": self.link_plan.describe(),
             "nodes": rows,
             "failures": [dataclasses.asdict(f) for f in self.failures],
             "overlay": self.overlay.conclude(hits) if self.load_run is not None else None,

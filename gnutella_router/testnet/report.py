@@ -12,6 +12,7 @@ from typing import Any
 from gnutella_router.net.connection import format_address
 from gnutella_router.testnet.children import ChildNode
 from gnutella_router.testnet.nodes import NetworkNode, NodeFailure, totals_from_stats
+from gnutella_router.testnet.shared import SharedNode
 from traffic_models.latency import LoadReport
 
 TABLE_ROWS = 32
@@ -45,7 +46,7 @@ def node_summary(
         "guid": node.guid,
         "planned_out": planned_out,
     }
-    if isinstance(node, ChildNode):
+    if isinstance(node, ChildNode | SharedNode):
         row["pid"] = node.pid
         row["exit_status"] = node.exit_status
     if node.failure is not None:
@@ -147,6 +148,21 @@ def _node_table(nodes: Sequence[dict[str, Any]], limit: int = TABLE_ROWS) -> str
     return "\n".join(rows)
 
 
+def emulated_links_text(links: dict[str, Any]) -> str:
+    """``emulated links: 4, delay 20 ms one way (held by the routers), ...``."""
+    parts = [f"emulated links: {links['links']}"]
+    if links.get("delay_ms"):
+        low, high = links["delay_ms"]["min"], links["delay_ms"]["max"]
+        span = f"{low:g} ms" if low == high else f"{low:g} to {high:g} ms"
+        by = "by netem" if links["delay_by"] == "netem" else "held by the routers"
+        parts.append(f"delay {span} one way ({by})")
+    if links.get("bandwidth_kbps"):
+        low, high = links["bandwidth_kbps"]["min"], links["bandwidth_kbps"]["max"]
+        span = f"{low:g} kbit/s" if low == high else f"{low:g} to {high:g} kbit/s"
+        parts.append(f"bandwidth {span} each way (tbf)")
+    return ", ".join(parts)
+
+
 def final_text(summary: dict[str, Any], report: LoadReport | None, results: Path) -> str:
     """What a run prints at its end: the network, the load report, the node table,
     failures and errors, how the nodes stopped, and where the results are."""
@@ -161,6 +177,8 @@ def final_text(summary: dict[str, Any], report: LoadReport | None, results: Path
         + (f", formed in {formed:.1f} s" if formed is not None else "")
         + (f" ({_count(outside, 'link')} outside the plan)" if outside else "")
     ]
+    if summary.get("emulated_links"):
+        lines.append(emulated_links_text(summary["emulated_links"]))
     if report is not None:
         lines.append(report.to_text())
         sinks = ", ".join(str(n) for n in topology["sinks_on"])

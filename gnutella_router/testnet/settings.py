@@ -13,7 +13,9 @@ import math
 from pathlib import Path
 
 from gnutella_router.testnet.churn import ChurnSettings
+from gnutella_router.testnet.emulated_links import MAX_DELAY_MS, LinkPlan, check_bandwidth
 from gnutella_router.testnet.leaves import LeafSettings
+from gnutella_router.testnet.namespaces import MAX_BRIDGE_PORTS
 from gnutella_router.testnet.topology import (
     TOPOLOGIES,
     Topology,
@@ -24,11 +26,11 @@ from traffic_models.arrival_text import parse_arrivals
 from traffic_models.mix import mix_by_name_or_path
 
 DEFAULT_RESULTS = Path(".gnutella-router") / "testnet"
-MODES = ("auto", "in-process", "processes")
+MODES = ("auto", "in-process", "processes", "shared")
 AUTO_PROCESSES_ABOVE = 8
 """``mode="auto"``: up to this many nodes share this process (they start in a moment);
 more get a process each (each has a core to itself, as far as the machine has cores)."""
-MAX_NODES = {"in-process": 500, "processes": 300}
+MAX_NODES = {"in-process": 500, "processes": 300, "shared": 2000}
 ON_NODE_FAILURE = ("stop", "continue")
 MAX_SERVENTS = 50
 SERVENT_START_TIMEOUT = 60.0
@@ -36,10 +38,16 @@ SERVENT_START_TIMEOUT = 60.0
 (it loads its caches and checks its shared files), more on a busy machine."""
 STOP_TIMEOUT = 10.0
 """Seconds a node is given to stop its own way before it is killed."""
+COLLECT_SECONDS_PER_NODE = 0.15
+"""Added per node to the time the final collection may take: each node's route table
+and dump are large pages, read 16 at a time, on a machine the routers keep busy."""
 STARTING_AT_ONCE = 4
 """Child processes starting with an interpreter of their own at the same time (where
 there is no fork server): Python's start-up is CPU work, and more at once only makes
 each slower to listen."""
+SHARED_STARTING_AT_ONCE = 16
+"""Routers starting at the same time in ``shared`` mode: a router in a host process
+starts in a few milliseconds, so this only keeps every host busy."""
 START_TIMEOUT = 60.0
 """Longest a node process may take to listen once it is started."""
 
@@ -71,10 +79,13 @@ class NetworkSettings:
     seed: int = 1
     form_timeout: float | None = None
     """Seconds for every planned link to come up once every node has started; None: 30 s
-    plus a second per 10 nodes."""
+    plus a second per 10 nodes (0.15 s a node when routers share processes)."""
     late_threshold_ms: float = 1.0
     mode: str = "auto"
-    """``in-process``, ``processes``, or ``auto`` (processes above a handful of nodes)."""
+    """``in-process``, ``processes``, ``shared`` (set by ``routers_per_process``), or
+    ``auto`` (processes above a handful of nodes)."""
+    routers_per_process: int | None = None
+    """``shared`` mode: this many routers share each OS process (:mod:`.shared`)."""
     netns: bool = False
     """Every node in a network namespace of its own, with its own address (Linux, root;
     implies processes)."""
@@ -91,6 +102,11 @@ class NetworkSettings:
     """What a node process dying does to the run: ``stop`` it, or ``continue`` without it."""
     leaves: LeafSettings | None = None
     """Leaf servents of this process, attached to the ultrapeers (:mod:`.leaves`)."""
+    link_delay_ms: float = 0.0
+    """Every planned link's one-way delay (a topology file's own values win)."""
+    link_jitter_ms: float = 0.0
+    link_bandwidth_kbps: float | None = None
+    """Every planned link's rate each way (needs ``netns``: tc's tbf)."""
     console: bool = False
     """Once formed, open the console (``gnutella-router console``) on the network
     instead of driving traffic; the run ends when the console is left."""
@@ -100,6 +116,15 @@ class NetworkSettings:
     def __post_init__(self) -> None:
         if self.mode not in MODES:
             raise ValueError(f"--mode must be one of {', '.join(MODES)}")
+        if self.routers_per_process is not None:
+            if self.routers_per_process < 1:
+                raise ValueError("--routers-per-process must be 1 or more")
+            if self.mode not in ("auto", "shared"):
+                raise ValueError(f"--routers-per-process and --{self.mode} exclude each other")
+            if self.churn is not None:
+                raise ValueError("--churn is not available with --routers-per-process")
+        elif self.mode == "shared":
+            raise ValueError("shared mode needs --routers-per-process")
         if self.on_node_failure not in ON_NODE_FAILURE:
             raise ValueError(f"--on-node-failure must be one of {', '.join(ON_NODE_FAILURE)}")
         most = MAX_NODES[self.node_mode]
@@ -121,6 +146,11 @@ class NetworkSettings:
             raise ValueError("--netns runs every node as a process: drop --in-process")
         if self.churn is not None and self.mode == "in-process":
             raise ValueError("--churn restarts node processes: drop --in-process")
+        if self.netns and self.nodes + self.servent_count > MAX_BRIDGE_PORTS:
+            raise ValueError(
+                f"--netns takes at most {MAX_BRIDGE_PORTS} nodes and servents in all (the "
+                "ports of one Linux bridge)"
+            )
         if self.netns and self.base_port is not None:
             raise ValueError(
                 "--netns gives every node its own address and port 6346: drop --base-port"
@@ -137,8 +167,22 @@ class NetworkSettings:
             raise ValueError("a console script needs the console")
         if self.form_timeout is not None and self.form_timeout <= 0:
             raise ValueError("the formation timeout must be positive")
+        for name in ("link_delay_ms", "link_jitter_ms"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and 0 <= value <= MAX_DELAY_MS):
+                raise ValueError(f"--link-delay: milliseconds from 0 to {MAX_DELAY_MS:g}")
+        if self.link_bandwidth_kbps is not None:
+            check_bandwidth(self.link_bandwidth_kbps)
         if self.topology_file is not None:
             self.plan()  # a file that is no usable graph is refused now
+        if not self.netns and (
+            self.link_bandwidth_kbps is not None
+            or (self.topology_file is not None and self.link_plan().bandwidths)
+        ):
+            raise ValueError(
+                "link bandwidths (--link-bandwidth, or a topology file's) are shaped with tc "
+                "in network namespaces: add --netns"
+            )
         # The mix and the arrival process are checked here, before any router starts,
         # so a typo is refused in a second rather than after the network has formed.
         try:
@@ -166,6 +210,15 @@ class NetworkSettings:
             )
         return planned
 
+    def link_plan(self, topology: Topology | None = None) -> LinkPlan:
+        """The planned links' emulated delays and rates (:mod:`.emulated_links`)."""
+        return LinkPlan(
+            self.plan() if topology is None else topology,
+            delay_ms=self.link_delay_ms,
+            jitter_ms=self.link_jitter_ms,
+            bandwidth_kbps=self.link_bandwidth_kbps,
+        )
+
     def describe(self) -> dict[str, object]:
         """The settings as ``summary.json`` records them."""
         return {
@@ -181,10 +234,14 @@ class NetworkSettings:
             "seed": self.seed,
             "on_node_failure": self.on_node_failure,
             "netns": self.netns,
+            "routers_per_process": self.routers_per_process,
             "servent": self.servent,
             "servents": self.servent_count,
             "servent_timeout": self.servent_timeout,
             "leaves": None if self.leaves is None else dataclasses.asdict(self.leaves),
+            "link_delay_ms": self.link_delay_ms,
+            "link_jitter_ms": self.link_jitter_ms,
+            "link_bandwidth_kbps": self.link_bandwidth_kbps,
         }
 
     def ultrapeers(self, topology: Topology) -> list[int]:
@@ -202,12 +259,21 @@ class NetworkSettings:
 
     @property
     def node_mode(self) -> str:
-        """``in-process`` or ``processes``: what ``auto`` means for this many nodes."""
+        """``in-process``, ``processes`` or ``shared``: what ``auto`` means for this many
+        nodes."""
+        if self.routers_per_process is not None:
+            return "shared"
         if self.netns or self.churn is not None:
             return "processes"
         if self.mode != "auto":
             return self.mode
         return "processes" if self.nodes > AUTO_PROCESSES_ABOVE else "in-process"
+
+    @property
+    def collect_timeout(self) -> float:
+        """Seconds for reading every node's pages at the end (state, routes, counters):
+        a thousand nodes' pages are a few hundred MB of JSON."""
+        return STOP_TIMEOUT + COLLECT_SECONDS_PER_NODE * self.nodes
 
     @property
     def formation_timeout(self) -> float:
@@ -216,6 +282,10 @@ class NetworkSettings:
         those that did not answer within a few seconds."""
         if self.form_timeout is not None:
             return self.form_timeout
+        if self.node_mode == "shared":
+            # Every router's links take handshakes on the few cores the host processes
+            # share, a thousand routers' worth of them at once.
+            return 30.0 + 0.15 * self.nodes
         return 30.0 + self.nodes / 10
 
     @property

@@ -26,9 +26,10 @@ node 0 within its TTL.
 from __future__ import annotations
 
 import dataclasses
+import math
 import random
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -40,11 +41,35 @@ LEAVES_PER_ULTRAPEER = 4
 """two-tier: one node in five is an ultrapeer."""
 LEAF_LINKS = 2
 """two-tier: the ultrapeers each leaf is linked with (as gtk-gnutella leaves keep a few)."""
-MAX_FILE_NODES = 500
+MAX_FILE_NODES = 2000
 QUERY_TTL = 7
 """TTL of the load client's queries (the generator's default); with the routers'
 ``max_ttl`` of 7 a sink can be at most ``QUERY_TTL - 2`` hops from node 0."""
 MAX_REMOTE_SINKS = 4
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class LinkShape:
+    """An emulated link's own values, from a topology file; None: the run's default."""
+
+    delay_ms: float | None = None
+    """One way, in milliseconds."""
+    jitter_ms: float | None = None
+    bandwidth_kbps: float | None = None
+    """Each way, in kilobits (1,000 bits) per second."""
+
+
+LINK_ATTRIBUTES = {
+    # GraphML edge attribute: (field, unit factor to the field's unit, lowest, highest)
+    "delay": ("delay_ms", 1.0, 0.0, 60_000.0),
+    "jitter": ("jitter_ms", 1.0, 0.0, 60_000.0),
+    "bandwidth": ("bandwidth_kbps", 1.0, 8.0, 10_000_000.0),
+    # The Internet Topology Zoo's link speed, in bits per second.
+    "LinkSpeedRaw": ("bandwidth_kbps", 0.001, 8.0, 10_000_000.0),
+}
+"""Edge attributes a GraphML topology may give a link, and what they mean: ``delay`` and
+``jitter`` in milliseconds, ``bandwidth`` in kbit/s (else the Topology Zoo's
+``LinkSpeedRaw`` in bit/s)."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -56,6 +81,15 @@ class Topology:
     links: tuple[tuple[int, int], ...]
     leaves: frozenset[int] = frozenset()
     """two-tier: the nodes planned as leaves."""
+    shapes: tuple[tuple[tuple[int, int], LinkShape], ...] = ()
+    """Links a topology file gave emulated values (delay, bandwidth), by planned link."""
+
+    def shape(self, a: int, b: int) -> LinkShape:
+        """What the file said of the link between ``a`` and ``b`` (either way round)."""
+        for (x, y), shape in self.shapes:
+            if (x, y) in ((a, b), (b, a)):
+                return shape
+        return LinkShape()
 
     def out_neighbours(self, node: int) -> list[int]:
         return [b for a, b in self.links if a == node]
@@ -78,6 +112,14 @@ class Topology:
                     found[other] = found[node] + 1
                     queue.append(other)
         return found
+
+    def host_pairs(self, servent_links: Sequence[Sequence[int]] = ()) -> list[tuple[int, int]]:
+        """Who talks to whom, by host: the planned links, then servent j as host
+        ``nodes + j`` with each router of ``servent_links[j]``."""
+        pairs = list(self.links)
+        for servent, routers in enumerate(servent_links):
+            pairs += [(self.nodes + servent, router) for router in routers]
+        return pairs
 
     def is_connected(self) -> bool:
         return self.nodes == 0 or len(self.distances(0)) == self.nodes
@@ -215,7 +257,40 @@ def load_topology(path: Path) -> Topology:
         raise ValueError(f"{path}: the graph is not connected: it has {parts} separate parts")
     names = sorted(graph.nodes, key=_name_order(list(graph.nodes)))
     numbered = nx.relabel_nodes(graph, {name: index for index, name in enumerate(names)})
-    return _from_graph("file", len(names), numbered)
+    planned = _from_graph("file", len(names), numbered)
+    shapes = []
+    for a, b in planned.links:
+        shape = _link_shape(path, names[a], names[b], numbered.edges[a, b])
+        if shape != LinkShape():
+            shapes.append(((a, b), shape))
+    return dataclasses.replace(planned, shapes=tuple(shapes))
+
+
+def _link_shape(path: Path, a: object, b: object, data: dict[str, object]) -> LinkShape:
+    """A link's emulated values from its GraphML attributes (see :data:`LINK_ATTRIBUTES`).
+
+    Raises:
+        ValueError: a value that is no number in its range, naming the link.
+    """
+    values: dict[str, float] = {}
+    for name in sorted(LINK_ATTRIBUTES, key=lambda n: n == "LinkSpeedRaw"):  # bandwidth first
+        if name not in data:
+            continue
+        field, factor, lowest, highest = LINK_ATTRIBUTES[name]
+        if field in values:
+            continue
+        raw = data[name]
+        try:
+            number = float(raw) * factor  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            number = math.nan
+        if not lowest <= number <= highest:
+            raise ValueError(
+                f"{path}: link {a} - {b}: {name} = {raw!r} is not a number from "
+                f"{lowest / factor:g} to {highest / factor:g}"
+            )
+        values[field] = number
+    return LinkShape(**values)
 
 
 def _read_edge_list(path: Path) -> nx.Graph:

@@ -548,6 +548,7 @@ class TestDumps:
             "abuse",
             "admin",
             "profiler",
+            "emulation",
         ]
         assert tables["catcher"]["seeds"] == ["10.0.0.1:6346"]
         assert tables["network"]["max_ttl"] == 7
