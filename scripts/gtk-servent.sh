@@ -129,6 +129,12 @@ parent=$PPID
 
 listening() { (exec 3<>"/dev/tcp/$host/$port") 2>/dev/null; }
 servent_pid() { cat "$dir/gtk-gnutella.pid" 2>/dev/null || echo "$child"; }
+kill_tree() {
+  # A process and everything it started (runuser, env, the servent), children first.
+  local each
+  for each in $(pgrep -P "$1" 2>/dev/null); do kill_tree "$each"; done
+  kill -KILL "$1" 2>/dev/null || true
+}
 parent_gone() {
   # Reparented (our parent died): the process that started us no longer waits for us.
   [ "$(awk '/^PPid:/ {print $2}' /proc/$$/status 2>/dev/null)" != "$parent" ]
@@ -172,7 +178,8 @@ until listening; do
   if [ "$(date +%s)" -ge "$deadline" ]; then
     say "gtk-gnutella did not listen on $host:$port within ${GTK_GNUTELLA_START_TIMEOUT:-60} s"
     trap '' TERM INT HUP
-    kill -KILL "$(servent_pid)" "$child" 2>/dev/null || true
+    kill_tree "$child"
+    kill -KILL "$(servent_pid)" 2>/dev/null || true
     wait "$child" 2>/dev/null || true
     exit 1
   fi

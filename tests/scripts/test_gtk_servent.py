@@ -242,6 +242,9 @@ def test_a_servent_that_exits_or_never_listens_is_a_clear_failure(tmp_path: Path
     assert waits.returncode == 1
     assert "did not listen on 127.0.0.1:" in waits.stderr
     assert time.monotonic() - started < 15
+    # The servent that never listened is gone with the wrapper, not left running.
+    left = subprocess.run(["pgrep", "-f", str(silent)], capture_output=True, check=False)
+    assert left.stdout == b""
 
 
 def test_bad_arguments_are_refused(stand_in: Path, tmp_path: Path) -> None:
