@@ -86,7 +86,7 @@ from router_bench.processes import (
 )
 
 from gnutella_router.net.handshaking import next_handshake_event
-from gnutella_router.stages.vendor_messages import INTRODUCTIONS
+from gnutella_router.routing.vendor_messages import INTRODUCTIONS
 from protocol.errors import RemoteProtocolError
 from protocol.handshake import (
     HandshakeComplete,

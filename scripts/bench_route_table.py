@@ -29,7 +29,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from gnutella_router import native
-from gnutella_router.net.route_table import DEFAULT_CAPACITY, RouteTable, pack_detail
+from gnutella_router.routing.route_table import DEFAULT_CAPACITY, RouteTable, pack_detail
 
 
 def _per_guid_batch(

@@ -4,7 +4,7 @@ A router records the first copy of every ping and query it routes (and every ser
 GUID it learns from a query hit) in a route table: where it came from (the previous
 node, by its listening address), the TTL and hops it arrived with, when (to the
 millisecond, as wall-clock time), and how many replies went back through it. Those
-tables are bounded and expire on their own (:mod:`gnutella_router.net.route_table`), so
+tables are bounded and expire on their own (:mod:`gnutella_router.routing.route_table`), so
 they are the routers' own record of recent GUIDs, and the console needs no other: read
 every node's entry for a GUID (``/routes?guid=``) and the GUID's spread is known.
 

@@ -29,7 +29,8 @@ answering it keep sharing a GUID. Bye messages are not replayed (they would end 
 peer's connection) and are counted as skipped.
 
 What came back is measured too. Every ping and query the replay sends is remembered
-for :data:`TIMING_WINDOW` seconds (at most :data:`MAX_TIMED` at once) with the later of
+for :data:`~.replay_timing.TIMING_WINDOW` seconds (at most
+:data:`~.replay_timing.MAX_TIMED` at once) with the later of
 its due time and the moment it was handed over; a copy of it arriving at another of the
 replay's peers is timed (``one-hop``: every peer sits on the target), a copy arriving
 again at the same peer is counted as a duplicate, and a reply coming back to the peer
@@ -58,11 +59,12 @@ import trio
 
 from gnutella_router import __version__
 from gnutella_router.traffic.load import LoadError, open_client_peer
+from gnutella_router.traffic.replay_timing import Timing
 from gnutella_router.traffic.router_counters import RouterCounterReader
 from protocol.constants import MessageType, counts_by_type_name
 from protocol.errors import RemoteProtocolError
 from protocol.framing import Frame, FrameDecoder
-from traffic_models.latency import LatencyBook, LatencySummary, RouterCounts, latency_lines
+from traffic_models.latency import LatencySummary, RouterCounts, latency_lines
 from traffic_models.responder import keep_alive_pong
 from traffic_models.trace import TraceProblem, read_wire
 
@@ -84,12 +86,6 @@ RECEIVE_SIZE = 64 * 1024
 MAX_LOOPS = 1 << 24
 """Pass numbers must fit the three GUID bytes they are folded into."""
 _BYE = int(MessageType.BYE)
-BROADCAST_TYPES = frozenset({int(MessageType.PING), int(MessageType.QUERY)})
-REPLY_TYPES = frozenset({int(MessageType.PONG), int(MessageType.QUERY_HIT)})
-TIMING_WINDOW = 30.0
-"""Seconds a sent ping or query is remembered, to time what comes back for it."""
-MAX_TIMED = 1_000_000
-"""Most pings and queries remembered at once; beyond, new ones are sent untimed."""
 SETTLE = 5.0
 """Longest wait after the last record for copies still on their way."""
 SETTLE_QUIET = 0.5
@@ -147,7 +143,8 @@ class ReplaySummary:
     replies: dict[str, int] = dataclasses.field(default_factory=dict)
     """Replies that came back to the peer that sent the request, by type."""
     untimed: int = 0
-    """Pings and queries sent while :data:`MAX_TIMED` were remembered: not timed."""
+    """Pings and queries sent while :data:`~.replay_timing.MAX_TIMED` were remembered:
+    not timed."""
     latency: dict[str, dict[str, LatencySummary]] = dataclasses.field(default_factory=dict)
     """kind (``one-hop``, ``target-reply``, ``round-trip``) -> type -> percentiles (us)."""
     negative_samples: int = 0
@@ -199,75 +196,6 @@ class ReplaySummary:
 
 def _counts(counts: dict[str, int]) -> str:
     return ", ".join(f"{name} {count:,}" for name, count in sorted(counts.items()))
-
-
-class Timing:
-    """What the replay sent and what came back of it (see the module docstring).
-
-    Bounded: a sent ping or query is forgotten after :data:`TIMING_WINDOW` seconds, and
-    at most :data:`MAX_TIMED` are remembered; keys are GUID plus type.
-    """
-
-    def __init__(self, window: float = TIMING_WINDOW, most: int = MAX_TIMED) -> None:
-        self.window = window
-        self.most = most
-        self.book = LatencyBook()
-        self._sent: dict[bytes, list[int]] = {}
-        """key -> [stamp (ns on trio's clock), sending peer, bitmask of peers reached]."""
-        self.copies = [0] * 256
-        self.duplicates = [0] * 256
-        self.replies = [0] * 256
-        self.untimed = 0
-        self.last_arrival = 0.0
-
-    def sent(self, wire: bytes, peer: int, now: float) -> None:
-        """A record handed to ``peer`` at ``now``: remembered if it is a ping or query."""
-        message_type = wire[16]
-        if message_type not in BROADCAST_TYPES:
-            return
-        self._expire(now)
-        if len(self._sent) >= self.most:
-            self.untimed += 1
-            return
-        self._sent[wire[:17]] = [int(now * 1e9), peer, 0]
-
-    def _expire(self, now: float) -> None:
-        oldest = int((now - self.window) * 1e9)
-        sent = self._sent
-        while sent:
-            key = next(iter(sent))
-            if sent[key][0] >= oldest:
-                return
-            del sent[key]
-
-    def arrived(self, frames: Sequence[Frame], peer: int, now: float) -> None:
-        """Frames read by ``peer`` at ``now``: time what is ours."""
-        at = int(now * 1e9)
-        for frame in frames:
-            message_type = frame.payload_type
-            if message_type in BROADCAST_TYPES:
-                entry = self._sent.get(frame.guid + bytes((message_type,)))
-                if entry is None or entry[1] == peer:
-                    continue
-                self.last_arrival = now
-                bit = 1 << peer
-                if entry[2] & bit:
-                    self.duplicates[message_type] += 1
-                    continue
-                entry[2] |= bit
-                self.copies[message_type] += 1
-                self.book.record("one-hop", message_type, at - entry[0])
-            elif message_type in REPLY_TYPES:
-                request = (
-                    MessageType.PING if message_type == MessageType.PONG else MessageType.QUERY
-                )
-                entry = self._sent.get(frame.guid + bytes((request,)))
-                if entry is None or entry[1] != peer:
-                    continue
-                self.last_arrival = now
-                self.replies[message_type] += 1
-                kind = "target-reply" if frame.hops == 0 else "round-trip"
-                self.book.record(kind, message_type, at - entry[0])
 
 
 class ReplayControl:

@@ -29,7 +29,7 @@ from gnutella_router.observe.dump_stream import (
     write_json,
 )
 from gnutella_router.observe.dumps import dump_routes, snapshot_routes
-from gnutella_router.stages.replies import LOCAL
+from gnutella_router.routing.replies import LOCAL
 from protocol.constants import MessageType
 from protocol.messages import Query, QueryHit, QueryHitResult
 from tests.support.http import http_get

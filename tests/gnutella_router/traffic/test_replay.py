@@ -410,7 +410,7 @@ async def test_the_replay_reports_latency_replies_and_the_routers_drops(tmp_path
 
 
 def test_what_the_replay_remembers_is_bounded() -> None:
-    from gnutella_router.traffic.replay import Timing
+    from gnutella_router.traffic.replay_timing import Timing
 
     timing = Timing(window=10.0, most=3)
     wires = [bytes([i]) * 16 + bytes([MessageType.QUERY]) for i in range(5)]

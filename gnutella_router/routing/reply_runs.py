@@ -34,10 +34,10 @@ from typing import Protocol
 
 from mypy_extensions import i64
 
-from gnutella_router.net.route_table import OWN, RouteTable
-from gnutella_router.stages.flood import Copies
-from gnutella_router.stages.link import Link, Outbox
-from gnutella_router.stages.rules import MALFORMED, OK, ttl_verdict
+from gnutella_router.routing.flood import Copies
+from gnutella_router.routing.link import Link, Outbox
+from gnutella_router.routing.route_table import OWN, RouteTable
+from gnutella_router.routing.rules import MALFORMED, OK, ttl_verdict
 from protocol.constants import GUID_SIZE, MessageType
 from protocol.framing import Frame
 

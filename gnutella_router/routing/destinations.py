@@ -22,8 +22,8 @@ from __future__ import annotations
 import collections
 from collections.abc import Set as AbstractSet
 
-from gnutella_router.stages.link import Link
-from gnutella_router.stages.query_routing import QueryRouting
+from gnutella_router.routing.link import Link
+from gnutella_router.routing.query_routing import QueryRouting
 from protocol.constants import MessageType
 from protocol.header import HOPS_OFFSET, TTL_OFFSET, TYPE_OFFSET, with_ttl
 from protocol.vendor import NO_HOPS_FLOW

@@ -14,8 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gnutella_router.control.abuse import Offence
-from gnutella_router.stages import query_routing
-from gnutella_router.stages.query_routing import LAST_HOP_TABLE_SLOTS, QueryRouting
+from gnutella_router.routing import query_routing
+from gnutella_router.routing.query_routing import LAST_HOP_TABLE_SLOTS, QueryRouting
 from protocol.constants import MessageType
 from protocol.messages import Message, QrpPatch, QrpReset, random_guid
 from protocol.qrp import QrpReceiver, QrpTable, table_messages

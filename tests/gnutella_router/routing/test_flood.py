@@ -13,7 +13,7 @@ from protocol.framing import Frame
 
 def test_the_run_router_s_type_constants_are_the_protocol_s() -> None:
     """flood.py spells its message types as int literals (constants once compiled)."""
-    from gnutella_router.stages import flood
+    from gnutella_router.routing import flood
     from protocol.constants import MessageType
 
     assert (flood.PING, flood.PONG, flood.QUERY) == (
@@ -24,7 +24,7 @@ def test_the_run_router_s_type_constants_are_the_protocol_s() -> None:
 
 
 def test_a_batch_is_cut_into_its_runs_of_one_link_s_frames_in_order() -> None:
-    from gnutella_router.stages.flood import runs_of
+    from gnutella_router.routing.flood import runs_of
 
     def frames(*sources: int) -> list[Frame]:
         return [Frame(bytes(16), 0x00, 1, 0, b"", source=s) for s in sources]
@@ -49,7 +49,7 @@ def test_a_batch_is_cut_into_its_runs_of_one_link_s_frames_in_order() -> None:
 def test_a_copy_is_the_message_encoded_with_its_new_ttl_and_hops(
     guid: bytes, message_type: int, ttl: int, hops: int, payload: bytes
 ) -> None:
-    from gnutella_router.stages.flood import Copies
+    from gnutella_router.routing.flood import Copies
     from protocol.header import HEADER_STRUCT
 
     copies = Copies()
@@ -62,7 +62,7 @@ def test_a_copy_is_the_message_encoded_with_its_new_ttl_and_hops(
 
 
 def test_copies_keep_a_bounded_number_of_header_tails() -> None:
-    from gnutella_router.stages.flood import TAILS_KEPT, Copies
+    from gnutella_router.routing.flood import TAILS_KEPT, Copies
 
     copies = Copies()
     for length in range(3 * TAILS_KEPT):

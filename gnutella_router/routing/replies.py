@@ -5,11 +5,12 @@ every routed message passes.
 Theory of operation
 -------------------
 :class:`ReplyRouting` is the reverse side of the router: an object the router
-(:class:`~.router.GnutellaRouter`) holds and builds with everything it needs handed in
-by name (the route tables, the counters, the one :class:`~.link.Outbox`, the pong cache,
-query routing, dynamic querying, the one encoder of copies). So the flooding side
-(pings, queries and their broadcasts, :mod:`.flood`) and the reverse side can each be
-read whole, and what the reverse side touches is written in its constructor.
+(:class:`~gnutella_router.stages.router.GnutellaRouter`) holds and builds with
+everything it needs handed in by name (the route tables, the counters, the one
+:class:`~.link.Outbox`, the pong cache, query routing, dynamic querying, the one encoder
+of copies). So the flooding side (pings, queries and their broadcasts, :mod:`.flood`)
+and the reverse side can each be read whole, and what the reverse side touches is
+written in its constructor.
 
 It owns what only it uses: the push duplicates table, what pongs taught (the verdict on
 each address named, the hosts told to the catcher lately) and the reply run
@@ -31,16 +32,17 @@ from collections.abc import Callable
 
 from gnutella_router.control.abuse import LARGE_HIT, Offence, in_networks
 from gnutella_router.discovery.ranges import NON_PUBLIC_REASONS, classify_address
-from gnutella_router.net.route_table import OWN, RouteTable, SeenTable
-from gnutella_router.stages import vendor_messages
-from gnutella_router.stages.dynamic_query import DynamicQuerying
-from gnutella_router.stages.flood import Copies
-from gnutella_router.stages.link import Link, Outbox
-from gnutella_router.stages.network_settings import Network, NetworkSettings
-from gnutella_router.stages.pongs import PongCache
-from gnutella_router.stages.query_routing import QueryRouting
-from gnutella_router.stages.reply_runs import ReplyRun
-from gnutella_router.stages.rules import DROP_REASONS, MALFORMED, OFFENCES, OK, ttl_verdict
+from gnutella_router.routing import vendor_messages
+from gnutella_router.routing.dynamic_query import DynamicQuerying
+from gnutella_router.routing.flood import Copies
+from gnutella_router.routing.link import Link, Outbox
+from gnutella_router.routing.network_settings import Network, NetworkSettings
+from gnutella_router.routing.pongs import PongCache
+from gnutella_router.routing.query_routing import QueryRouting
+from gnutella_router.routing.reply_runs import ReplyRun
+from gnutella_router.routing.route_table import OWN, RouteTable
+from gnutella_router.routing.rules import DROP_REASONS, MALFORMED, OFFENCES, OK, ttl_verdict
+from gnutella_router.routing.seen_table import SeenTable
 from protocol.codec import parse_payload
 from protocol.constants import GUID_SIZE, MessageType
 from protocol.errors import MalformedPayloadError

@@ -8,16 +8,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gnutella_router.net.route_table import (
+from gnutella_router.routing.route_table import (
     OWN,
     VALUE_SHIFT,
     RouteEntry,
     RouteTable,
     RouteTableStatistics,
-    SeenTable,
     pack_detail,
     pack_entry,
 )
+from gnutella_router.routing.seen_table import SeenTable
 
 
 def guid(n: int) -> bytes:

@@ -11,8 +11,8 @@ worker's fan-out cannot send it early.
 
 from __future__ import annotations
 
-from gnutella_router.stages.flood import RunCopies
-from gnutella_router.stages.link import Link
+from gnutella_router.routing.flood import RunCopies
+from gnutella_router.routing.link import Link
 
 
 class Broadcasts:

@@ -19,7 +19,7 @@ import collections
 from collections.abc import Callable, Sequence
 
 from gnutella_router import __version__
-from gnutella_router.stages.link import Link
+from gnutella_router.routing.link import Link
 from protocol.codec import build_payload
 from protocol.errors import LocalProtocolError
 from protocol.ggep import GGEPBlock, daily_uptime_extension, vendor_code_extension

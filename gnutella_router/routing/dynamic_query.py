@@ -47,8 +47,8 @@ import collections
 import dataclasses
 import enum
 
-from gnutella_router.stages.link import Link, Outbox
-from gnutella_router.stages.query_routing import QueryRouting
+from gnutella_router.routing.link import Link, Outbox
+from gnutella_router.routing.query_routing import QueryRouting
 from protocol.codec import encode_message
 from protocol.constants import GUID_SIZE, MessageType
 from protocol.header import TTL_OFFSET, with_ttl

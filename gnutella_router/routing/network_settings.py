@@ -1,12 +1,12 @@
 """The network settings the router's parts read while they run, kept in one place.
 
-The router (:mod:`.router`), its run router (:mod:`.flood`, through the router) and its
-reply routing (:mod:`.replies`) all judge messages by the same few ``[network]``
-settings: the TTL limits, and which addresses a pong may name to be handed out again.
-Each part reads them from the one :class:`NetworkSettings` the router makes and passes
-on, never from a copy of its own, so that a setting changed while the router runs (the
-daemon sets the local networks; an operator or a test may change any of them) is seen
-by every part at once.
+The router (:mod:`gnutella_router.stages.router`), its run router (:mod:`.flood`,
+through the router) and its reply routing (:mod:`.replies`) all judge messages by the
+same few ``[network]`` settings: the TTL limits, and which addresses a pong may name to
+be handed out again. Each part reads them from the one :class:`NetworkSettings` the
+router makes and passes on, never from a copy of its own, so that a setting changed
+while the router runs (the daemon sets the local networks; an operator or a test may
+change any of them) is seen by every part at once.
 """
 
 from __future__ import annotations

@@ -50,10 +50,10 @@ from mypy_extensions import i64
 
 from gnutella_router.config.sections import RouterConfig
 from gnutella_router.control.query_rate import QueryRate
-from gnutella_router.net.route_table import RouteTable
-from gnutella_router.stages.link import Link, Outbox
-from gnutella_router.stages.pongs import CachedAnswers, OwnPong
-from gnutella_router.stages.rules import (
+from gnutella_router.routing.link import Link, Outbox
+from gnutella_router.routing.pongs import CachedAnswers, OwnPong
+from gnutella_router.routing.route_table import RouteTable
+from gnutella_router.routing.rules import (
     NO_COPY,
     OK,
     clamped_ttl,

@@ -13,7 +13,7 @@ only if that table holds its words. Copies with more TTL left go regardless.
 In return, every ultrapeer that announced ``X-Ultrapeer-Query-Routing`` is sent the union
 of our leaves' tables, resized to :data:`LAST_HOP_TABLE_SLOTS` slots: when it connects,
 then whenever the union changed, at most every :data:`LAST_HOP_TABLE_INTERVAL` seconds.
-The union is kept incrementally (:class:`protocol.qrp.TableUnion`): a leaf's new table
+The union is kept incrementally (:class:`protocol.qrp_leaves.TableUnion`): a leaf's new table
 costs one update of per-slot counts, and the union itself is worked out once per change,
 when first asked for, then shared by the once-a-second send, ``/metrics`` and ``/qrp``;
 its encoded messages are kept too, so a send finds them made unless it changed.
@@ -42,7 +42,7 @@ from collections.abc import Callable
 import structlog
 
 from gnutella_router.control.abuse import Offence
-from gnutella_router.stages.link import Link, Outbox
+from gnutella_router.routing.link import Link, Outbox
 from protocol.codec import encode_message
 from protocol.constants import MessageType
 from protocol.header import TTL_OFFSET, TYPE_OFFSET, with_ttl
@@ -52,12 +52,11 @@ from protocol.qrp import (
     QrpError,
     QrpReceiver,
     QrpTable,
-    TableIndex,
-    TableUnion,
     qrp_hashcode,
     query_words,
     table_messages,
 )
+from protocol.qrp_leaves import TableIndex, TableUnion
 
 QUERY = MessageType.QUERY
 LAST_HOP_TABLE_SLOTS = 65536

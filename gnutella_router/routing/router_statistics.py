@@ -1,15 +1,15 @@
 """What the router tells about itself: its statistics record and every drop reason.
 
-Kept apart from :mod:`.router` so that observers (dumps, metrics) can name what they show
-without importing the routing stage.
+Kept apart from :mod:`gnutella_router.stages.router` so that observers (dumps,
+metrics) can name what they show without importing the routing stage.
 """
 
 from __future__ import annotations
 
 import dataclasses
 
-from gnutella_router.net.route_table import RouteTableStatistics
-from gnutella_router.stages import rules
+from gnutella_router.routing import rules
+from gnutella_router.routing.route_table import RouteTableStatistics
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-from gnutella_router.stages.link import Link
+from gnutella_router.routing.link import Link
 from protocol.codec import encode_message
 from protocol.messages import VendorMessage
 from protocol.vendor import (
