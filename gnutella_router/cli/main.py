@@ -143,6 +143,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from gnutella_router.config import ConfigError
     from gnutella_router.daemon import Daemon
     from gnutella_router.logs import configure_logging, get_logger
+    from gnutella_router.systemd import Notifier
 
     try:
         config = config_from_args(args)
@@ -150,7 +151,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"gnutella-router: configuration error: {exc}", file=sys.stderr)
         return 2
     configure_logging(config.log.format, config.log.level)
-    daemon = Daemon(config)
+    # A reload (SIGHUP, POST /reload) reads the file again under the same flags.
+    daemon = Daemon(
+        config,
+        config_source=partial(config_from_args, args),
+        notifier=Notifier.from_environment(),
+    )
 
     async def main() -> None:
         async with trio.open_nursery() as nursery:
