@@ -642,6 +642,8 @@ class LocalNetwork:
         async with trio.open_nursery() as nursery:
             for node in self.nodes:
                 nursery.start_soon(read, node)
+            if self.servents is not None:
+                nursery.start_soon(self.servents.read_drops)
         return summaries, states
 
     async def _stop_nodes(self) -> float:
