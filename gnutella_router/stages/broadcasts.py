@@ -34,8 +34,10 @@ class Broadcasts:
         """Queries in the pre-0.6 form, kept from peers that drop them."""
         self.last_hop: set[bytes] = set()
         """Queries at their last hop (TTL 0 here): for leaves only."""
-        self.not_leaves: set[bytes] = set()
-        """Relayed copies of queries seen before: for ultrapeers only."""
+        self.not_leaves: set[int] = set()
+        """Relayed copies of queries seen before, for ultrapeers only, by identity
+        (``id``): a relay's copy can be byte for byte the first copy of its query (both
+        clamped to the same TTL), which a leaf must still get."""
 
     def __bool__(self) -> bool:
         return bool(self.datas)
@@ -54,7 +56,7 @@ class Broadcasts:
             if copies.last_hop:
                 self.last_hop.update(copies.last_hop)
             if copies.not_leaves:
-                self.not_leaves.update(copies.not_leaves)
+                self.not_leaves.update(map(id, copies.not_leaves))
 
     def not_from(self, link: Link) -> list[bytes]:
         """The copies that did not come from ``link`` (a message never goes back to its

@@ -51,11 +51,14 @@ class DestinationFilter:
         *,
         ancient: set[bytes],
         last_hop: set[bytes],
-        not_leaves: AbstractSet[bytes] = frozenset(),
+        not_leaves: AbstractSet[int] = frozenset(),
         queries: int,
         highest_ttl: int,
     ) -> list[bytes]:
-        """``out`` as ``link`` may get it: the very list when nothing differs."""
+        """``out`` as ``link`` may get it: the very list when nothing differs.
+
+        ``not_leaves`` names the relayed copies by identity (``id``), not by value: see
+        :attr:`.broadcasts.Broadcasts.not_leaves`."""
         capabilities = link.capabilities
         dropped = self.dropped
         if ancient and capabilities.refuses_ancient_queries:
@@ -64,7 +67,7 @@ class DestinationFilter:
             out = kept
         if capabilities.ultrapeer is False:  # a leaf: what its QRP table matches
             if not_leaves:
-                out = [d for d in out if d not in not_leaves]
+                out = [d for d in out if id(d) not in not_leaves]
             out, missed = self.routing.for_leaf(link.id, out)
             dropped["qrp-miss", QUERY] += missed
         else:

@@ -37,7 +37,9 @@ Theory of operation
    one hop from where they enter (routers announce ``Pong-Caching`` to each other and
    answer each other's pings from their pong caches, as gtk-gnutella does), so only the
    sinks on node 0 are owed copies of pings; the report's expected counts say so.
-   Sinks are placed only within reach of a TTL 7 query. With ``console`` there is no
+   Sinks are placed only within reach of a TTL 7 query. While the load runs, its
+   per-second series (offered and delivered traffic, latency, every node's queues) are
+   written as they come (:mod:`.timeseries`). With ``console`` there is no
    load: the console (``gnutella-router console``) gets the terminal instead, and the
    run goes on to collection when it is left. Once formed, the network is recorded in
    ``network.json`` (:mod:`.record`) until it stops, for consoles to find it.
@@ -110,6 +112,7 @@ from gnutella_router.testnet.servents import ServentSet, resolve_seeds, unconnec
 from gnutella_router.testnet.settings import STOP_TIMEOUT, NetworkError, NetworkSettings
 from gnutella_router.testnet.shared import SharedNode
 from gnutella_router.testnet.spread_load import SpreadLoadRun
+from gnutella_router.testnet.timeseries import SeriesRecorder
 from gnutella_router.testnet.topology import sink_nodes
 from gnutella_router.traffic.load import LoadError, LoadSettings
 from traffic_models.arrival_text import parse_arrivals
@@ -553,13 +556,34 @@ class LocalNetwork:
         )
         await self._read_link_counters(self.overlay.before)
         self.load_run = SpreadLoadRun(load_settings, traffic, targets, self._registered)
+        series = SeriesRecorder(settings.results, ping_sinks=1, reads_per_second=READS_PER_SECOND)
         try:
-            report = await self.load_run.run()
+            report = await self._load_with_series(self.load_run, series)
         except LoadError as exc:
             raise NetworkError(f"load client: {exc}") from exc
         finally:
             self.load_counters = self.load_run.counters()
+            series.finish(self.load_run)
+            if series.error is not None:
+                self._note(f"warning: the time series stopped early: {series.error}")
         self.report = _owed_pings_only_at_node0(report, local_sinks=1)
+
+    async def _load_with_series(self, load: SpreadLoadRun, series: SeriesRecorder) -> LoadReport:
+        """The load run, with its per-second series taken alongside (:mod:`.timeseries`)."""
+        failure: LoadError | None = None
+        report: LoadReport | None = None
+        async with trio.open_nursery() as sampling:
+            sampling.start_soon(series.run, load, self.nodes)
+            try:
+                report = await load.run()
+            except LoadError as exc:  # raised below, outside the nursery's group
+                failure = exc
+            finally:
+                sampling.cancel_scope.cancel()
+        if failure is not None:
+            raise failure
+        assert report is not None
+        return report
 
     async def _open_console(self) -> None:
         """The console in a process of its own, on this terminal, until it is left."""

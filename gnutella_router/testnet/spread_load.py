@@ -2,7 +2,9 @@
 
 :class:`SpreadLoadRun` is the load client whose sinks connect to several nodes (the
 farthest a query can still reach first), so that copies are timed across hops, not
-only through the router the injector talks to.
+only through the router the injector talks to. Its latency book also keeps a window of
+the copies' latencies, and :attr:`SpreadLoadRun.sending` tells when its clock starts,
+for the per-second series of :mod:`.timeseries`.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from gnutella_router.traffic.load import (
 from protocol.codec import encode_message
 from protocol.constants import counts_by_type_name
 from protocol.messages import Message, Ping
-from traffic_models.latency import hop_kind, stamp_guid
+from traffic_models.latency import WindowedLatencyBook, hop_kind, stamp_guid
 
 PROBE_TIMEOUT = 10.0
 
@@ -49,6 +51,9 @@ class SpreadLoadRun(LoadRun):
         self.targets = list(targets)
         self.registered = registered
         self.node_of: dict[str, int] = {}
+        self.book: WindowedLatencyBook = WindowedLatencyBook()
+        self.sending = trio.Event()
+        """Set when the first message is about to go: the run's second 0."""
 
     def copy_kind(self, hops: int) -> str:
         """Sinks sit on several nodes, so a copy's row names the hops it travelled
@@ -63,6 +68,12 @@ class SpreadLoadRun(LoadRun):
             address, name, legacy=self.settings.legacy, user_agent=self.settings.user_agent
         )
         peers.append(peer)
+
+    async def _send(self, injectors: Sequence[ClientPeer], sinks: int) -> None:
+        # Waiters run only at this task's next checkpoint, which is inside the parent's
+        # ``_send`` after it has set ``started_ns``: they always see the start time.
+        self.sending.set()
+        await super()._send(injectors, sinks)
 
     async def _probe(self, injector: ClientPeer, sinks: Sequence[ClientPeer]) -> None:
         local = {s.name for s in sinks if self.node_of[s.name] == 0}

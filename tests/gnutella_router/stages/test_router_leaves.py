@@ -97,6 +97,23 @@ async def test_a_copy_with_a_higher_ttl_is_relayed_to_ultrapeers_not_leaves(
     assert net.router.query_routes.lookup(query.guid, 0.0) == a.id  # replies: first path
 
 
+async def test_a_relay_that_clamps_to_the_first_copy_still_leaves_the_leaf_its_copy(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A query and its higher-TTL repeat in one run, both clamped to the same TTL: the
+    relay's copy is byte for byte the first one, yet only the relay is for ultrapeers
+    alone; the leaf still gets the first."""
+    net = Network()
+    a, b, _ = net.links
+    net.links[2] = leaf = FakeLink(3, ultrapeer=False)
+    await send_table(net, leaf, "abbey", "road")
+    first = message(Query(b"abbey road"), ttl=5, hops=2)
+    await net.send(a, first, Message(first.guid, 6, 2, first.payload))
+    assert [(f.ttl, f.hops) for f in b.sent()] == [(4, 3), (4, 3)]
+    assert [(f.guid, f.ttl, f.hops) for f in leaf.sent()] == [(first.guid, 4, 3)]
+    assert net.router.relayed_higher_ttl == 1
+
+
 async def test_a_leafs_ping_is_answered_but_never_broadcast(
     autojump_clock: trio.testing.MockClock,
 ) -> None:

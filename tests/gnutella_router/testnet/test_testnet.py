@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import io
 import itertools
 import json
@@ -12,6 +13,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trio
@@ -23,6 +25,7 @@ from gnutella_router.testnet.network import LocalNetwork, run_network
 from gnutella_router.testnet.nodes import LocalNode
 from gnutella_router.testnet.settings import NetworkSettings
 from gnutella_router.testnet.topology import Topology, plan_topology, sink_nodes
+from traffic_models.latency import LoadReport
 
 # --- topologies ------------------------------------------------------------------------
 
@@ -185,13 +188,51 @@ async def test_ring_network_forms_routes_collects_and_stops(tmp_path: Path) -> N
     assert report.replies.get("query_hit", 0) > 0
     for name in ("queries.csv", "nodes.csv", "connectivity.csv"):
         assert (results / name).is_file(), name
-    for name in ("overlay.png", "reach.png", "connectivity.png"):
+    for name in ("overlay.png", "reach.png", "connectivity.png", "latency.png", "throughput.png"):
         assert (results / name).stat().st_size > 1000, name
+    check_series(results, summary, report)
     assert all(n["links"]["messages_in_per_second"] > 0 for n in summary["nodes"])
     text = out.getvalue()
     assert "overlay: " in text
     assert "3 nodes stopped (Bye sent)" in text
     assert "copies reached the sinks by the end of the drain (not arrived 0.00%)" in text
+
+
+def read_csv(path: Path) -> list[dict[str, str]]:
+    with path.open(newline="") as source:
+        return list(csv.DictReader(source))
+
+
+def check_series(results: Path, summary: dict[str, Any], report: LoadReport) -> None:
+    """The per-second series add up to the run's own totals, and every node's queues
+    were read."""
+    seconds = read_csv(results / "timeseries.csv")
+    assert int(seconds[0]["second"]) == 0
+    assert [int(r["second"]) for r in seconds] == sorted({int(r["second"]) for r in seconds})
+    for column, totals in (
+        ("offered", report.sent), ("delivered", report.received), ("owed", report.expected)
+    ):  # fmt: skip
+        assert sum(int(r[column]) for r in seconds) == sum(totals.values()), column
+    timed = [r for r in seconds if int(r["latency_samples"])]
+    assert timed
+    for row in timed:
+        p50, p90, p99, most = (float(row[k]) for k in ("p50_ms", "p90_ms", "p99_ms", "max_ms"))
+        assert 0 < p50 <= p90 <= p99 <= most
+    queues = read_csv(results / "node-queues.csv")
+    by_node: dict[str, set[str]] = {}
+    for row in queues:
+        by_node.setdefault(row["node"], set()).add(row["queue"])
+        assert int(row["length"]) >= 0
+    assert by_node == {node: {"router", "catcher", "outgoing"} for node in ("0", "1", "2")}
+    counted: dict[tuple[str, str], int] = {}
+    for row in read_csv(results / "latency.csv"):
+        key = (row["kind"], row["type"])
+        counted[key] = counted.get(key, 0) + int(row["count"])
+    assert counted == {
+        (kind, name): figures["count"]
+        for kind, by_type in summary["load"]["latency"].items()
+        for name, figures in by_type.items()
+    }
 
 
 @pytest.mark.e2e
@@ -345,14 +386,19 @@ def test_an_earlier_run_is_kept_unless_overwrite_is_given(
     assert sorted(p.name for p in results.iterdir()) == [
         "connectivity.csv",
         "connectivity.png",
+        "latency.csv",
+        "latency.png",
         "manifest.json",
         "node-0",
         "node-1",
+        "node-queues.csv",
         "nodes.csv",
         "overlay.png",
         "queries.csv",
         "reach.png",
         "summary.json",
+        "throughput.png",
+        "timeseries.csv",
     ]
     assert (results / "queries.csv").read_text() != "old"
     assert len(json.loads((results / "summary.json").read_text())["nodes"]) == 2
