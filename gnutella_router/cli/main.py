@@ -169,6 +169,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         # Binding a listener (port taken, no permission) and locking the state directory
         # are what fail in practice; the error may sit several nurseries deep.
         failure = _first_leaf(group)
+    finally:
+        if daemon.notifier is not None:
+            daemon.notifier.close()
     if failure is not None:
         # Through the configured logger, so that in JSON mode this line is JSON too. A
         # failure after the start is not a start-up problem, and says where it came from.
