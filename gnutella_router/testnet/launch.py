@@ -343,10 +343,11 @@ class Launcher:
         started: float,
         log: list[dict[str, Any]],
         nursery: trio.Nursery,
+        changed: Callable[[], None] | None = None,
     ) -> None:
         """Carry out the churn schedule over ``length`` seconds, appending each event to
-        ``log`` (times from ``started``). The ``steady`` nodes stay up: the load client's
-        peers are there."""
+        ``log`` (times from ``started``) and calling ``changed`` after it. The ``steady``
+        nodes stay up: the load client's peers are there."""
         churning = [n for n in range(self.settings.nodes) if n not in steady]
         begun = trio.current_time()
         for event in churn_schedule(churning, churn, length, self.settings.seed):
@@ -373,3 +374,5 @@ class Launcher:
                     "ok": ok,
                 }
             )
+            if changed is not None:
+                changed()

@@ -76,6 +76,7 @@ from gnutella_router.net.connection import format_address
 from gnutella_router.testnet.cache import HostCacheService
 from gnutella_router.testnet.children import ChildNode, ServentNode, stop_children
 from gnutella_router.testnet.console import Console, run_console
+from gnutella_router.testnet.file_sd import TARGETS_FILE, target_groups, write_targets
 from gnutella_router.testnet.forks import ForkServer, ForkServerError, available
 from gnutella_router.testnet.formation import Formation, failure_message, formation
 from gnutella_router.testnet.launch import Launcher
@@ -219,6 +220,8 @@ class LocalNetwork:
             else None
         )
         self._stats_pages: dict[int, Any] = {}
+        self._targets_written = False
+        """Whether the Prometheus targets file was written (:mod:`.file_sd`)."""
         self.churn_log: list[dict[str, Any]] = []
         self._connection_pages: dict[int, Any] = {}
         self.phase = "starting"
@@ -264,6 +267,7 @@ class LocalNetwork:
         if failure.kind == "node":
             self.cache.publish_node(failure.node, None)
         self._note(f"warning: {failure.describe()}")
+        self._write_targets()
         if self.settings.on_node_failure == "stop" and self.error is None:
             self.error = f"{failure.name} {failure.reason} (--on-node-failure stop)"
             self._end_work()
@@ -304,6 +308,7 @@ class LocalNetwork:
                 await self.launcher.shared.stop()
             with contextlib.suppress(OSError):
                 remove_network_record(results)
+            self._write_targets()  # empty now: no router left to scrape
             if self.namespaces is not None:
                 with trio.CancelScope(shield=True):
                     problems = await trio.to_thread.run_sync(self.namespaces.remove)
@@ -342,6 +347,7 @@ class LocalNetwork:
                             raise NetworkError(str(exc)) from None
                     join = None if self.leaves is None else functools.partial(self._join, nursery)
                     await self.launcher.start_nodes(nursery, before_open=join)
+                    self._write_targets()
                     self.started_after = trio.current_time() - self._started
                     self.phase = "forming"
                     await self._form()
@@ -382,6 +388,22 @@ class LocalNetwork:
             self._note(
                 f"warning: {RECORD_FILE} not written ({exc}): no console can find the network"
             )
+
+    def _write_targets(self) -> None:
+        """Rewrite the Prometheus targets file (:mod:`.file_sd`) with the routers that
+        run now; the first time, say where it is. Not before the routers have started."""
+        if not self._targets_written and not self.nodes:
+            return
+        groups = target_groups(self.nodes, self.settings.results.name)
+        try:
+            path = write_targets(self.settings.results, groups)
+        except OSError as exc:
+            if not self._targets_written:
+                self._note(f"warning: {TARGETS_FILE} not written: {exc}")
+            return
+        if not self._targets_written:
+            self._targets_written = True
+            self._note(f"Prometheus targets (file_sd, kept current): {path}")
 
     # ------------------------------------------------------------------ formation
 
@@ -480,6 +502,7 @@ class LocalNetwork:
                     self._started,
                     self.churn_log,
                     nursery,
+                    self._write_targets,
                 )
             async with trio.open_nursery() as searching:
                 if self.leaves is not None and self.settings.duration:
@@ -643,6 +666,8 @@ class LocalNetwork:
         async with trio.open_nursery() as nursery:
             for node in self.nodes:
                 nursery.start_soon(read, node)
+            if self.servents is not None:
+                nursery.start_soon(self.servents.read_drops)
         return summaries, states
 
     async def _stop_nodes(self) -> float:

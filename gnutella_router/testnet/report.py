@@ -212,6 +212,10 @@ def final_text(summary: dict[str, Any], report: LoadReport | None, results: Path
             f"linked with {linked} of {len(servent['linked_with'])} planned; the routers got "
             f"{messages_in:,} messages from it and sent it {messages_out:,}",
         ]
+        if servent.get("drops") is not None:
+            lines.append(f"  its own drop counters: {drops_text(servent['drops'])}")
+        elif servent.get("drops_error"):
+            lines.append(f"  its own drop counters not read: {servent['drops_error']}")
     churn = summary.get("churn")
     if churn:
         actions = [e["action"] for e in churn["events"]]
@@ -298,3 +302,13 @@ def leaves_text(leaves: dict[str, Any]) -> str:
 
 def _count(number: int, noun: str) -> str:
     return f"{number} {noun}" if number == 1 else f"{number} {noun}s"
+
+
+def drops_text(drops: dict[str, Any]) -> str:
+    """A servent's own drop counters in a line: the total, then each reason that
+    counts, most first."""
+    reasons = sorted(drops["by_reason"].items(), key=lambda item: (-item[1], item[0]))
+    if not reasons:
+        return f"nothing dropped (of {drops['reasons']} reasons counted)"
+    listed = ", ".join(f"{reason} {count:,}" for reason, count in reasons)
+    return f"{drops['total']:,} dropped: {listed}"

@@ -8,12 +8,15 @@ linked with :data:`LINKS_PER_SERVENT` routers, drawn with the run's seed: those 
 get it as a catcher seed and one more outgoing connection to keep, so they dial it as
 they dial any seed. A servent has no admin interface; what it did is read from the
 routers' side, from their connections to it (its user agent, messages and bytes both
-ways), and reported with it.
+ways), and reported with it; and, when its wrapper offers them, from the servent's
+own drop counters, read once before anything is stopped (:mod:`.servent_stats`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import random
+import shlex
 import socket
 from collections.abc import Sequence
 from pathlib import Path
@@ -25,10 +28,15 @@ from gnutella_router.config import parse_host_port
 from gnutella_router.net.connection import format_address
 from gnutella_router.testnet.children import ServentNode
 from gnutella_router.testnet.nodes import NetworkNode, NodeFailure
+from gnutella_router.testnet.servent_stats import drop_counters, stats_command
 
 LINKS_PER_SERVENT = 2
 COUNTERS = ("messages_in", "messages_out", "bytes_in", "bytes_out")
 LOOPBACK = "127.0.0.1"
+STATS_SECONDS = 15.0
+"""How long a wrapper's stats command may take."""
+STATS_FILE = "stats-drop.txt"
+"""Where a servent's folder keeps what its stats command printed."""
 
 
 def free_port(host: str = LOOPBACK) -> int:
@@ -73,6 +81,10 @@ class ServentSet:
         self.links = attachments(count, routers, seed)
         self.results = results
         self.nodes: list[ServentNode] = []
+        self.drops: dict[int, dict[str, int]] = {}
+        """Each servent's own drop counters, by servent, once read (:meth:`read_drops`)."""
+        self.drop_errors: dict[int, str] = {}
+        """Why a servent's counters could not be read, where its wrapper offers them."""
 
     def folder(self, index: int) -> Path:
         return self.results / f"servent-{index}"
@@ -117,6 +129,51 @@ class ServentSet:
             if routers[router].running() and not routers[router].view.has_peer(servent.peer_name)
         ]
 
+    async def read_drops(self) -> None:
+        """Read the drop counters of every running servent whose wrapper offers them
+        (its ``ready:`` line names a stats command), all at once."""
+        async with trio.open_nursery() as nursery:
+            for servent in self.nodes:
+                if servent.running():
+                    nursery.start_soon(self.read_servent_drops, servent)
+
+    async def read_servent_drops(self, servent: ServentNode) -> None:
+        """Read one servent's drop counters with the command its wrapper's ``ready:``
+        line offers (none offered: nothing read); a failure is kept for the report, and
+        what the command printed goes into the servent's folder."""
+        try:
+            output = servent.log_path.read_text("utf-8", "replace")
+        except OSError:
+            return
+        command = stats_command(output)
+        if command is None:
+            return
+        where = f"`{shlex.join(command)}`"
+        try:
+            with trio.fail_after(STATS_SECONDS):
+                done = await trio.run_process(
+                    command, stdin=b"", capture_stdout=True, capture_stderr=True, check=False
+                )
+        except OSError as exc:
+            self.drop_errors[servent.index] = f"{where}: {exc.strerror or exc}"
+            return
+        except trio.TooSlowError:
+            self.drop_errors[servent.index] = f"{where} took over {STATS_SECONDS:g} s"
+            return
+        text = done.stdout.decode("utf-8", "replace")
+        with contextlib.suppress(OSError):
+            (servent.state_dir / STATS_FILE).write_text(text)
+        if done.returncode != 0:
+            said = done.stderr.decode("utf-8", "replace").strip().splitlines()[-1:]
+            self.drop_errors[servent.index] = (
+                f"{where} exited with {done.returncode}{': ' + said[0] if said else ''}"
+            )
+            return
+        try:
+            self.drops[servent.index] = drop_counters(text)
+        except ValueError as exc:
+            self.drop_errors[servent.index] = f"{where}: {exc}"
+
     def report(self, pages: Sequence[Any], failures: Sequence[NodeFailure]) -> list[dict[str, Any]]:
         """Each servent as the routers saw it, from their ``/connections`` pages."""
         rows = []
@@ -146,9 +203,22 @@ class ServentSet:
                     "connected_routers": sorted({int(str(s["router"])) for s in seen}),
                     "connections": seen,
                     "failure": failed.get(index),
+                    "drops": _drops(self.drops.get(index)),
+                    "drops_error": self.drop_errors.get(index),
                 }
             )
         return rows
+
+
+def _drops(counters: dict[str, int] | None) -> dict[str, Any] | None:
+    """A servent's drop counters for the summary: the total and the reasons that count."""
+    if counters is None:
+        return None
+    return {
+        "total": sum(counters.values()),
+        "by_reason": {reason: count for reason, count in counters.items() if count},
+        "reasons": len(counters),
+    }
 
 
 async def resolve_seeds(seeds: Sequence[str]) -> dict[str, set[str]]:

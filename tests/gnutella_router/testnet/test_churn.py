@@ -12,6 +12,7 @@ import trio
 
 from gnutella_router.cli.main import main
 from gnutella_router.testnet.churn import LEAVE, ChurnSettings, churn_schedule
+from gnutella_router.testnet.file_sd import TARGETS_FILE
 from gnutella_router.testnet.network import LocalNetwork
 from gnutella_router.testnet.settings import NetworkSettings
 
@@ -63,7 +64,7 @@ def test_churn_is_refused_in_one_process(capsys: pytest.CaptureFixture[str]) -> 
 @pytest.mark.e2e
 @pytest.mark.parametrize("kill", [False, True])
 async def test_churned_nodes_leave_and_come_back_where_they_were(
-    tmp_path: Path, kill: bool
+    tmp_path: Path, kill: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     settings = NetworkSettings(
         nodes=4,
@@ -73,8 +74,21 @@ async def test_churned_nodes_leave_and_come_back_where_they_were(
         churn=ChurnSettings(0.6, 0.4, kill=kill),
         seed=2,
     )
-    network = LocalNetwork(settings, out=io.StringIO())
+    out = io.StringIO()
+    network = LocalNetwork(settings, out=out)
     addresses: dict[int, str] = {}
+    # The Prometheus targets as each rewrite left them: after the start, after each
+    # churn event, and at the end.
+    targets_file = tmp_path / TARGETS_FILE
+    written: list[dict[str, str]] = []
+    rewrite = network._write_targets
+
+    def record_targets() -> None:
+        rewrite()
+        groups = json.loads(targets_file.read_text())
+        written.append({g["labels"]["node"]: g["targets"][0] for g in groups})
+
+    monkeypatch.setattr(network, "_write_targets", record_targets)
 
     async def watch() -> None:
         with trio.fail_after(60):
@@ -105,3 +119,11 @@ async def test_churned_nodes_leave_and_come_back_where_they_were(
     assert churn[0] == "at,node,action,ok"
     assert len(churn) == 1 + len(log)
     assert json.loads((tmp_path / "summary.json").read_text())["churn"]["kill"] is kill
+    assert f"Prometheus targets (file_sd, kept current): {targets_file}" in out.getvalue()
+    assert list(written[0]) == ["node-0", "node-1", "node-2", "node-3"]
+    assert written[-1] == {}  # every router stopped: nothing left to scrape
+    after_events = written[1 : 1 + len(log)]
+    assert len(after_events) == len(log)
+    for event, targets in zip(log, after_events, strict=True):
+        assert (f"node-{event['node']}" in targets) is (event["action"] == "return"), event
+    assert all(t.startswith("127.0.0.1:") for ts in written for t in ts.values())

@@ -22,6 +22,12 @@ ROUTER_AS_SERVENT = (
     "--state-dir {dir} --min-connections 0"
 )
 
+SAMPLE = Path(__file__).resolve().parents[2] / "fixtures" / "gtk-gnutella-1.2.3-stats-drop.txt"
+WITH_STATS = "sh -c " + shlex.quote(
+    f'echo "ready: a router as a servent; stats: cat {SAMPLE}"; exec {ROUTER_AS_SERVENT}'
+)
+"""A wrapper that offers drop counters (gtk-gnutella's, recorded) in its ready line."""
+
 
 def test_each_servent_is_linked_with_distinct_routers_drawn_from_the_seed() -> None:
     links = attachments(5, 8, seed=1)
@@ -57,7 +63,7 @@ async def test_servents_are_dialled_and_reported_from_the_routers_side(tmp_path:
     out = io.StringIO()
     settings = NetworkSettings(
         nodes=3, topology="ring", duration=1.0, rate=50.0, results=tmp_path,
-        servent=ROUTER_AS_SERVENT, servents=2, mode="processes",
+        servent=WITH_STATS, servents=2, mode="processes",
     )  # fmt: skip
     with trio.fail_after(120):
         outcome = await run_network(settings, out=out)
@@ -70,7 +76,13 @@ async def test_servents_are_dialled_and_reported_from_the_routers_side(tmp_path:
         assert sum(c["messages_out"] for c in row["connections"]) > 0
         assert row["exit_status"] == 0  # stopped with SIGTERM after the routers' Bye
         assert (tmp_path / f"servent-{row['servent']}").is_dir()
+        assert row["drops"]["by_reason"] == {
+            "throttle": 2978,
+            "duplicate": 524,
+            "query_too_short": 17,
+        }
     assert "servent-0 127.0.0.1:" in out.getvalue()
+    assert "its own drop counters: 3,519 dropped: throttle 2,978, duplicate 524" in out.getvalue()
 
 
 @pytest.mark.e2e

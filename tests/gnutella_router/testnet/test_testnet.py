@@ -394,6 +394,7 @@ def test_an_earlier_run_is_kept_unless_overwrite_is_given(
         "node-queues.csv",
         "nodes.csv",
         "overlay.png",
+        "prometheus-targets.json",
         "queries.csv",
         "reach.png",
         "summary.json",
