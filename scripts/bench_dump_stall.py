@@ -55,8 +55,8 @@ from benchdocs import machine, replace_section
 from router_bench.peers import BenchError, peer_headers
 from router_bench.processes import free_port, rss_bytes
 
+from gnutella_router.lab.testnet.process import RouterProcess, start_router_process
 from gnutella_router.net.handshaking import next_handshake_event
-from gnutella_router.testnet.process import RouterProcess, start_router_process
 from protocol.codec import encode_message
 from protocol.constants import MessageType
 from protocol.framing import FrameDecoder

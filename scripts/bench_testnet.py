@@ -59,7 +59,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from benchdocs import BENCHMARKS_DOC, commit, machine, replace_section
 
-from gnutella_router.testnet.namespaces import abandoned_leftovers
+from gnutella_router.lab.testnet.namespaces import abandoned_leftovers
 
 DEFAULT_RUNS = (
     "in-process:24,in-process:100,in-process:500,processes:24,processes:100,processes:200x3,"
@@ -407,8 +407,8 @@ def start_costs(out: Path, count: int = START_SAMPLES) -> dict[str, dict[str, fl
     import trio
 
     from gnutella_router.config import load_config
-    from gnutella_router.testnet.children import ChildNode
-    from gnutella_router.testnet.forks import ForkServer
+    from gnutella_router.lab.testnet.children import ChildNode
+    from gnutella_router.lab.testnet.forks import ForkServer
 
     def config(folder: Path) -> Any:
         return load_config(

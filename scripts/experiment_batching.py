@@ -74,8 +74,8 @@ from router_bench.peers import (
 )
 from router_bench.processes import cpu_seconds, free_port
 
+from gnutella_router.lab.traffic.load import LoadSettings
 from gnutella_router.run_folder import add_out_arguments, script_run
-from gnutella_router.traffic.load import LoadSettings
 from protocol.constants import MessageType
 from protocol.framing import Frame
 from traffic_models.arrival_text import parse_arrivals

@@ -52,8 +52,8 @@ from experiment_fig14 import (
 from matplotlib.ticker import MaxNLocator
 from router_bench.processes import free_port
 
+from gnutella_router.lab.traffic.load import LoadRun, LoadSettings
 from gnutella_router.run_folder import add_out_arguments, script_run
-from gnutella_router.traffic.load import LoadRun, LoadSettings
 from protocol.framing import Frame
 from traffic_models.arrival_text import parse_arrivals
 from traffic_models.generator import TrafficGenerator

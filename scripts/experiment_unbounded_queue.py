@@ -57,9 +57,9 @@ import trio
 from benchdocs import machine, replace_section, save_figure
 from router_bench.processes import free_port
 
+from gnutella_router.lab.traffic.load import LoadSettings
 from gnutella_router.observe.profiler import read_peak_rss_bytes, read_rss_bytes
 from gnutella_router.run_folder import add_out_arguments, script_run
-from gnutella_router.traffic.load import LoadSettings
 from traffic_models.generator import TrafficGenerator
 from traffic_models.latency import LoadReport
 from traffic_models.mix import PAPER_MIX

@@ -128,12 +128,12 @@ from router_fuzz.settings import (
 )
 from router_fuzz.wire import RouterTarget, can_bind, free_ports, status_code, trailing_bye
 
-from gnutella_router.observe.profiler import read_peak_rss_bytes
-from gnutella_router.testnet.process import (
+from gnutella_router.lab.testnet.process import (
     RouterProcess,
     RouterProcessError,
     start_router_process,
 )
+from gnutella_router.observe.profiler import read_peak_rss_bytes
 
 __all__ = [
     "ATTEMPTS_PER_IP_PER_MINUTE",

@@ -194,7 +194,7 @@ def _absolute_path(text: str) -> str:
 
 def cmd_replay(args: argparse.Namespace) -> int:
     """Replay a trace; Ctrl-C stops it with a partial summary (exit 130)."""
-    from gnutella_router.traffic.replay import ReplayControl, ReplayError, parse_target, replay
+    from gnutella_router.lab.traffic.replay import ReplayControl, ReplayError, parse_target, replay
 
     control = ReplayControl()
     try:

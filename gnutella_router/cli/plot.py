@@ -77,7 +77,7 @@ def cmd_plot_run(args: argparse.Namespace) -> int:
     if not isinstance(summary, dict) or "topology" not in summary or "nodes" not in summary:
         print(f"gnutella-router plot: {folder}: not a testnet run", file=sys.stderr)
         return 1
-    from gnutella_router.testnet.plots import draw_run
+    from gnutella_router.lab.testnet.plots import draw_run
 
     try:
         paths = draw_run(folder, summary)

@@ -22,13 +22,13 @@ import fig14_bursts
 import trio
 from router_bench.processes import free_port
 
-from gnutella_router.observe.profiler import read_peak_rss_bytes
-from gnutella_router.testnet.process import (
+from gnutella_router.lab.testnet.process import (
     RouterProcessError,
     start_router_process,
     stop_router_process,
 )
-from gnutella_router.traffic.load import LoadRun, LoadSettings
+from gnutella_router.lab.traffic.load import LoadRun, LoadSettings
+from gnutella_router.observe.profiler import read_peak_rss_bytes
 from protocol.constants import MessageType
 from protocol.framing import Frame
 from traffic_models.generator import TrafficGenerator

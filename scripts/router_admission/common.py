@@ -25,7 +25,7 @@ import trio
 from fig14.runs import ExperimentError, launch_router, stop_router
 from router_bench.processes import free_port
 
-from gnutella_router.traffic.load import LoadRun, LoadSettings
+from gnutella_router.lab.traffic.load import LoadRun, LoadSettings
 from protocol.constants import MessageType
 from protocol.framing import Frame
 from traffic_models.arrivals import ArrivalProcess

@@ -31,8 +31,8 @@ from router_bench.peers import BenchError
 from router_fuzz.runs import leaf_exceptions
 from router_fuzz.wire import Drain, close_quietly
 
+from gnutella_router.lab.testnet.process import RouterProcessError
 from gnutella_router.observe.profiler import read_peak_rss_bytes, read_rss_bytes
-from gnutella_router.testnet.process import RouterProcessError
 from protocol.errors import HandshakeError, RemoteProtocolError
 from router_attack.peers import HonestPeer, PendingQueries, Pinger, Refused, handshake
 from router_attack.settings import (

@@ -20,7 +20,7 @@ from router_bench.peers import BenchError
 from router_fuzz.router import error_lines, scan_log, stop_router
 from router_fuzz.wire import RouterTarget, free_ports
 
-from gnutella_router.testnet.process import RouterProcess, start_router_process
+from gnutella_router.lab.testnet.process import RouterProcess, start_router_process
 from router_attack.settings import ROOT, STATS_PATIENCE, TRUSTED_NETWORKS, AttackError
 
 COMMON_CONFIG: Mapping[str, Mapping[str, object]] = {

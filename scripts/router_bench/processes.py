@@ -15,7 +15,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gnutella_router.testnet.servents import free_router_port
+from gnutella_router.lab.testnet.servents import free_router_port
 from router_bench.peers import BenchError
 
 ROOT = Path(__file__).resolve().parents[2]

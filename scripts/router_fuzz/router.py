@@ -10,8 +10,8 @@ from pathlib import Path
 import trio
 
 from gnutella_router.config.sections import NetworkConfig
+from gnutella_router.lab.testnet.process import RouterProcess
 from gnutella_router.observe.profiler import read_rss_bytes
-from gnutella_router.testnet.process import RouterProcess
 from router_fuzz.report import mib
 from router_fuzz.settings import (
     ATTEMPTS_PER_IP_PER_MINUTE,

@@ -14,8 +14,8 @@ from typing import Any
 
 import trio
 
+from gnutella_router.lab.testnet.process import RouterProcess
 from gnutella_router.observe.admin_client import FetchError, fetch
-from gnutella_router.testnet.process import RouterProcess
 from router_fuzz.checks import RoutingChecks
 from router_fuzz.frames import FrameFuzzing
 from router_fuzz.handshakes import HandshakeFuzzing

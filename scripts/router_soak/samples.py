@@ -12,8 +12,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from gnutella_router.lab.testnet.spread_load import SpreadLoadRun
 from gnutella_router.observe.admin_client import FetchError
-from gnutella_router.testnet.spread_load import SpreadLoadRun
 from router_soak.probes import (
     admin_get,
     counter_total,

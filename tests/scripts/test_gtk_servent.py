@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from gnutella_router.testnet.servent_stats import drop_counters, stats_command
+from gnutella_router.lab.testnet.servent_stats import drop_counters, stats_command
 from tests.support.processes import free_port
 
 WRAPPER = Path(__file__).resolve().parents[2] / "scripts" / "gtk-servent.sh"

@@ -12,8 +12,8 @@ import pytest
 import trio
 
 from gnutella_router.config import load_config
+from gnutella_router.lab.traffic.load import LoadSettings, run_load
 from gnutella_router.observe.profiler import MAX_CONNECTIONS_TRACKED, read_rss_bytes
-from gnutella_router.traffic.load import LoadSettings, run_load
 from protocol.constants import MessageType
 from tests.support.peers import running_daemons
 from traffic_models.arrivals import ConstantRate
