@@ -367,7 +367,11 @@ GROUPS: tuple[tuple[str, frozenset[str], int], ...] = (
         frozenset({"trio/_run.py", "trio/_util.py", "trio/_ki.py", "trio attrs"}),
         3,
     ),
-    ("the connection and its coroutine frames", frozenset({"connection.py"}), 1),
+    (
+        "the connection, its session, its coroutine frames",
+        frozenset({"connection.py", "session.py"}),
+        1,
+    ),
     ("the server's frames and records", frozenset({"server.py"}), 1),
 )
 """Allocation groups: a name, the files that put an allocation in it, and how many of

@@ -404,13 +404,12 @@ class DaemonCollector(Collector):
         yield from histograms.values()
 
     def _outgoing(self, daemon: RouterView) -> Iterator[Metric]:
-        now = trio.current_time()
         pending_bytes = pending_messages = flow_controlled = 0
         for connection in daemon.server.connections.snapshot():
-            stats = connection.outgoing.statistics(now)
-            pending_bytes += stats.pending_bytes
-            pending_messages += stats.pending_messages
-            flow_controlled += stats.flow_controlled
+            session = connection.session
+            pending_bytes += session.pending_bytes
+            pending_messages += session.pending_messages
+            flow_controlled += session.flow_controlled
         yield GaugeMetricFamily(
             "gnutella_outgoing_queue_bytes",
             "Bytes waiting in every connection's outgoing queue.",

@@ -198,9 +198,7 @@ class Profiler:
             if isinstance(source, Stage):
                 queues[name] = len(source.queue)
         connections = daemon.server.connections.snapshot()
-        depths = [
-            (c.id, c.outgoing.pending_messages, c.outgoing.pending_bytes) for c in connections
-        ]
+        depths = [(c.id, c.session.pending_messages, c.session.pending_bytes) for c in connections]
         total_messages = sum(d[1] for d in depths)
         total_bytes = sum(d[2] for d in depths)
         if len(depths) > MAX_CONNECTIONS_TRACKED:

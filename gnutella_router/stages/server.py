@@ -296,28 +296,33 @@ class GnutellaServer:
                     self._check_deadlines(connection, watch, now)
 
     def _check_deadlines(self, connection: Connection, watch: ReadWatch, now: float) -> None:
+        session = connection.session
         deadline = watch.check(
             now,
-            bytes_in=connection.bytes_in,
-            messages_in=connection.messages_in,
-            partial_bytes=connection.partial_bytes,
-            unfinished=connection.frames_unfinished,
+            bytes_in=session.bytes_in,
+            messages_in=session.messages_in,
+            partial_bytes=session.partial_bytes,
+            unfinished=session.frames_unfinished,
         )
         if deadline is None:
             return
         self.timed_out[deadline.value] += 1
+        kick = None
         if deadline is Deadline.IDLE:
             reason = f"activity timeout: nothing received for {watch.idle:g} s"
         else:
             detail = f"part of a message held for {watch.partial:g} s, none completed"
             reason = f"activity timeout: {detail}"
             if self.config.abuse.enabled:  # an offence: counted and banned as a kick
-                connection.kick = Kick(Offence.PARTIAL_MESSAGE, 1.0, detail)
-                reason = connection.kick.reason
+                kick = Kick(Offence.PARTIAL_MESSAGE, 1.0, detail)
+                reason = kick.reason
         self.refusal_warnings.warn(
             deadline.value, "peer timed out", peer=connection.peer_text, reason=reason
         )
-        connection.close(reason, bye_code=405)
+        if kick is not None:
+            connection.kicked(kick)  # a Bye 405 (activity timeout), as below
+        else:
+            connection.close(reason, bye_code=405)
 
     def _shared_capabilities(self, capabilities: Capabilities) -> Capabilities:
         """``capabilities`` with the header values most peers share (user agent,
@@ -383,9 +388,9 @@ class GnutellaServer:
             self.closed += 1
             now = trio.current_time()
             self._closed.update(traffic_of(connection))
-            self._closed_dropped.update(connection.outgoing.statistics(now).dropped)
+            self._closed_dropped.update(connection.session.outgoing_statistics(now).dropped)
             connection.log_summary(now)
-            if connection.kick is not None:
+            if connection.session.kick is not None:
                 self._banish(connection, now)
 
     async def _admit(self, stream: trio.SocketStream) -> Connection | None:
@@ -511,7 +516,7 @@ class GnutellaServer:
                     c.peer[0],
                     leaf=c.capabilities.ultrapeer is False,
                     evictable=c.role == "incoming" and not self.slots.trusted(c.peer[0]),
-                    since=c.connected_at,
+                    since=c.session.connected_at,
                 )
                 for c in self.connections.snapshot()
                 if not c.closing
@@ -640,8 +645,9 @@ class GnutellaServer:
 
     def _banish(self, connection: Connection, now: float) -> None:
         """Count a kicked peer and ban it for ``abuse.ban_seconds``."""
-        assert connection.kick is not None
-        offence = connection.kick.offence
+        kick = connection.session.kick
+        assert kick is not None
+        offence = kick.offence
         self.kicked[offence.value] += 1
         keys = self._ban_keys(connection.peer[0], connection.capabilities)
         seconds = self.config.abuse.ban_seconds
@@ -652,7 +658,7 @@ class GnutellaServer:
             conn=connection.id,
             peer=connection.peer_text,
             offence=offence.value,
-            bye_code=connection.kick.bye_code,
+            bye_code=kick.bye_code,
             banned_for=seconds,
             banned_by=[kind for kind, _ in keys],
         )
@@ -692,5 +698,5 @@ class GnutellaServer:
         now = trio.current_time()
         for connection in self.connections.snapshot():
             totals.update(traffic_of(connection))
-            dropped.update(connection.outgoing.statistics(now).dropped)
+            dropped.update(connection.session.outgoing_statistics(now).dropped)
         return {**{name: totals[name] for name in TRAFFIC}, "outgoing_dropped": dict(dropped)}

@@ -73,4 +73,5 @@ TRAFFIC = ("bytes_in", "bytes_out", "messages_in", "messages_out")
 
 
 def traffic_of(connection: Connection) -> dict[str, int]:
-    return {name: getattr(connection, name) for name in TRAFFIC}
+    session = connection.session
+    return {name: getattr(session, name) for name in TRAFFIC}

@@ -15,7 +15,7 @@ from gnutella_router.net.deflate_pool import DeflatePool
 from gnutella_router.net.threshold_queue import ThresholdQueue
 from protocol.capabilities import Capabilities
 from protocol.codec import encode_message
-from protocol.framing import Frame
+from protocol.framing import Frame, FrameDecoder
 from protocol.messages import Bye, Message, Query, random_guid
 
 
@@ -26,8 +26,9 @@ def link_over(
     **options: Any,
 ) -> Connection:
     """A connection over ``stream`` on the defaults the tests share; ``options`` are
-    Connection's own (deflate either way, an abuse meter, a deflate pool...)."""
+    Connection's own (its queue, deflate either way, an abuse meter, a deflate pool...)."""
     settings: dict[str, Any] = {
+        "outgoing": ThresholdQueue(),
         "compress_outgoing": False,
         "decompress_incoming": False,
         "trailing_data": b"",
@@ -40,7 +41,6 @@ def link_over(
         peer=("192.0.2.5", 6346),
         role=role,
         capabilities=capabilities or Capabilities(),
-        outgoing=ThresholdQueue(),
         **settings,
     )
 
@@ -86,7 +86,7 @@ async def test_frames_read_before_the_end_are_handled_before_the_close(
         await trio.sleep(1.0)
     assert link.closing
     assert link.close_reason == "peer said Bye 200: bye"
-    assert link.bye_code_received == 200
+    assert link.session.bye_code_received == 200
 
 
 async def test_a_router_that_never_reports_does_not_keep_a_dead_peer_open(
@@ -291,7 +291,7 @@ async def test_an_idle_deflating_link_holds_no_zlib_state(
         compress_outgoing=True,
         decompress_incoming=True,
     )
-    compressor, decompressor = link._compressor, link._decompressor
+    compressor, decompressor = link.session.compressor, link.session._decompressor
     assert compressor is not None
     assert decompressor is not None
     inflate = zlib.decompressobj()
@@ -332,8 +332,7 @@ async def test_a_failing_writer_fails_its_link_as_a_nursery_would() -> None:
     """The writer runs beside the reader, not under it: its failure still ends the
     reader, and the link's run raises it for the server to report."""
     ours, _theirs = trio.testing.memory_stream_pair()
-    link = connection(ours, "incoming")
-    link.outgoing = BrokenQueue()
+    link = link_over(ours, outgoing=BrokenQueue())
     raised: list[Exception] = []
 
     async def run() -> None:
@@ -379,6 +378,48 @@ async def test_a_deflate_bomb_closes_the_link_as_an_offence(
         await trio.sleep(1.0)
         nursery.cancel_scope.cancel()
     assert link.closing
-    assert link.kick is not None
-    assert link.kick.offence is Offence.DEFLATE_RATIO
+    assert link.session.kick is not None
+    assert link.session.kick.offence is Offence.DEFLATE_RATIO
     assert len(handed) * 23 <= 2 * RATIO_GRACE  # cut off soon after the grace
+
+
+async def test_a_bye_follows_the_rest_of_a_write_the_socket_took_in_part() -> None:
+    """Closing with a Bye while the socket has taken only part of a write: the peer
+    reads the whole write, then the Bye (what was still queued is dropped), never a Bye
+    inside a message."""
+    ours, theirs = socket.socketpair()
+    ours.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+    theirs.setblocking(False)
+    link = connection(
+        trio.SocketStream(trio.socket.from_stdlib_socket(ours)), "incoming", bye_packet=True
+    )
+    big = queries(400, b"y" * 500)
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(link.run, _ignore)
+            await trio.testing.wait_all_tasks_blocked()
+            queue_all(link, big)
+            link.flush()
+            assert link.writer_busy  # the socket took part of it
+            link.close("shutting down", bye_code=200)
+            got = b""
+            with trio.fail_after(10):
+                while True:  # until the link, its Bye written, closes the socket
+                    try:
+                        chunk = theirs.recv(1 << 20)
+                    except BlockingIOError:
+                        await trio.sleep(0.001)
+                        continue
+                    if not chunk:
+                        break
+                    got += chunk
+        frames = FrameDecoder().receive_data(got)
+        written = len(frames) - 1  # the first write; the queue behind it was dropped
+        assert written > 0
+        assert [frame.to_bytes() for frame in frames[:-1]] == big[:written]
+        bye = frames[-1].message().payload
+        assert isinstance(bye, Bye)
+        assert bye.code == 200
+    finally:
+        ours.close()
+        theirs.close()

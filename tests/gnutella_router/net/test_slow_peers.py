@@ -87,4 +87,4 @@ async def test_flow_control_policy_sheds_then_closes_the_stalled_peer(tmp_path: 
         assert stats.peak_bytes <= 65536 + 1100
         await wait_until(lambda: daemon.server.connections.get(stalled_id) is None, timeout=6)
         assert stalled.close_reason is not None
-        assert stalled.bye_code_sent == 405
+        assert stalled.session.bye_code_sent == 405

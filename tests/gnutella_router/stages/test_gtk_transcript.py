@@ -165,11 +165,11 @@ async def test_gtk_gnutella_dialing_the_daemon(tmp_path: Path) -> None:
         await wait_until(lambda: daemon.router.consumed[MessageType.QRP] == 2)
         assert daemon.router.consumed[MessageType.VENDOR] == 2
         (connection,) = daemon.server.connections.snapshot()
-        assert connection.malformed_in == 0
-        assert connection.peer_vendor_messages is not None
-        assert HOPS_FLOW in connection.peer_vendor_messages
-        assert connection.peer_features is not None
-        assert Feature("HSEP", 1) in connection.peer_features
+        assert connection.session.malformed_in == 0
+        assert connection.session.peer_vendor_messages is not None
+        assert HOPS_FLOW in connection.session.peer_vendor_messages
+        assert connection.session.peer_features is not None
+        assert Feature("HSEP", 1) in connection.session.peer_features
         assert connection.capabilities.user_agent is not None
         assert connection.capabilities.user_agent.startswith("gtk-gnutella/1.2.3")
         assert connection.statistics(trio.current_time()).deflate_in
@@ -186,7 +186,7 @@ async def test_gtk_gnutella_dialing_the_daemon(tmp_path: Path) -> None:
         # gtk-gnutella's shutdown Bye ends its link, and only its link.
         await link.send(Message(random_guid(), 1, 0, Bye(200, "Servent shutdown")))
         await wait_until(lambda: len(daemon.server.connections) == 1)
-        assert connection.bye_code_received == 200
+        assert connection.session.bye_code_received == 200
         await stream.aclose()
 
 
