@@ -27,7 +27,7 @@ import functools
 import ipaddress
 import time
 from collections.abc import Callable, Hashable
-from typing import Any, TypeVar, cast
+from typing import TypeVar, cast
 
 import structlog
 import trio
@@ -57,7 +57,7 @@ from gnutella_router.net.outqueue import OutgoingQueue
 from gnutella_router.net.slow_peers import make_outgoing_queue
 from gnutella_router.net.streams import close_quietly, literal_ip, send_and_close, sockname
 from gnutella_router.stages.router import GnutellaRouter
-from gnutella_router.stages.server_statistics import TRAFFIC, ServerStatistics, traffic_of
+from gnutella_router.stages.server_statistics import ServerStatistics, TrafficTotals
 from protocol.errors import HandshakeError, LocalProtocolError
 from protocol.handshake import (
     Acceptor,
@@ -167,11 +167,7 @@ class GnutellaServer:
         """The read deadlines of each live connection, by id."""
         self.refusal_warnings = RateLimitedWarnings(self.log)
         """One warning line per kind of refusal every 10 s, with how many were held back."""
-        self._closed: collections.Counter[str] = collections.Counter()
-        """Bytes and messages each way of the connections that ended (the statistics'
-        totals add the live ones, so they only rise)."""
-        self._closed_dropped: collections.Counter[str] = collections.Counter()
-        """What the outgoing queues of the connections that ended dropped, by reason."""
+        self._traffic = TrafficTotals()
         self.recorder: FrameTap | None = None
         """Handed to every new connection; the daemon sets it when recording a trace."""
         self.deflate_pool = outbox.deflate_pool
@@ -387,8 +383,7 @@ class GnutellaServer:
             self._watches.pop(connection.id, None)
             self.closed += 1
             now = trio.current_time()
-            self._closed.update(traffic_of(connection))
-            self._closed_dropped.update(connection.session.outgoing_statistics(now).dropped)
+            self._traffic.ended(connection.session, now)
             connection.log_summary(now)
             if connection.session.kick is not None:
                 self._banish(connection, now)
@@ -512,14 +507,14 @@ class GnutellaServer:
             leaf=capabilities.ultrapeer is False,
             occupants=[
                 Occupant(
-                    c.id,
-                    c.peer[0],
-                    leaf=c.capabilities.ultrapeer is False,
-                    evictable=c.role == "incoming" and not self.slots.trusted(c.peer[0]),
-                    since=c.session.connected_at,
+                    s.id,
+                    s.peer[0],
+                    leaf=s.capabilities.ultrapeer is False,
+                    evictable=s.role == "incoming" and not self.slots.trusted(s.peer[0]),
+                    since=s.connected_at,
                 )
-                for c in self.connections.snapshot()
-                if not c.closing
+                for s in (c.session for c in self.connections.snapshot())
+                if not s.closing
             ],
             admitting=list(self._admitting.values()),
         )
@@ -689,14 +684,7 @@ class GnutellaServer:
             deflate_parallel_writes=(
                 0 if self.deflate_pool is None else self.deflate_pool.jobs_parallel
             ),
-            **self._traffic_totals(),
+            **self._traffic.with_live(
+                (c.session for c in self.connections.snapshot()), trio.current_time()
+            ),
         )
-
-    def _traffic_totals(self) -> dict[str, Any]:
-        totals = collections.Counter(self._closed)
-        dropped = collections.Counter(self._closed_dropped)
-        now = trio.current_time()
-        for connection in self.connections.snapshot():
-            totals.update(traffic_of(connection))
-            dropped.update(connection.session.outgoing_statistics(now).dropped)
-        return {**{name: totals[name] for name in TRAFFIC}, "outgoing_dropped": dict(dropped)}

@@ -6,9 +6,12 @@ name what they show without the stage's tasks and sockets.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
+from collections.abc import Iterable
+from typing import Any
 
-from gnutella_router.net.connection import Connection
+from gnutella_router.net.session import PeerSession
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -72,6 +75,33 @@ TRAFFIC = ("bytes_in", "bytes_out", "messages_in", "messages_out")
 """A connection's traffic counters, summed over all connections in the statistics."""
 
 
-def traffic_of(connection: Connection) -> dict[str, int]:
-    session = connection.session
+def traffic_of(session: PeerSession) -> dict[str, int]:
     return {name: getattr(session, name) for name in TRAFFIC}
+
+
+class TrafficTotals:
+    """The traffic of the connections that ended, which the statistics' totals add to
+    the live ones', so that they only rise."""
+
+    __slots__ = ("_dropped", "_traffic")
+
+    def __init__(self) -> None:
+        self._traffic: collections.Counter[str] = collections.Counter()
+        """Bytes and messages each way."""
+        self._dropped: collections.Counter[str] = collections.Counter()
+        """What their outgoing queues dropped, by reason."""
+
+    def ended(self, session: PeerSession, now: float) -> None:
+        """Count a connection that has ended."""
+        self._traffic.update(traffic_of(session))
+        self._dropped.update(session.outgoing_statistics(now).dropped)
+
+    def with_live(self, live: Iterable[PeerSession], now: float) -> dict[str, Any]:
+        """The totals of the ended connections and ``live`` ones, as
+        :class:`ServerStatistics` fields."""
+        traffic = collections.Counter(self._traffic)
+        dropped = collections.Counter(self._dropped)
+        for session in live:
+            traffic.update(traffic_of(session))
+            dropped.update(session.outgoing_statistics(now).dropped)
+        return {**{name: traffic[name] for name in TRAFFIC}, "outgoing_dropped": dict(dropped)}
