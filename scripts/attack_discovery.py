@@ -330,23 +330,21 @@ def child(side: str, out: Path, seconds: float, timeout: float) -> None:
 
 def run_side(label: str, side: str, tree: Path, seconds: float, timeout: float) -> dict[str, Any]:
     """Run one side's child, with ``tree`` first on its path; kill it whatever happens."""
+    from scripts.router_bench.trees import tree_first
+    from scripts.runner import Child
+
     with tempfile.TemporaryDirectory(prefix="attack-discovery-") as folder:
         out, log = Path(folder) / "figures.json", Path(folder) / "child.log"
-        env = {**os.environ, "PYTHONPATH": str(tree), "PYTHONSAFEPATH": "1"}
         argv = [sys.executable, str(Path(__file__).resolve()), "--child", side, "--out", str(out)]
         argv += ["--seconds", str(seconds), "--timeout", str(timeout)]
         print(f"{label}: attacking ...", flush=True)
-        with log.open("wb") as sink:
-            process = subprocess.Popen(
-                argv, env=env, cwd=folder, stdout=sink, stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )  # fmt: skip
-            try:
-                status = process.wait(timeout + 60)
-            finally:
-                if process.poll() is None:
-                    os.killpg(process.pid, signal.SIGKILL)
-                    process.wait()
+        child = Child(
+            f"{label}'s run", argv, log, env=tree_first(tree), cwd=Path(folder), own_session=True
+        )
+        try:
+            status = child.wait(timeout + 60)
+        finally:
+            child.close()
         if status != 0 or not out.exists():
             tail = "\n".join(log.read_text(errors="replace").splitlines()[-15:])
             raise RuntimeError(f"{label}: the run failed (exit status {status}):\n{tail}")
@@ -467,8 +465,7 @@ def head_commit() -> str:
 
 
 def section(runs: Sequence[dict[str, Any]], command: str, before: str | None) -> list[str]:
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from benchdocs import machine
+    from scripts.benchdocs import machine
 
     today = datetime.date.today().isoformat()
     table = [f"| figure | {' | '.join(run['label'] for run in runs)} |"]
@@ -539,9 +536,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         with tempfile.TemporaryDirectory(prefix="attack-discovery-trees-") as folder:
             if args.before:
-                sys.path.insert(0, str(Path(__file__).resolve().parent))
-                sys.path.insert(0, str(ROOT))
-                from bench_commits import export
+                from scripts.router_bench.trees import export
 
                 tree = export(args.before, Path(folder) / "before")
                 label = f"before ({args.before})"
@@ -564,8 +559,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"  {name}: {value}")
     if args.write:
         command = f"--before {args.before} --write" if args.before else "--write"
-        sys.path.insert(0, str(Path(__file__).resolve().parent))
-        from benchdocs import replace_section
+        from scripts.benchdocs import replace_section
 
         print(f"wrote {replace_section(SECTION, section(runs, command, args.before), DOC)}")
     return 0 if holds(figures_of(runs[-1])) else 1

@@ -99,15 +99,12 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from router_attack.arena import run_scenario
-from router_attack.report import all_met, print_summary, write
-from router_attack.scenarios import SCENARIOS
-from router_attack.settings import ATTACKER_SOURCE, Result, Settings
-from router_fuzz.runs import interrupt_instead
-from router_fuzz.wire import can_bind
+from scripts.router_attack.arena import run_scenario
+from scripts.router_attack.report import all_met, print_summary, write
+from scripts.router_attack.scenarios import SCENARIOS
+from scripts.router_attack.settings import ATTACKER_SOURCE, Result, Settings
+from scripts.router_fuzz.runs import interrupt_instead
+from scripts.router_fuzz.wire import can_bind
 
 SECONDS = 8.0
 """A timed attack's default length: long enough for the decaying offence counts to

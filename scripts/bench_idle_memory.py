@@ -69,22 +69,6 @@ from pathlib import Path
 
 import trio
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from benchdocs import machine, replace_section
-from router_bench.peers import BenchError, Peer, Wire, connect, reach
-from router_bench.processes import (
-    ROOT,
-    Problems,
-    baseline_argv,
-    free_port,
-    router_argv,
-    rss_bytes,
-    started,
-    stop_server,
-)
-
 from gnutella_router.net.handshaking import next_handshake_event
 from gnutella_router.stages.vendor_messages import INTRODUCTIONS
 from protocol.errors import RemoteProtocolError
@@ -95,6 +79,10 @@ from protocol.handshake import (
     Initiator,
 )
 from protocol.messages import random_guid
+from scripts.benchdocs import machine, replace_section
+from scripts.router_bench.peers import BenchError, Peer, Wire, connect, reach
+from scripts.router_bench.servers import Problems, stop_server
+from scripts.runner import ROOT, baseline_argv, free_port, router_argv, rss_bytes, started
 
 FLOOR_BYTES = 8_000
 """Most memory an idle plain connection may cost the router (issue 26, item 4)."""

@@ -41,16 +41,12 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from benchdocs import machine, replace_section
-
 from gnutella_router.stages.query_routing import LAST_HOP_TABLE_SLOTS, qrp_hashcodes
 from protocol import qrp as qrp_now
 from protocol.codec import encode_message
 from protocol.messages import Message, QrpPatch, QrpReset, Query, random_guid
 from protocol.qrp import QrpTable, TableUnion, table_messages
+from scripts.benchdocs import machine, replace_section
 
 ROOT = Path(__file__).resolve().parent.parent
 BEFORE = "aea9480"

@@ -76,17 +76,11 @@ from __future__ import annotations
 import argparse
 import contextlib
 import ipaddress
-import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from router_bench.peers import (
+from scripts.router_bench.peers import (
     BLAST_MESSAGES,
     PEER_KINDS,
     BenchError,
@@ -95,18 +89,10 @@ from router_bench.peers import (
     pings_answered,
     use_peers,
 )
-from router_bench.processes import (
-    Problems,
-    Server,
-    baseline_argv,
-    free_port,
-    listener_pid,
-    router_argv,
-    started,
-    stop_server,
-)
-from router_bench.report import build_rows, limits, print_rows, write_section
-from router_bench.runs import Figures, Target, run_memory, run_speed
+from scripts.router_bench.report import build_rows, limits, print_rows, write_section
+from scripts.router_bench.runs import Figures, Target, run_memory, run_speed
+from scripts.router_bench.servers import Problems, stop_server
+from scripts.runner import Server, baseline_argv, free_port, listener_pid, router_argv, started
 
 
 def loopback_target(text: str) -> tuple[str, int]:

@@ -53,18 +53,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from benchdocs import machine, replace_section
-from fig14.runs import DOC, FIGURES, ROOT, ExperimentError
-from router_admission import step
-from router_admission.classes import (
+from gnutella_router.run_folder import add_out_arguments, script_run
+from scripts.benchdocs import machine, replace_section
+from scripts.fig14.runs import DOC, FIGURES, ROOT, ExperimentError
+from scripts.router_admission import step
+from scripts.router_admission.classes import (
     experiment_classes,
     experiment_floor,
     report_classes,
     report_floor,
 )
-from router_admission.degrade import experiment_degrade, report_degrade
-
-from gnutella_router.run_folder import add_out_arguments, script_run
+from scripts.router_admission.degrade import experiment_degrade, report_degrade
 
 Run = Callable[[argparse.Namespace, Path], dict[str, Any]]
 Report = Callable[[dict[str, Any], Path], tuple[list[str], list[Path]]]

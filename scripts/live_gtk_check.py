@@ -67,13 +67,9 @@ from types import FrameType
 
 import trio
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from live_gtk.checks import Figures, Interrupted, random_word, run_checks
-from live_gtk.network import ROOT, CheckFailed, Network, Settings
-
 from gnutella_router import __version__
+from scripts.live_gtk.checks import Figures, Interrupted, random_word, run_checks
+from scripts.live_gtk.network import ROOT, CheckFailed, Network, Settings
 
 DOC = ROOT / "docs" / "interop.md"
 SHIPPED_WRAPPER = ROOT / "scripts" / "gtk-servent.sh"

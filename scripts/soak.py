@@ -110,14 +110,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from router_soak.figures import analyse
-from router_soak.plot import plot
-from router_soak.processes import ROOT, TOPOLOGIES, SoakError, stop_routers
-from router_soak.report import BEGIN, END, replace_block, report_lines, write_block
-from router_soak.runs import Settings, Soak, owe_each_ping_once
+from scripts.router_soak.figures import analyse
+from scripts.router_soak.plot import plot
+from scripts.router_soak.processes import ROOT, TOPOLOGIES, SoakError, stop_routers
+from scripts.router_soak.report import BEGIN, END, replace_block, report_lines, write_block
+from scripts.router_soak.runs import Settings, Soak, owe_each_ping_once
 
 __all__ = ["BEGIN", "END", "Settings", "owe_each_ping_once", "replace_block", "write_block"]
 

@@ -40,9 +40,9 @@ import matplotlib
 matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt
-from benchdocs import machine, replace_section, save_figure
 
 from protocol.constants import HEADER_SIZE, MessageType
+from scripts.benchdocs import machine, replace_section, save_figure
 from traffic_models.arrivals import Poisson
 from traffic_models.generator import TrafficGenerator
 from traffic_models.mix import type_label

@@ -10,9 +10,8 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from benchdocs import machine, replace_section
-
-from fig14.runs import COMPARED, DEFAULT_SIZING, DOC
+from scripts.benchdocs import machine, replace_section
+from scripts.fig14.runs import COMPARED, DEFAULT_SIZING, DOC
 
 
 def ms(entry: dict[str, float] | None) -> str:

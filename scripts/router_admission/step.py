@@ -37,10 +37,15 @@ from gnutella_router.run_folder import script_run
 matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt
-from benchdocs import machine, replace_section, save_figure
-from fig14.runs import DOC, FIGURES, summary
 
-from router_admission.common import TARGET_MS, config_text, finish, run_load, shedding, start
+from scripts.benchdocs import machine, replace_section, save_figure
+from scripts.fig14.runs import DOC, FIGURES, experiment_router, kept_profile, summary
+from scripts.router_admission.common import (
+    TARGET_MS,
+    config_text,
+    run_load,
+    shedding,
+)
 from traffic_models.arrival_text import parse_arrivals
 
 RUNS: tuple[tuple[str, str], ...] = (
@@ -76,19 +81,17 @@ def check_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -
 
 def one_run(key: str, shedding_lines: str, args: argparse.Namespace, out: Path) -> dict[str, Any]:
     name = key.replace(" + ", "-")
-    process, port, state = start(out / name, config_text(shedding_lines))
     steps = f"steps:{args.before:g}s@{args.low:g},{args.after:g}s@{args.high:g}"
-    try:
+    with experiment_router(out / name, config_text(shedding_lines)) as router:
         _, report = run_load(
-            port,
+            router.port,
             parse_arrivals(steps, seed=1),
             args.before + args.after,
             respond=True,
             warmup=args.before + 10,
             drain=5.0,
         )
-    finally:
-        profile = finish(process, state, out, name)
+    profile = kept_profile(router, out, name)
     series = [
         {
             "at": s["at"],

@@ -27,15 +27,12 @@ from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 
 import trio
-from router_bench.peers import BenchError
-from router_fuzz.runs import leaf_exceptions
-from router_fuzz.wire import Drain, close_quietly
 
 from gnutella_router.observe.profiler import read_peak_rss_bytes, read_rss_bytes
 from gnutella_router.testnet.process import RouterProcessError
 from protocol.errors import HandshakeError, RemoteProtocolError
-from router_attack.peers import HonestPeer, PendingQueries, Pinger, Refused, handshake
-from router_attack.settings import (
+from scripts.router_attack.peers import HonestPeer, PendingQueries, Pinger, Refused, handshake
+from scripts.router_attack.settings import (
     BASELINE_SECONDS,
     PENDING_QUERIES,
     SAMPLE_SECONDS,
@@ -44,7 +41,10 @@ from router_attack.settings import (
     Result,
     Settings,
 )
-from router_attack.target import Router, connections_from, delta, started, stats
+from scripts.router_attack.target import Router, connections_from, delta, started, stats
+from scripts.router_bench.peers import BenchError
+from scripts.router_fuzz.runs import leaf_exceptions
+from scripts.router_fuzz.wire import Drain, close_quietly
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -7,10 +7,17 @@ import datetime
 import subprocess
 from collections.abc import Sequence
 
-from benchdocs import machine, replace_section
-
-from router_attack.settings import DOC, ROOT, SECTION, STALL_FLOOR_MS, Floor, Result, Settings
-from router_attack.target import COMMON_CONFIG, config_text
+from scripts.benchdocs import machine, replace_section
+from scripts.router_attack.settings import (
+    DOC,
+    ROOT,
+    SECTION,
+    STALL_FLOOR_MS,
+    Floor,
+    Result,
+    Settings,
+)
+from scripts.router_attack.target import COMMON_CONFIG, config_text
 
 MIB = 1 << 20
 

@@ -15,13 +15,12 @@ from typing import Any
 import trio
 
 from gnutella_router.observe.admin_client import FetchError, fetch
-from gnutella_router.testnet.process import RouterProcess
-from router_fuzz.checks import RoutingChecks
-from router_fuzz.frames import FrameFuzzing
-from router_fuzz.handshakes import HandshakeFuzzing
-from router_fuzz.payloads import Template
-from router_fuzz.router import RssWatch
-from router_fuzz.settings import (
+from scripts.router_fuzz.checks import RoutingChecks
+from scripts.router_fuzz.frames import FrameFuzzing
+from scripts.router_fuzz.handshakes import HandshakeFuzzing
+from scripts.router_fuzz.payloads import Template
+from scripts.router_fuzz.router import RssWatch
+from scripts.router_fuzz.settings import (
     CROWD_AFTER,
     FLOOD_AFTER_CROWD,
     PROGRESS_SECONDS,
@@ -29,7 +28,8 @@ from router_fuzz.settings import (
     FuzzError,
     Settings,
 )
-from router_fuzz.wire import RouterTarget, close_quietly
+from scripts.router_fuzz.wire import RouterTarget, close_quietly
+from scripts.runner import Router
 
 
 async def progress(figures: Figures) -> None:
@@ -49,7 +49,7 @@ async def progress(figures: Figures) -> None:
 
 
 async def fuzz(
-    router: RouterProcess,
+    router: Router,
     target: RouterTarget,
     templates: dict[str, list[Template]],
     settings: Settings,
@@ -130,7 +130,7 @@ def interrupt_instead(signum: int, frame: object) -> None:
 
 
 def run_trio(
-    router: RouterProcess,
+    router: Router,
     target: RouterTarget,
     templates: dict[str, list[Template]],
     settings: Settings,

@@ -17,7 +17,7 @@ import trio
 from gnutella_router.observe.admin_client import FetchError
 from gnutella_router.testnet.spread_load import SpreadLoadRun
 from gnutella_router.traffic.load import ClientPeer
-from router_soak.probes import (
+from scripts.router_soak.probes import (
     admin_get,
     counter_total,
     cpu_seconds,
@@ -26,7 +26,7 @@ from router_soak.probes import (
     open_fds,
     proc_status,
 )
-from router_soak.processes import Router
+from scripts.router_soak.processes import Router
 
 
 class SoakLoad(SpreadLoadRun):

@@ -11,19 +11,14 @@ from pathlib import Path
 
 import pytest
 import trio
-from router_bench.peers import Peer, Wire, connect, probe_until_reached, use_peers
-from router_bench.processes import (
-    baseline_argv,
-    free_port,
-    reference_argv,
-    started,
-)
-from router_bench.replies import LeafPlan
 
 from protocol.codec import encode_message
 from protocol.constants import MessageType
 from protocol.framing import FrameDecoder
 from protocol.messages import Message, Ping, Query
+from scripts.router_bench.peers import Peer, Wire, connect, probe_until_reached, use_peers
+from scripts.router_bench.replies import LeafPlan
+from scripts.runner import baseline_argv, free_port, reference_argv, started
 
 Seen = dict[str, list[tuple[int, bytes]]]
 """Per peer name, the (type, GUID) of every message it received."""

@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any
 
 import matplotlib.pyplot as plt
-from benchdocs import save_figure
 
+from scripts.benchdocs import save_figure
 from traffic_models.arrivals import ArrivalProcess, Bursts, ConstantRate
 
 ARRIVALS = ("constant", "bursts")
@@ -197,7 +197,7 @@ def plot_side_by_side(results: list[dict[str, Any]], path: Path) -> Path:
 def write_section(results: list[dict[str, Any]], command: str, when: str, doc: Path) -> None:
     """The generated part of docs/experiments.md's bursty subsection; ``command`` is
     markdown (how to rerun it)."""
-    from benchdocs import machine, replace_section
+    from scripts.benchdocs import machine, replace_section
 
     durations = sorted({r["duration"] for r in results})
     warmups = sorted({r["warmup"] for r in results})
