@@ -14,3 +14,8 @@ This package is importable because the project's editable install (``scripts/ven
 wheel: the scripts measure a checkout (they write its docs/, read its git history and
 build its other versions), so an installed router has no use for them.
 """
+
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+"""The checkout the scripts measure and write the docs of."""

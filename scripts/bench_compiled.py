@@ -27,6 +27,7 @@ from functools import partial
 from pathlib import Path
 
 import hatch_build
+from scripts import ROOT
 from scripts.benchdocs import machine, provenance, replace_section
 from scripts.router_bench.interleaved import (
     LOADS,
@@ -37,7 +38,6 @@ from scripts.router_bench.interleaved import (
 from scripts.router_bench.peers import BenchError
 from scripts.router_bench.servers import Problems
 from scripts.router_bench.trees import router_from, version_of
-from scripts.runner import ROOT
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -36,8 +36,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import os
-import signal
-import subprocess
 import sys
 import tempfile
 from collections.abc import Awaitable, Callable, Sequence
@@ -49,14 +47,13 @@ import trio
 from protocol.codec import encode_message
 from protocol.constants import MessageType
 from protocol.messages import Message, Ping, random_guid
-from scripts.benchdocs import machine, replace_section
+from scripts import ROOT
+from scripts.benchdocs import ROBUSTNESS_DOC, commit, machine, replace_section
 from scripts.router_bench.dumps import LIMIT, Flooder, handshaken, http_get, sigusr1, table_sizes
 from scripts.router_bench.peers import BenchError
 from scripts.router_bench.trees import compile_in, export
-from scripts.runner import Router, free_port, router_started, rss_bytes
+from scripts.runner import Router, free_port, router_started, rss_bytes, stopped_like_ctrl_c
 
-ROOT = Path(__file__).resolve().parent.parent
-DOC = ROOT / "docs" / "robustness.md"
 SECTION = "dump-stall"
 QUERIES = 100_000
 """Flood queries: both generations of the query table full (50,000 each)."""
@@ -298,16 +295,6 @@ def rows(run: Run, settings: Settings) -> list[str]:
     return lines
 
 
-def head_commit() -> str:
-    def git(*args: str) -> str:
-        return subprocess.run(
-            ["git", *args], cwd=ROOT, capture_output=True, text=True, check=False
-        ).stdout.strip()
-
-    commit = git("rev-parse", "--short", "HEAD")
-    return commit + (" with uncommitted changes" if git("status", "--porcelain") else "")
-
-
 def section(
     runs: Sequence[Run], load: float, command: str, settings: Settings, before: str | None
 ) -> list[str]:
@@ -359,7 +346,9 @@ def section(
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--before", metavar="REV", help="measure this revision's router first")
-    parser.add_argument("--write", action="store_true", help="write the section of " + str(DOC))
+    parser.add_argument(
+        "--write", action="store_true", help="write the section of " + str(ROBUSTNESS_DOC)
+    )
     parser.add_argument(
         "--timeout", type=float, default=300.0, metavar="SECONDS", help="per router (300)"
     )
@@ -387,28 +376,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("--write records runs with the full flood only")
     settings = Settings(args.queries, args.pings, args.baseline, args.timeout)
     load = os.getloadavg()[0]
-    # Ctrl-C stops the run even when started with SIGINT ignored (as a shell starts a
-    # background job), and SIGTERM and SIGHUP do what it does.
-    previous = {signal.SIGINT: signal.signal(signal.SIGINT, signal.default_int_handler)}
-    previous.update({s: signal.signal(s, _interrupt) for s in (signal.SIGTERM, signal.SIGHUP)})
     runs: list[Run] = []
     try:
-        with tempfile.TemporaryDirectory(prefix="bench-dump-stall-trees-") as folder:
+        with (
+            stopped_like_ctrl_c(),
+            tempfile.TemporaryDirectory(prefix="bench-dump-stall-trees-") as folder,
+        ):
             if args.before:
                 tree = export(args.before, Path(folder) / "before")
                 print(f"compiling {args.before} ...", flush=True)
                 compile_in(tree)
                 runs.append(run_router(f"before ({args.before})", tree, settings))
-            runs.append(run_router(f"after ({head_commit()})", ROOT, settings))
+            runs.append(run_router(f"after ({commit()})", ROOT, settings))
     except BenchError as exc:
         print(f"FAILED: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("interrupted: the routers were stopped", file=sys.stderr)
         return 130
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
     print()
     for run in runs:
         idle = max(run.idle, default=0.0) * 1000
@@ -418,14 +403,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.write:
         command = f"--before {args.before} --write" if args.before else "--write"
         lines = section(runs, load, command, settings, args.before)
-        print(f"wrote {replace_section(SECTION, lines, DOC)}")
+        print(f"wrote {replace_section(SECTION, lines, ROBUSTNESS_DOC)}")
     return 0 if runs[-1].worst_ms < GOAL_MS else 1
-
-
-def _interrupt(signum: int, frame: object) -> None:
-    """SIGTERM and SIGHUP become SIGINT, so the run unwinds as on Ctrl-C (trio raises
-    KeyboardInterrupt at a safe point) and the routers are stopped on the way out."""
-    os.kill(os.getpid(), signal.SIGINT)
 
 
 if __name__ == "__main__":

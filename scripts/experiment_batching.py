@@ -56,6 +56,8 @@ from typing import Any
 
 import matplotlib
 
+from scripts.benchdocs import EXPERIMENTS_DOC, FIGURES
+
 matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt
@@ -67,7 +69,7 @@ from gnutella_router.traffic.load import LoadSettings
 from protocol.constants import MessageType
 from protocol.framing import Frame
 from scripts.benchdocs import machine, replace_section, save_figure
-from scripts.fig14.runs import DOC, FIGURES, ExperimentError, WholeRunLoad, experiment_router
+from scripts.fig14.runs import ExperimentError, WholeRunLoad, experiment_router
 from scripts.router_bench.peers import (
     BLAST_MESSAGES,
     SEND_CHUNK,
@@ -478,9 +480,9 @@ def sweep_main(args: argparse.Namespace) -> int:
                 "",
                 *table,
             ],
-            path=DOC,
+            path=EXPERIMENTS_DOC,
         )
-        print(DOC)
+        print(EXPERIMENTS_DOC)
     return 0
 
 
@@ -544,9 +546,9 @@ def main(argv: list[str] | None = None) -> int:
                 "",
                 f"The controller's samples: [{CSV_NAME}](figures/{CSV_NAME}).",
             ],
-            path=DOC,
+            path=EXPERIMENTS_DOC,
         )
-        print(DOC)
+        print(EXPERIMENTS_DOC)
     return 0
 
 

@@ -81,21 +81,14 @@ from typing import Any
 import matplotlib
 
 from gnutella_router.run_folder import add_out_arguments, script_run
+from scripts.benchdocs import EXPERIMENTS_DOC, FIGURES
 
 matplotlib.use("Agg")
 
 from scripts.fig14 import bursts
 from scripts.fig14.figures import plot_latency, plot_queue, plot_rules
 from scripts.fig14.report import comparison_table, floors, ms, table, write_comparison, write_docs
-from scripts.fig14.runs import (
-    COMPARED,
-    DOC,
-    FIGURES,
-    QUICK_DURATION,
-    QUICK_WARMUP,
-    RATES,
-    one_run,
-)
+from scripts.fig14.runs import COMPARED, QUICK_DURATION, QUICK_WARMUP, RATES, one_run
 
 
 def compare(rate: int, args: argparse.Namespace, out: Path) -> list[dict[str, Any]]:
@@ -206,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
             json.dumps({"args": {**vars(args), "out": str(out)}, "results": results}, default=str)
         )
     figures: Path = args.figures or (FIGURES if args.write else out)
-    bursts.report(results, args.duration, figures, DOC if args.write else None)
+    bursts.report(results, args.duration, figures, EXPERIMENTS_DOC if args.write else None)
     if args.arrivals != "constant":
         # The side-by-side runs have their own section; Fig. 14's own table, figures and
         # checks are the constant-rate sweep's (`--arrivals constant`, the default).
@@ -237,7 +230,7 @@ def main(argv: list[str] | None = None) -> int:
         print(path)
     if args.write:
         write_docs(results, args, figures)
-        print(DOC)
+        print(EXPERIMENTS_DOC)
     return 0 if all(ok for ok, _ in checks) else 1
 
 
@@ -258,7 +251,7 @@ def main_compare(args: argparse.Namespace, rate: int) -> int:
         print(drawn)
     if args.write:
         write_comparison(results, args, rate)
-        print(DOC)
+        print(EXPERIMENTS_DOC)
     return 0
 
 

@@ -36,6 +36,8 @@ from typing import Any
 
 import matplotlib
 
+from scripts.benchdocs import EXPERIMENTS_DOC, FIGURES
+
 matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt
@@ -46,7 +48,7 @@ from gnutella_router.run_folder import add_out_arguments, script_run
 from gnutella_router.traffic.load import LoadRun, LoadSettings
 from protocol.framing import Frame
 from scripts.benchdocs import machine, replace_section, save_figure
-from scripts.fig14.runs import BROADCAST, DOC, FIGURES, experiment_router
+from scripts.fig14.runs import BROADCAST, experiment_router
 from traffic_models.arrival_text import parse_arrivals
 from traffic_models.generator import TrafficGenerator
 from traffic_models.latency import read_stamp
@@ -317,9 +319,9 @@ def main(argv: list[str] | None = None) -> int:
                 "",
                 "![The governor through load steps](figures/governor-steps.png)",
             ],
-            path=DOC,
+            path=EXPERIMENTS_DOC,
         )
-        print(DOC)
+        print(EXPERIMENTS_DOC)
     return 0
 
 

@@ -68,16 +68,13 @@ from gnutella_router.run_folder import add_out_arguments, script_run
 from gnutella_router.traffic.load import LoadError, LoadRun, LoadSettings, open_client_peer
 from protocol.constants import MessageType
 from protocol.framing import FrameDecoder
-from scripts.benchdocs import machine, replace_section, save_figure
+from scripts.benchdocs import EXPERIMENTS_DOC, FIGURES, machine, replace_section, save_figure
 from scripts.fig14.runs import ExperimentError, experiment_router
 from scripts.runner import free_ports
 from traffic_models.arrivals import ConstantRate
 from traffic_models.generator import TrafficGenerator
 from traffic_models.mix import PAPER_MIX
 
-ROOT = Path(__file__).resolve().parent.parent
-DOC = ROOT / "docs" / "experiments.md"
-FIGURES = ROOT / "docs" / "figures"
 SECTION = "slow_sockets"
 SLOW_AGENT = "slow-peer-28.8k/0.1"
 READ_BYTES = 360
@@ -420,7 +417,7 @@ def write_docs(
         "",
         *comparison(by),
     ]
-    replace_section(SECTION, lines, path=DOC)
+    replace_section(SECTION, lines, path=EXPERIMENTS_DOC)
 
 
 def comparison(by: dict[str, dict[str, Any]]) -> list[str]:
@@ -571,7 +568,7 @@ def main(argv: list[str] | None = None) -> int:
     print(*comparison({r["policy"]: r for r in results}))
     if args.write:
         write_docs(results, args, drawn)
-        print(DOC)
+        print(EXPERIMENTS_DOC)
     return 0
 
 

@@ -55,17 +55,10 @@ import trio
 from gnutella_router.observe.profiler import read_peak_rss_bytes, read_rss_bytes
 from gnutella_router.run_folder import add_out_arguments, script_run
 from gnutella_router.traffic.load import LoadSettings
-from scripts.benchdocs import machine, replace_section, save_figure
+from scripts.benchdocs import EXPERIMENTS_DOC, FIGURES, machine, replace_section, save_figure
 from scripts.fig14 import bursts
 from scripts.fig14.report import ms
-from scripts.fig14.runs import (
-    DOC,
-    FIGURES,
-    QUERY_DELAY_MS,
-    WholeRunLoad,
-    experiment_router,
-    summary,
-)
+from scripts.fig14.runs import QUERY_DELAY_MS, WholeRunLoad, experiment_router, summary
 from traffic_models.generator import TrafficGenerator
 from traffic_models.latency import LoadReport
 from traffic_models.mix import PAPER_MIX
@@ -286,7 +279,7 @@ def write_docs(results: list[dict[str, Any]], args: argparse.Namespace) -> None:
         "",
         *table(results),
     ]
-    replace_section("unbounded-queue", lines, path=DOC)
+    replace_section("unbounded-queue", lines, path=EXPERIMENTS_DOC)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -326,7 +319,7 @@ def main(argv: list[str] | None = None) -> int:
     print(write_csv(results, CSV if args.write else out / CSV.name))
     if args.write:
         write_docs(results, args)
-        print(DOC)
+        print(EXPERIMENTS_DOC)
     return 0
 
 

@@ -102,7 +102,6 @@ import argparse
 import json
 import random
 import shutil
-import signal
 import sys
 import tempfile
 from collections.abc import Sequence
@@ -131,7 +130,7 @@ from scripts.router_fuzz.router import (
     router_config,
     scan_log,
 )
-from scripts.router_fuzz.runs import interrupt_instead, router_counters, run_trio
+from scripts.router_fuzz.runs import router_counters, run_trio
 from scripts.router_fuzz.settings import (
     ATTEMPTS_PER_IP_PER_MINUTE,
     FLOOD_SOURCE,
@@ -142,7 +141,7 @@ from scripts.router_fuzz.settings import (
     Settings,
 )
 from scripts.router_fuzz.wire import RouterTarget, can_bind, status_code, trailing_bye
-from scripts.runner import RunError, free_ports, router_started
+from scripts.runner import RunError, free_ports, router_started, stopped_like_ctrl_c
 
 __all__ = [
     "ATTEMPTS_PER_IP_PER_MINUTE",
@@ -289,11 +288,8 @@ def parse_args(argv: Sequence[str] | None) -> tuple[Settings, argparse.Namespace
 
 def main(argv: Sequence[str] | None = None) -> int:
     settings, args = parse_args(argv)
-    previous = {s: signal.signal(s, interrupt_instead) for s in (signal.SIGTERM, signal.SIGHUP)}
-    # A background job may start with SIGINT ignored; the run needs it to unwind.
-    previous[signal.SIGINT] = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
-        with tempfile.TemporaryDirectory(prefix="fuzz-router-") as tmp:
+        with stopped_like_ctrl_c(), tempfile.TemporaryDirectory(prefix="fuzz-router-") as tmp:
             result = run(settings, args, Path(tmp))
     except KeyboardInterrupt:
         print("interrupted: nothing is left running", file=sys.stderr)
@@ -301,9 +297,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (FuzzError, RunError) as exc:
         print(f"FAILED: {exc}")
         return 1
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
     print_result(result)
     if args.json is not None:
         args.json.write_text(json.dumps(result, indent=2) + "\n")

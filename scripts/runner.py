@@ -49,7 +49,8 @@ from typing import Any
 
 import trio
 
-ROOT = Path(__file__).resolve().parent.parent
+from scripts import ROOT
+
 LOOPBACK = "127.0.0.1"
 START_TIMEOUT = 20.0
 """Seconds a server has to accept connections once started."""
@@ -60,6 +61,38 @@ STOP_GRACE = 15.0
 class RunError(Exception):
     """A run could not be made: a process did not start or exited early, a run went
     wrong; the message says why."""
+
+
+# --------------------------------------------------------------------------- ways out
+
+
+def _as_ctrl_c(signum: int, frame: object) -> None:
+    """SIGTERM and SIGHUP become SIGINT: inside trio, trio turns that into a
+    KeyboardInterrupt at a safe point; outside, Python raises it at once. Either way the
+    run unwinds like a Ctrl-C and its children are stopped on the way out."""
+    os.kill(os.getpid(), signal.SIGINT)
+
+
+@contextlib.contextmanager
+def stopped_like_ctrl_c() -> Iterator[None]:
+    """For the block, Ctrl-C raises KeyboardInterrupt even when the script was started
+    with SIGINT ignored (as a shell starts a background job), and SIGTERM and SIGHUP do
+    what it does; the script's own handlers come back after it."""
+    previous = {signal.SIGINT: signal.signal(signal.SIGINT, signal.default_int_handler)}
+    previous.update({s: signal.signal(s, _as_ctrl_c) for s in (signal.SIGTERM, signal.SIGHUP)})
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def leaf_exceptions(error: BaseException) -> list[BaseException]:
+    """The exceptions in ``error``, its nested groups (trio's nurseries make them)
+    opened; ``[error]`` when it is not a group."""
+    if not isinstance(error, BaseExceptionGroup):
+        return [error]
+    return [leaf for exc in error.exceptions for leaf in leaf_exceptions(exc)]
 
 
 # --------------------------------------------------------------------------- children

@@ -11,7 +11,7 @@ to ``Bursts(10, 10 / rate)``: the same mean, all ten packets of a burst due at t
 instant.
 
 This module only builds the arrival process and reports: the runs themselves are
-:func:`fig14.runs.one_run` with ``arrivals="bursts"``. It takes the result
+:func:`scripts.fig14.runs.one_run` with ``arrivals="bursts"``. It takes the result
 dictionaries that function writes and makes the side-by-side table, the figure
 (fig14-bursts-latency.png: mean latency against offered load, constant and bursty, one
 panel per governor setting) and a CSV of every run (docs/figures/fig14-arrivals.csv).

@@ -31,9 +31,6 @@ from traffic_models.generator import TrafficGenerator
 from traffic_models.latency import LatencyBook, LatencySummary, read_stamp
 from traffic_models.mix import PAPER_MIX
 
-ROOT = Path(__file__).resolve().parents[2]
-DOC = ROOT / "docs" / "experiments.md"
-FIGURES = ROOT / "docs" / "figures"
 QUICK_DURATION = 30.0
 QUICK_WARMUP = 15.0
 """At 1000 msgs/s the governor makes its last addition about 8 s in and the backlog it

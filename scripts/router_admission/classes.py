@@ -21,12 +21,14 @@ from typing import Any
 
 import matplotlib
 
+from scripts import ROOT
+
 matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt
 
 from scripts.benchdocs import save_figure
-from scripts.fig14.runs import ROOT, experiment_router, kept_profile
+from scripts.fig14.runs import experiment_router, kept_profile
 from scripts.router_admission.common import (
     SeriesLoad,
     config_text,

@@ -29,7 +29,6 @@ from pathlib import Path
 import trio
 
 from gnutella_router.observe.profiler import read_peak_rss_bytes, read_rss_bytes
-from gnutella_router.testnet.process import RouterProcessError
 from protocol.errors import HandshakeError, RemoteProtocolError
 from scripts.router_attack.peers import HonestPeer, PendingQueries, Pinger, Refused, handshake
 from scripts.router_attack.settings import (
@@ -43,8 +42,8 @@ from scripts.router_attack.settings import (
 )
 from scripts.router_attack.target import Router, connections_from, delta, started, stats
 from scripts.router_bench.peers import BenchError
-from scripts.router_fuzz.runs import leaf_exceptions
 from scripts.router_fuzz.wire import Drain, close_quietly
+from scripts.runner import leaf_exceptions
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -147,12 +146,12 @@ def run_scenario(scenario: Scenario, settings: Settings, workdir: Path) -> Resul
             try:
                 trio.run(measure, scenario, router, settings, result)
             except BaseExceptionGroup as group:
-                leaves = list(leaf_exceptions(group))
+                leaves = leaf_exceptions(group)
                 for leaf in leaves:
                     if isinstance(leaf, KeyboardInterrupt):
                         raise leaf from None
                 raise leaves[0] from group
-    except (AttackError, BenchError, RouterProcessError, trio.TooSlowError) as exc:
+    except (AttackError, BenchError, trio.TooSlowError) as exc:
         text = (
             f"the scenario took longer than {settings.timeout:g} s"
             if isinstance(exc, trio.TooSlowError)

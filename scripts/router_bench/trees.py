@@ -27,8 +27,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import hatch_build
+from scripts import ROOT
 from scripts.router_bench.peers import BenchError
-from scripts.runner import ROOT, router_argv
+from scripts.runner import router_argv
 
 WORKING_TREE = "working tree"
 """The revision that stands for the working tree as it is, uncommitted changes included."""

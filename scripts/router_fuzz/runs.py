@@ -7,8 +7,6 @@ admin interface.
 from __future__ import annotations
 
 import collections
-import os
-import signal
 from collections.abc import Iterator
 from typing import Any
 
@@ -29,7 +27,7 @@ from scripts.router_fuzz.settings import (
     Settings,
 )
 from scripts.router_fuzz.wire import RouterTarget, close_quietly
-from scripts.runner import Router
+from scripts.runner import Router, leaf_exceptions
 
 
 async def progress(figures: Figures) -> None:
@@ -122,13 +120,6 @@ async def stop_if_died(watch: RssWatch, scope: trio.CancelScope) -> None:
     scope.cancel()
 
 
-def interrupt_instead(signum: int, frame: object) -> None:
-    """SIGTERM and SIGHUP become SIGINT: inside trio, trio turns that into a
-    KeyboardInterrupt at a safe point; outside, Python raises it at once. Either way the
-    run unwinds like a Ctrl-C and the router is stopped on the way out."""
-    os.kill(os.getpid(), signal.SIGINT)
-
-
 def run_trio(
     router: Router,
     target: RouterTarget,
@@ -141,20 +132,12 @@ def run_trio(
     try:
         trio.run(fuzz, router, target, templates, settings, figures)
     except BaseExceptionGroup as group:
-        leaves = list(leaf_exceptions(group))
+        leaves = leaf_exceptions(group)
         for kind in (KeyboardInterrupt, FuzzError):
             for leaf in leaves:
                 if isinstance(leaf, kind):
                     raise leaf from None
         raise
-
-
-def leaf_exceptions(group: BaseExceptionGroup[BaseException]) -> Iterator[BaseException]:
-    for exc in group.exceptions:
-        if isinstance(exc, BaseExceptionGroup):
-            yield from leaf_exceptions(exc)
-        else:
-            yield exc
 
 
 def router_counters(admin: tuple[str, int], figures: Figures) -> dict[str, Any]:

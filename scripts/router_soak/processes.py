@@ -14,7 +14,6 @@ from pathlib import Path
 from gnutella_router.observe.admin_client import FetchError, fetch
 from scripts.runner import RunError, Server, router_command, stop_all
 
-ROOT = Path(__file__).resolve().parents[2]
 LOOPBACK = "127.0.0.1"
 ROUTERS = 3
 TOPOLOGIES: dict[str, tuple[tuple[int, ...], ...]] = {
