@@ -207,6 +207,7 @@ def one_run(
     names_before = network_names()
     load = os.getloadavg()[0]
     started = time.monotonic()
+    out.mkdir(parents=True, exist_ok=True)  # its output goes beside its results folder
     child = Child(f"testnet {mode} {nodes}", argv, out / f"{results.name}.log", own_session=True)
     sampler = MemorySampler(results, child.pid, nodes, mode == "in-process")
     sampler.start()

@@ -22,6 +22,12 @@ connections there (and on any other port named, e.g. an admin interface) or once
 probe says so; :func:`started` runs one for a ``with`` block. A :class:`Router` is a
 ``gnutella-router run`` server with its configuration, state directory and log in one
 folder, and its profiler export read back after it stopped (:func:`router_started`).
+A load or flood process that runs to its end beside a trio run is :func:`run_to_end`'s
+(cancelled, it is killed).
+
+A script unwinds on SIGTERM and SIGHUP as on Ctrl-C, stopping its children on the way
+out, by running inside :func:`stopped_like_ctrl_c`; :func:`leaf_exceptions` opens the
+exception groups trio's nurseries wrap what went wrong in.
 
 The command lines live here too, so that each kind of server is started the same way by
 every script: :func:`router_argv` (the benchmarks' router: its console script, the
@@ -330,18 +336,14 @@ def started(
     port: int,
     workdir: Path,
     env: Mapping[str, str] | None = None,
-    *,
-    grace: float | None = None,
 ) -> Iterator[Server]:
     """A server running for the ``with`` block, its log ``workdir/NAME-PORT.log``; ``env``
-    adds to this process's environment. The block's end kills it, or with ``grace`` stops
-    it (SIGTERM, ``grace`` seconds) first."""
+    adds to this process's environment. The block's end kills it if it still runs (a
+    benchmark stops it first, judging its exit status: ``router_bench.servers``)."""
     server = Server(name, argv, port, workdir / f"{name}-{port}.log", env)
     try:
         server.wait_until_accepting()
         yield server
-        if grace is not None:
-            server.stop(grace)
     finally:
         server.close()
 

@@ -205,7 +205,8 @@ def plot(results: list[dict[str, Any]], load: dict[str, Any], figures: Path) -> 
     for axes in (rate_axes, cut_axes):
         axes.axvline(load["before"], color="black", linestyle=":", linewidth=1)
         axes.grid(alpha=0.3)
-        axes.legend(fontsize=8)
+        if axes.get_legend_handles_labels()[0]:  # no TTL was cut: nothing to name
+            axes.legend(fontsize=8)
     rate_axes.set_title("The controller's admitted rate and the degradation it chose")
     paths.append(save_figure(figure, figures / "admission-rate.png", dpi=110))
     return paths
