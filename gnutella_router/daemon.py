@@ -6,11 +6,25 @@ stage, with its bounded queue and worker pool) and
 :class:`~gnutella_router.stages.catcher.GnutellaCatcher` (bootstrap). Each is registered by
 name so that tools can list them and read their statistics.
 
-Shutdown, on SIGTERM, SIGINT, SIGHUP or :meth:`Daemon.request_stop`: the listeners close, every
+Shutdown, on SIGTERM, SIGINT or :meth:`Daemon.request_stop`: the listeners close, every
 peer that announced ``Bye-Packet`` gets ``Bye 200``, the connections get up to two
 seconds to flush, the host cache is saved, and everything else is cancelled; the
-process is out well within five seconds. A second SIGTERM or SIGINT cancels at once; a
-SIGHUP (the terminal or the parent that started the router is gone) never does.
+process is out well within five seconds. A second SIGTERM or SIGINT cancels at once.
+
+SIGHUP reloads the configuration (:meth:`Daemon.reload`, :mod:`.config.live`), as
+daemons under systemd do (``ExecReload=/bin/kill -HUP $MAINPID``), unless it is a
+hangup: the router's parent is gone (it was reparented since it started: the kernel's
+parent-death signal, which a test network asks for its nodes) or the terminal it
+started on has hung up. A hangup stops the router gracefully, and a second hangup
+never hurries the stop (the kernel may send the parent-death signal more than once).
+
+Under systemd (``Type=notify``; :mod:`gnutella_router.systemd`) the daemon says
+``READY=1`` once its listeners and admin interface are up, ``RELOADING=1`` and
+``READY=1`` around a reload, ``STOPPING=1`` when it begins to stop, a ``STATUS=`` line
+at each of those and every :data:`STATUS_INTERVAL` seconds, and, with ``WatchdogSec=``,
+``WATCHDOG=1`` every half of it as long as its stages make progress
+(:mod:`.runtime.progress`): a router whose stages are wedged stops sending it and is
+restarted.
 
 Once it listens, the daemon writes ``state_dir/ready.json`` with its pid and addresses
 (:mod:`gnutella_router.ready_file`), so that a program that started it on port 0 learns
@@ -23,51 +37,77 @@ daemon carries on; the same views are served live by the admin interface
 
 from __future__ import annotations
 
+import contextlib
 import gc
+import ipaddress
 import math
+import os
 import signal
 from collections.abc import Callable
 from pathlib import Path
-from typing import Self
+from typing import Literal, Self
 
 import msgspec
 import structlog
 import trio
 
 from gnutella_router import native
-from gnutella_router.config import Config
+from gnutella_router.config import Config, ConfigError
+from gnutella_router.config.live import ReloadError, ReloadPlan, plan_reload
 from gnutella_router.control.abuse import in_networks
 from gnutella_router.control.batching import BatchingController
 from gnutella_router.control.governor import ThreadGovernor
-from gnutella_router.discovery.host_cache import OPERATOR
-from gnutella_router.logs import set_level
+from gnutella_router.discovery.host_cache import OPERATOR, SEED
+from gnutella_router.logs import RateLimitedWarnings, set_level
 from gnutella_router.net.connection import Connection, format_address
 from gnutella_router.net.connection_table import ConnectionTable
 from gnutella_router.net.deflate_pool import DeflatePool
 from gnutella_router.net.outbox import Outbox
-from gnutella_router.observe.admin import serve_admin, write_dump_logged
+from gnutella_router.observe.admin import serve_admin
+from gnutella_router.observe.dump_files import write_dump_logged
 from gnutella_router.observe.profiler import Profiler
 from gnutella_router.observe.recorder import Recorder
 from gnutella_router.ready_file import remove_ready_file, write_ready_file
+from gnutella_router.runtime.progress import ProgressCheck, samples
 from gnutella_router.runtime.stage import StageRegistry
 from gnutella_router.stages.catcher import GnutellaCatcher
 from gnutella_router.stages.router import GnutellaRouter
 from gnutella_router.stages.server import AlreadyConnected, GnutellaServer
 from gnutella_router.state_lock import lock_state_directory
+from gnutella_router.systemd import Notifier
 from protocol.messages import Message, random_guid
 
 BYE_GRACE_SECONDS = 2.0
 YOUNG_COLLECTION_THRESHOLD = 10_000
 """Allocations between young collections (CPython's default is 700)."""
+STATUS_INTERVAL = 10.0
+"""Seconds between two status lines to systemd."""
+SEED_RESOLVE_SECONDS = 10.0
+"""How long a reload waits for a seed's name to resolve."""
 
 
 class Daemon:
     """One router: construct it, then ``await nursery.start(daemon.run)``."""
 
     def __init__(
-        self, config: Config, *, log: structlog.typing.FilteringBoundLogger | None = None
+        self,
+        config: Config,
+        *,
+        log: structlog.typing.FilteringBoundLogger | None = None,
+        config_source: Callable[[], Config] | None = None,
+        notifier: Notifier | None = None,
     ) -> None:
         self.config = config
+        """The configuration in force (a reload replaces it)."""
+        self.config_source = config_source
+        """Reads the configuration again as the router was started (its file and flags),
+        for a reload; None: the router was not started from one, and cannot reload."""
+        self.notifier = notifier
+        """systemd's notification socket (:mod:`gnutella_router.systemd`); None outside
+        a ``Type=notify`` unit."""
+        self.reloads = 0
+        """Reloads carried out (a refused one is not counted)."""
+        self._reloading = trio.Lock()
         self.guid = bytes.fromhex(config.node.guid) if config.node.guid else random_guid()
         self.log = log or structlog.get_logger("gnutella-router")
         self.registry = StageRegistry()
@@ -269,6 +309,103 @@ class Daemon:
         )
         return sent
 
+    async def reload(self, *, by: str = "the operator") -> ReloadPlan:
+        """Read the configuration again and apply what can change while running.
+
+        The settings of :data:`~.config.live.LIVE_SETTINGS` that changed take their new
+        values at once; any other that changed is named as needing a restart, and keeps
+        its value. One line in the log says which were applied and which need a restart.
+
+        Raises:
+            ReloadError: the router was not started from a configuration it can read
+                again, or what was read is not valid (a bad file): then nothing changes,
+                and the error is logged.
+        """
+        if self.config_source is None:
+            raise ReloadError("this router was not started from a configuration it can reload")
+        async with self._reloading:
+            self._notify("reloading", "reloading the configuration")
+            try:
+                try:
+                    plan = plan_reload(self.config, self.config_source())
+                except ConfigError as exc:
+                    self.log.error(
+                        "configuration not reloaded: still running on the old one",
+                        error=str(exc),
+                        by=by,
+                    )
+                    raise ReloadError(f"configuration error: {exc}") from None
+                await self._apply(plan)
+            finally:
+                self._notify("ready", self._status_line())
+        self.reloads += 1
+        self.log.info(
+            "configuration reloaded",
+            by=by,
+            applied={key: list(change) for key, change in plan.applied.items()},
+            needs_restart=list(plan.needs_restart),
+        )
+        if plan.needs_restart:
+            self.log.warning(
+                "changed settings need a restart", settings=list(plan.needs_restart), by=by
+            )
+        return plan
+
+    async def _apply(self, plan: ReloadPlan) -> None:
+        """Hand the live settings' new values to the parts that hold them (each one
+        named in :data:`~.config.live.LIVE_SETTINGS` is set here)."""
+        before, config = self.config, plan.effective
+        if plan.changed("log.level"):
+            set_level(config.log.level)
+        network = config.network
+        slots = self.server.slots
+        slots.max_connections = network.max_connections
+        slots.max_leaves = network.max_leaves
+        slots.per_address = network.connections_per_address
+        self.server.rate_limiter.limit = network.connects_per_ip_per_minute
+        self.router.query_rate.rate = config.router.peer_query_rate
+        self.router.query_rate.burst = config.router.peer_query_burst
+        # Read afresh at every use: handshake_timeout, catcher.*, abuse.ban_seconds.
+        self.config = self.server.config = self.catcher.config = config
+        self.catcher.settings = config.catcher
+        if plan.changed("catcher.seeds"):
+            await self._reseed(before.catcher.seed_addresses, config.catcher.seed_addresses)
+
+    async def _reseed(
+        self, before: tuple[tuple[str, int], ...], after: tuple[tuple[str, int], ...]
+    ) -> None:
+        """Put added seeds into the host cache as seeds, and take removed ones out,
+        unless a seed still listed stands for the same address, or a peer or cache
+        named the host too (then it is no longer only a seed, and stays)."""
+        hosts = self.catcher.hosts
+        kept: set[tuple[str, int]] = set()
+        for host, port in dict.fromkeys(after):
+            for address in await self._resolve_seed(host, port):
+                kept.add((address, port))
+                if (host, port) not in before:
+                    hosts.add(address, port, SEED, trio.current_time())
+        for host, port in dict.fromkeys(before):
+            if (host, port) not in after:
+                for address in await self._resolve_seed(host, port):
+                    if (address, port) not in kept and hosts.source_of(address, port) == SEED:
+                        hosts.remove(address, port)
+
+    async def _resolve_seed(self, host: str, port: int) -> list[str]:
+        """A seed's addresses (itself, if it is one); none, logged, if it does not resolve."""
+        try:
+            ipaddress.ip_address(host)
+        except ValueError:
+            pass
+        else:
+            return [host]
+        try:
+            with trio.fail_after(SEED_RESOLVE_SECONDS):
+                infos = await trio.socket.getaddrinfo(host, port, type=trio.socket.SOCK_STREAM)
+        except (OSError, trio.TooSlowError) as exc:
+            self.log.warning("seed does not resolve", seed=f"{host}:{port}", error=str(exc))
+            return []
+        return list(dict.fromkeys(str(info[4][0]) for info in infos))
+
     def set_log_level(self, level: str) -> None:
         """Change the log level of the whole process now (ValueError for an unknown one)."""
         set_level(level)
@@ -352,6 +489,9 @@ class Daemon:
                         modules=stale,
                     )
                 self._announce_ready()
+                if self.notifier is not None:
+                    self._notify("ready", self._status_line())
+                    nursery.start_soon(self._tell_systemd, self.notifier)
                 # Everything alive now (modules, stages, tables) lives as long as the
                 # process: moved out of the collector's sight, a full collection no
                 # longer walks it, which keeps its pauses short under load.
@@ -362,6 +502,9 @@ class Daemon:
                 gc.set_threshold(YOUNG_COLLECTION_THRESHOLD, *gc.get_threshold()[1:])
                 task_status.started(self)
                 await self._stop.wait()
+                self._notify(
+                    "stopping", f"stopping: saying Bye to {len(self.server.connections)} peers"
+                )
                 await self._shutdown()
                 nursery.cancel_scope.cancel()
         finally:
@@ -381,6 +524,70 @@ class Daemon:
             )
         except OSError as exc:
             self.log.error("ready file not written", error=str(exc))
+
+    def _notify(self, what: Literal["ready", "reloading", "stopping"], status: str) -> None:
+        """Send systemd ``READY=1``, ``RELOADING=1`` or ``STOPPING=1`` with a status
+        line, when it listens. The first message that cannot be sent is logged (the
+        notifier counts the others: systemd gone, the router is on its own)."""
+        notifier = self.notifier
+        if notifier is None:
+            return
+        send = {
+            "ready": notifier.ready,
+            "reloading": notifier.reloading,
+            "stopping": notifier.stopping,
+        }[what]
+        if not send(status) and notifier.failed == 1:
+            self.log.warning(
+                "systemd notification not sent", error=notifier.last_error, message=what
+            )
+
+    def _status_line(self) -> str:
+        """What ``systemctl status`` shows of the router."""
+        listening = ", ".join(format_address(*a) for a in self.server.listen_addresses)
+        connections = self.server.connections.snapshot()
+        peers = len(connections)
+        leaves = sum(1 for c in connections if c.capabilities.ultrapeer is False)
+        return (
+            f"{peers} peers ({leaves} leaves) on {listening}; "
+            f"{sum(self.router.received)} messages received, "
+            f"{self.router.total_dropped()} dropped"
+        )
+
+    async def _tell_systemd(self, notifier: Notifier) -> None:
+        """A status line every :data:`STATUS_INTERVAL` seconds and, under systemd's
+        watchdog, a keep-alive every half of its timeout while the stages make progress
+        (:mod:`.runtime.progress`); a stall is logged at most every 10 s."""
+        interval = notifier.watchdog_interval
+        check = ProgressCheck()
+        stalls = RateLimitedWarnings(self.log)
+        now = trio.current_time()
+        next_status = now + STATUS_INTERVAL
+        next_ping = now if interval is not None else math.inf
+        while True:
+            await trio.sleep_until(min(next_status, next_ping))
+            now = trio.current_time()
+            if now >= next_ping and interval is not None:
+                next_ping = now + interval
+                stalled = check.stalled(samples(self.registry))
+                if not stalled:
+                    notifier.watchdog()
+                else:
+                    stage = stalled[0]
+                    stalls.warn(
+                        "watchdog",
+                        "watchdog keep-alive withheld: a stage makes no progress",
+                        stage=stage.name,
+                        waiting=stage.waiting,
+                        seconds=interval,
+                    )
+                    notifier.status(
+                        f"stalled: stage {stage.name} has held {stage.waiting} events "
+                        f"for {interval:g} s without taking one"
+                    )
+            if now >= next_status:
+                next_status = now + STATUS_INTERVAL
+                notifier.status(self._status_line())
 
     async def _shutdown(self) -> None:
         started = trio.current_time()
@@ -429,16 +636,20 @@ class Daemon:
         task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
     ) -> None:
         watched = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1)
+        parent, on_terminal = os.getppid(), on_a_terminal()
         with trio.open_signal_receiver(*watched) as signals:
             task_status.started()
-            async with trio.open_nursery() as dumps:
+            async with trio.open_nursery() as chores:  # dumps and reloads
                 async for signum in signals:
                     if signum == signal.SIGUSR1:
-                        self._start_dump(dumps)
+                        self._start_dump(chores)
                         continue
                     if signum == signal.SIGHUP and self._stop.is_set():
                         # A hangup never hurries a stop: the kernel sends a parent-death
                         # SIGHUP once per thread, so several come at once.
+                        continue
+                    if signum == signal.SIGHUP and not is_hangup(parent, on_terminal):
+                        chores.start_soon(self._reload_on_signal)
                         continue
                     if self._stop.is_set():
                         self.log.warning("second signal: stopping at once", signal=signum)
@@ -446,6 +657,11 @@ class Daemon:
                         return
                     self.log.info("stopping", signal=signal.Signals(signum).name)
                     self.request_stop()
+
+    async def _reload_on_signal(self) -> None:
+        """SIGHUP's reload; a refused one was logged already, and the router runs on."""
+        with contextlib.suppress(ReloadError):
+            await self.reload(by="SIGHUP")
 
     def _start_dump(self, nursery: trio.Nursery) -> None:
         """The SIGUSR1 dump (full dump and task tree), in a task of its own: it is made
@@ -463,3 +679,16 @@ class Daemon:
                 self._dumping = False
 
         nursery.start_soon(dump, name="sigusr1-dump")
+
+
+def on_a_terminal() -> bool:
+    """Whether a standard stream of this process is a terminal (one hung up is not)."""
+    return any(os.isatty(descriptor) for descriptor in (0, 1, 2))
+
+
+def is_hangup(parent: int, on_terminal: bool) -> bool:
+    """Whether a SIGHUP means the router lost what started it: it has been reparented
+    since ``parent`` started it (the kernel's parent-death signal), or it started on a
+    terminal (``on_terminal``) and none is left (the terminal hung up). Otherwise it is
+    a request to reload."""
+    return os.getppid() != parent or (on_terminal and not on_a_terminal())

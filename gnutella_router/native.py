@@ -41,10 +41,10 @@ from types import ModuleType
 
 HOT_SOURCES = (
     "protocol/framing.py",
-    "gnutella_router/stages/rules.py",
-    "gnutella_router/stages/flood.py",
-    "gnutella_router/stages/reply_runs.py",
-    "gnutella_router/net/route_table.py",
+    "gnutella_router/routing/rules.py",
+    "gnutella_router/routing/flood.py",
+    "gnutella_router/routing/reply_runs.py",
+    "gnutella_router/routing/route_table.py",
 )
 """The modules the build compiles where it can, as paths from the project root (one
 per line, as ``scripts/venv.sh`` reads them)."""

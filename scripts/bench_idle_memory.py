@@ -69,7 +69,7 @@ from pathlib import Path
 import trio
 
 from gnutella_router.net.handshaking import next_handshake_event
-from gnutella_router.stages.vendor_messages import INTRODUCTIONS
+from gnutella_router.routing.vendor_messages import INTRODUCTIONS
 from protocol.errors import RemoteProtocolError
 from protocol.handshake import (
     HandshakeComplete,

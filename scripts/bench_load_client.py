@@ -7,7 +7,7 @@ Run from the repository root, in the project's virtual environment:
 
 The load client (`gnutella-router load`) drives open-loop traffic and times every copy
 that comes back. Its own cost bounds every experiment, so it is measured alone: against
-`gnutella_router.traffic.echo.EchoRouter` with no delay, running in the same process (both
+`gnutella_router.lab.traffic.echo.EchoRouter` with no delay, running in the same process (both
 share one core, so the figure is conservative), with one injecting and two sinking
 peers and the paper's mix (15 % queries). Each offered rate runs for a few seconds; a
 rate is *sustained* when every copy arrives, fewer than 1 % of sends are late (more than
@@ -22,8 +22,8 @@ from collections.abc import Sequence
 
 import trio
 
-from gnutella_router.traffic.echo import EchoRouter
-from gnutella_router.traffic.load import LoadSettings, run_load
+from gnutella_router.lab.traffic.echo import EchoRouter
+from gnutella_router.lab.traffic.load import LoadSettings, run_load
 from scripts.benchdocs import machine, provenance, replace_section
 from traffic_models.arrivals import ConstantRate
 from traffic_models.generator import TrafficGenerator
@@ -86,7 +86,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "## Load client ceiling (`scripts/bench_load_client.py`)",
             "",
             f"Measured {provenance()} on {machine()}. The load client against a trivial echo "
-            "(`gnutella_router.traffic.echo.EchoRouter`, no delay) in the same process, "
+            "(`gnutella_router.lab.traffic.echo.EchoRouter`, no delay) in the same process, "
             "so both share one core; one injecting and two sinking peers, the paper's mix, "
             f"{args.duration:g} s per rate. Sustained: every copy arrived, "
             "under 1 % of sends more than 1 ms late, "

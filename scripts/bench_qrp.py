@@ -41,11 +41,12 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from gnutella_router.stages.query_routing import LAST_HOP_TABLE_SLOTS, qrp_hashcodes
+from gnutella_router.routing.query_routing import LAST_HOP_TABLE_SLOTS, qrp_hashcodes
 from protocol import qrp as qrp_now
 from protocol.codec import encode_message
 from protocol.messages import Message, QrpPatch, QrpReset, Query, random_guid
-from protocol.qrp import QrpTable, TableUnion, table_messages
+from protocol.qrp import QrpTable, table_messages
+from protocol.qrp_leaves import TableUnion
 from scripts import ROOT
 from scripts.benchdocs import commit, machine, replace_section
 

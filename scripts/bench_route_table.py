@@ -25,7 +25,7 @@ import time
 from collections.abc import Sequence
 
 from gnutella_router import native
-from gnutella_router.net.route_table import DEFAULT_CAPACITY, RouteTable, pack_detail
+from gnutella_router.routing.route_table import DEFAULT_CAPACITY, RouteTable, pack_detail
 
 
 def _per_guid_batch(

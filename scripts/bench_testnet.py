@@ -55,7 +55,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gnutella_router.testnet.namespaces import abandoned_leftovers
+from gnutella_router.lab.testnet.namespaces import abandoned_leftovers
 from scripts.benchdocs import BENCHMARKS_DOC, commit, machine, replace_section
 from scripts.runner import Child
 
@@ -400,8 +400,8 @@ def start_costs(out: Path, count: int = START_SAMPLES) -> dict[str, dict[str, fl
     import trio
 
     from gnutella_router.config import load_config
-    from gnutella_router.testnet.children import ChildNode
-    from gnutella_router.testnet.forks import ForkServer
+    from gnutella_router.lab.testnet.children import ChildNode
+    from gnutella_router.lab.testnet.forks import ForkServer
 
     def config(folder: Path) -> Any:
         return load_config(

@@ -64,8 +64,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 import trio
 
+from gnutella_router.lab.traffic.load import LoadSettings
 from gnutella_router.run_folder import add_out_arguments, script_run
-from gnutella_router.traffic.load import LoadSettings
 from protocol.constants import MessageType
 from protocol.framing import Frame
 from scripts.benchdocs import machine, replace_section, save_figure

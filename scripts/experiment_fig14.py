@@ -16,7 +16,7 @@ query, run in a worker thread), ``router.threads = 1``, the governor either off 
 with its defaults (a sample every 2 s, the pool sized by Little's law from the measured
 arrival rate and service time, ``sizing = "littles-law"``), the profiler on at 0.1 s,
 everything else at the defaults (backpressure admission). This process then
-runs the load client in-process (:func:`gnutella_router.traffic.load.LoadRun`: one injector,
+runs the load client in-process (:func:`gnutella_router.lab.traffic.load.LoadRun`: one injector,
 three sinks) for ``--duration`` seconds, stops the router with SIGTERM (which writes
 the profiler's export) and reads what it needs.
 

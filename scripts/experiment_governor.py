@@ -44,8 +44,8 @@ import matplotlib.pyplot as plt
 import trio
 from matplotlib.ticker import MaxNLocator
 
+from gnutella_router.lab.traffic.load import LoadRun, LoadSettings
 from gnutella_router.run_folder import add_out_arguments, script_run
-from gnutella_router.traffic.load import LoadRun, LoadSettings
 from protocol.framing import Frame
 from scripts.benchdocs import machine, replace_section, save_figure
 from scripts.fig14.runs import BROADCAST, experiment_router

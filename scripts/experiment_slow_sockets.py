@@ -23,7 +23,7 @@ profiler on at 0.5 s). This process then connects one *slow peer* itself -- a 0.
 handshake as an ultrapeer announcing Bye-Packet, with ``SO_RCVBUF`` set to 4096 bytes
 before connecting so that the router's queue, not kernel buffers, is what fills -- which
 reads 360 bytes every 100 ms (3,600 bytes/s: a 28.8 kbit/s modem). Then the load client
-(:class:`gnutella_router.traffic.load.LoadRun`: one injector, two healthy sinks) offers the
+(:class:`gnutella_router.lab.traffic.load.LoadRun`: one injector, two healthy sinks) offers the
 paper's mix (85 % pings, 15 % queries) at ``--rate`` messages/s (800 by default; the
 paper's router was processing over 624) for ``--duration`` seconds. The router
 broadcasts every ping and query to the slow peer too, about 30 kB/s, far beyond what it
@@ -63,9 +63,9 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import trio
 
+from gnutella_router.lab.traffic.load import LoadError, LoadRun, LoadSettings, open_client_peer
 from gnutella_router.observe.profiler import read_peak_rss_bytes, read_rss_bytes
 from gnutella_router.run_folder import add_out_arguments, script_run
-from gnutella_router.traffic.load import LoadError, LoadRun, LoadSettings, open_client_peer
 from protocol.constants import MessageType
 from protocol.framing import FrameDecoder
 from scripts.benchdocs import EXPERIMENTS_DOC, FIGURES, machine, replace_section, save_figure

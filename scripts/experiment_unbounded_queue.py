@@ -52,9 +52,9 @@ from typing import Any
 import matplotlib.pyplot as plt
 import trio
 
+from gnutella_router.lab.traffic.load import LoadSettings
 from gnutella_router.observe.profiler import read_peak_rss_bytes, read_rss_bytes
 from gnutella_router.run_folder import add_out_arguments, script_run
-from gnutella_router.traffic.load import LoadSettings
 from scripts.benchdocs import EXPERIMENTS_DOC, FIGURES, machine, replace_section, save_figure
 from scripts.fig14 import bursts
 from scripts.fig14.report import ms

@@ -3,6 +3,7 @@
 #
 #   scripts/gtk-servent.sh PORT DIR [HOST]       run one servent in the foreground
 #   scripts/gtk-servent.sh shell DIR [CMD...]    its shell: `stats drop`, `nodes`, ...
+#   scripts/gtk-servent.sh stats DIR             its drop counters, `REASON COUNT` lines
 #
 # The contract (what `gnutella-router testnet --servent` and scripts/live_gtk_check.py
 # rely on; docs/interop.md says more):
@@ -15,9 +16,14 @@
 #     connection-flood ban (more than 2 connects a minute from one address).
 #   * gtk-gnutella runs as a child of this script, in its process group (kill the group
 #     and it goes too). When its port accepts connections the script prints one line,
-#     `ready: gtk-gnutella pid PID listening on HOST:PORT`, and keeps running. It exits 1
+#     `ready: gtk-gnutella pid PID listening on HOST:PORT; stats: COMMAND`, and keeps
+#     running; COMMAND (shell words) prints the servent's drop counters while it runs
+#     (`stats DIR` of this script, with the binary and user it runs with). It exits 1
 #     with a reason when gtk-gnutella exits first or does not listen within
 #     $GTK_GNUTELLA_START_TIMEOUT seconds (default 60).
+#   * `stats DIR` prints gtk-gnutella's own drop counters (its shell's `stats drop`: one
+#     `REASON COUNT` line per reason) and exits 0, or exits 1 saying why (no servent
+#     running in DIR, no counters in its answer).
 #   * On SIGTERM, SIGINT or SIGHUP, or when its parent process goes away, it asks
 #     gtk-gnutella to shut down through its shell (a Bye to every peer, its files
 #     saved), gives it 60 s, then SIGTERM, then SIGKILL; it exits 0 once it is gone.
@@ -32,7 +38,7 @@
 #   SHARE                 the folder it shares
 set -euo pipefail
 
-usage() { sed -n '2,5p' "$0" >&2; exit 2; }
+usage() { sed -n '2,6p' "$0" >&2; exit 2; }
 say() { echo "gtk-servent: $*" >&2; }
 
 binary=${GTK_GNUTELLA_BINARY:-$(command -v gtk-gnutella || true)}
@@ -60,6 +66,20 @@ if [ "${1:-}" = shell ]; then
   if [ $# -gt 0 ]; then printf '%s\n' "$@" | as_servent "$dir" "$binary" --shell
   else as_servent "$dir" "$binary" --shell; fi
   exit
+fi
+
+if [ "${1:-}" = stats ]; then
+  [ $# -eq 2 ] || usage
+  dir=$(cd "$2" && pwd)
+  answer=$(printf 'stats drop\n' | as_servent "$dir" "$binary" --shell 2>&1) || true
+  # gtk-gnutella answers `REASON COUNT` per reason; its numbered replies are errors.
+  counters=$(printf '%s\n' "$answer" | grep -E '^[a-z][a-z0-9_]* [0-9]+$' || true)
+  if [ -z "$counters" ]; then
+    say "no drop counters from the servent in $dir: $(printf '%s\n' "$answer" | head -n 2 | tr '\n' ' ')"
+    exit 1
+  fi
+  printf '%s\n' "$counters"
+  exit 0
 fi
 
 [ $# -ge 2 ] && [ $# -le 3 ] || usage
@@ -186,7 +206,9 @@ until listening; do
   parent_gone && stop
   sleep 0.2
 done
-echo "ready: gtk-gnutella pid $(servent_pid) listening on $host:$port"
+self=$(cd "$(dirname "$0")" && pwd)/$(basename "$0")
+stats=$(printf '%q ' env "GTK_GNUTELLA_BINARY=$binary" "GTK_GNUTELLA_USER=$user" "$self" stats "$dir")
+echo "ready: gtk-gnutella pid $(servent_pid) listening on $host:$port; stats: ${stats% }"
 
 while kill -0 "$child" 2>/dev/null; do
   parent_gone && stop

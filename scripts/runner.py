@@ -157,7 +157,7 @@ class Child:
         """Whether it was killed rather than left to exit."""
         prepare = None
         if die_with_parent:
-            from gnutella_router.testnet.process import parent_death_signal
+            from gnutella_router.lab.testnet.process import parent_death_signal
 
             prepare = parent_death_signal()
         try:
@@ -487,7 +487,7 @@ def reference_argv(port: int, writes: str = "per-read") -> list[str]:
 def free_port() -> int:
     """A loopback port for a server, with the next one free too (a router's default
     admin port)."""
-    from gnutella_router.testnet.servents import free_router_port  # the daemon, imported
+    from gnutella_router.lab.testnet.servents import free_router_port  # the daemon, imported
 
     return free_router_port()
 

@@ -31,9 +31,9 @@ from outside, on real processes.
    in order; and each is told by the kernel to stop (SIGTERM) if this script dies
    without doing so (``PR_SET_PDEATHSIG``), so no router outlives it whatever happens.
    Logs are JSON lines, one file per router.
-2. **The load.** The project's own load client (:class:`~gnutella_router.traffic.load.
+2. **The load.** The project's own load client (:class:`~gnutella_router.lab.traffic.load.
    LoadRun`, in the form whose peers connect to several routers,
-   :class:`~gnutella_router.testnet.spread_load.SpreadLoadRun`) runs in this process:
+   :class:`~gnutella_router.lab.testnet.spread_load.SpreadLoadRun`) runs in this process:
    five peers, two injectors (on R0 and on R2) sharing one open-loop schedule of
    ``--rate`` msgs/s of the SEDA paper's mix (85 % pings, 15 % queries, TTL 7), and one
    sink on each router, answering like servents (``respond``: a pong per ping, a hit per

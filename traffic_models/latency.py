@@ -33,7 +33,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import struct
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from hdrh.histogram import HdrHistogram
@@ -174,6 +174,18 @@ class LatencyBook:
             out.setdefault(kind, {})[message_type_name(message_type)] = LatencySummary.of(histogram)
         return out
 
+    def recorded(self) -> Iterator[tuple[str, str, int, int]]:
+        """Every histogram's recorded values, ordered as :meth:`summaries`: ``(kind,
+        type name, microseconds, count)``, each value the highest its HDR bucket holds
+        (as the percentiles read). A few thousand rows per histogram at most: the
+        whole distribution, for a CDF, in bounded room."""
+        ordered = sorted(self._all().items(), key=lambda item: (_kind_order(item[0][0]), item[0]))
+        for (kind, message_type), histogram in ordered:
+            name = message_type_name(message_type)
+            for step in histogram.get_recorded_iterator():
+                value, count = step.value_iterated_to, step.count_added_in_this_iter_step
+                yield kind, name, int(value), int(count)
+
     def percentile_us(self, kind: str, message_type: int, percentile: float) -> int | None:
         key = (kind, message_type)
         if key not in self._pending and key not in self._histograms:
@@ -182,6 +194,70 @@ class LatencyBook:
         if not histogram.get_total_count():
             return None
         return int(histogram.get_value_at_percentile(percentile))
+
+
+REPLY_KINDS = frozenset({"round-trip", "target-reply"})
+"""Latency kinds of replies at the injectors; every other kind is a copy at a sink."""
+
+
+class LatencyWindow:
+    """The latencies of the copies recorded since the window was last taken: a time
+    series' per-interval distribution beside the run's whole one.
+
+    Values are kept as :class:`LatencyBook` keeps its pending ones (whole microseconds,
+    folded to the lowest value of their HDR sub-bucket), so a window holds a few
+    thousand distinct values at most, however many copies arrive in it.
+    """
+
+    def __init__(self) -> None:
+        self._counts: dict[int, int] = {}
+
+    def record(self, latency_ns: int) -> None:
+        """One latency; a negative one (an instrument error, which the book counts) is
+        left out."""
+        if latency_ns < 0:
+            return
+        micros = min(max(latency_ns // 1000, 1), HIGHEST_TRACKABLE_US)
+        if micros >= _SUB_BUCKETS:
+            shift = micros.bit_length() - _SUB_BUCKET_BITS
+            micros = (micros >> shift) << shift
+        self._counts[micros] = self._counts.get(micros, 0) + 1
+
+    def take(self) -> dict[int, int]:
+        """Microseconds -> copies since the last take; the window starts empty again."""
+        counts, self._counts = self._counts, {}
+        return counts
+
+
+def window_summary(
+    counts: Mapping[int, int], percentiles: tuple[float, ...] = (50.0, 90.0, 99.0)
+) -> tuple[int, list[int], int] | None:
+    """``(samples, [value at each percentile], max)`` in microseconds, read through an
+    HDR histogram as the run's own percentiles are; None for an empty window."""
+    if not counts:
+        return None
+    histogram = HdrHistogram(1, HIGHEST_TRACKABLE_US, 3)
+    for micros, count in counts.items():
+        histogram.record_value(micros, count)
+    return (
+        int(histogram.get_total_count()),
+        [int(histogram.get_value_at_percentile(p)) for p in percentiles],
+        int(histogram.get_max_value()),
+    )
+
+
+class WindowedLatencyBook(LatencyBook):
+    """A latency book that also puts every copy at a sink (not the replies) into
+    :attr:`window`, for a caller that takes it once an interval."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.window = LatencyWindow()
+
+    def record(self, kind: str, message_type: int, latency_ns: int) -> None:
+        super().record(kind, message_type, latency_ns)
+        if kind not in REPLY_KINDS:
+            self.window.record(latency_ns)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -12,9 +12,9 @@ import sys
 from collections.abc import Callable
 
 from gnutella_router.config import ConfigError, parse_host_port
+from gnutella_router.lab.traffic.replay import ReplayError, parse_target
 from gnutella_router.observe.admin_client import TOKEN_ENVIRONMENT
 from gnutella_router.run_folder import add_out_arguments
-from gnutella_router.traffic.replay import ReplayError, parse_target
 
 
 class DefaultsHelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
@@ -58,7 +58,7 @@ def count(low: int, high: int) -> Callable[[str], int]:
 
 def loopback_address(text: str) -> tuple[str, int]:
     """``HOST:PORT`` on this machine: traffic tools never aim anywhere else (the rule is
-    :func:`gnutella_router.traffic.replay.parse_target`'s)."""
+    :func:`gnutella_router.lab.traffic.replay.parse_target`'s)."""
     try:
         return parse_target(text)
     except ReplayError as exc:

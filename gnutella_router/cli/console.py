@@ -6,7 +6,7 @@
     gnutella-router console --admin 127.0.0.1:6347 --admin 127.0.0.1:6349
     gnutella-router console --script session.txt     the commands of a file, then exit
 
-The console itself is :mod:`gnutella_router.console`. Exit status: 0, or 1 when the
+The console itself is :mod:`gnutella_router.lab.console`. Exit status: 0, or 1 when the
 network cannot be found or a script's command fails, 2 for bad arguments.
 """
 
@@ -90,9 +90,9 @@ def add_console_parser(commands: argparse._SubParsersAction[argparse.ArgumentPar
 
 def cmd_console(args: argparse.Namespace) -> int:
     # Imported here: the other commands (a router above all) need none of it.
-    from gnutella_router.console.session import Session
-    from gnutella_router.console.shell import Shell, default_history, run_script
-    from gnutella_router.console.targets import ConsoleError, Network
+    from gnutella_router.lab.console.session import Session
+    from gnutella_router.lab.console.shell import Shell, default_history, run_script
+    from gnutella_router.lab.console.targets import ConsoleError, Network
 
     try:
         if args.admin:

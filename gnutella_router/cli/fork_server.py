@@ -1,6 +1,6 @@
 """The fork server's own process: ``python -m gnutella_router.cli.fork_server FD``.
 
-The test network starts it (:mod:`gnutella_router.testnet.forks` says why and speaks
+The test network starts it (:mod:`gnutella_router.lab.testnet.forks` says why and speaks
 its protocol) with one end of a socket pair as ``FD``. It imports what ``gnutella-router
 run`` needs, says it is ready, and then, until that socket closes, forks a router for
 each request and reports each one's exit. It runs no event loop: one thread waits on
@@ -32,8 +32,8 @@ import traceback
 from typing import Any, NoReturn
 
 from gnutella_router.cli.main import main as command_line
-from gnutella_router.testnet.forks import MAX_LINE, ForkServerError, LineReader, encode
-from gnutella_router.testnet.process import PR_SET_PDEATHSIG
+from gnutella_router.lab.testnet.forks import MAX_LINE, ForkServerError, LineReader, encode
+from gnutella_router.lab.testnet.process import PR_SET_PDEATHSIG
 
 WARM = (
     "gnutella_router.cli.config_flags",

@@ -22,10 +22,10 @@ from gnutella_router.cli.arguments import (
     positive,
 )
 from gnutella_router.cli.interrupt import INTERRUPTED, run_interruptible
+from gnutella_router.lab.traffic.echo import EchoRouter
+from gnutella_router.lab.traffic.load import LoadError, LoadRun, LoadSettings, Traffic
 from gnutella_router.observe.admin_client import token_from
 from gnutella_router.run_folder import SUMMARY, RunFolderError, start_run
-from gnutella_router.traffic.echo import EchoRouter
-from gnutella_router.traffic.load import LoadError, LoadRun, LoadSettings, Traffic
 from traffic_models.arrival_text import parse_arrivals
 from traffic_models.arrivals import ConstantRate, Schedule
 from traffic_models.generator import TrafficGenerator

@@ -143,6 +143,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from gnutella_router.config import ConfigError
     from gnutella_router.daemon import Daemon
     from gnutella_router.logs import configure_logging, get_logger
+    from gnutella_router.systemd import Notifier
 
     try:
         config = config_from_args(args)
@@ -150,7 +151,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"gnutella-router: configuration error: {exc}", file=sys.stderr)
         return 2
     configure_logging(config.log.format, config.log.level)
-    daemon = Daemon(config)
+    # A reload (SIGHUP, POST /reload) reads the file again under the same flags.
+    daemon = Daemon(
+        config,
+        config_source=partial(config_from_args, args),
+        notifier=Notifier.from_environment(),
+    )
 
     async def main() -> None:
         async with trio.open_nursery() as nursery:
@@ -163,6 +169,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         # Binding a listener (port taken, no permission) and locking the state directory
         # are what fail in practice; the error may sit several nurseries deep.
         failure = _first_leaf(group)
+    finally:
+        if daemon.notifier is not None:
+            daemon.notifier.close()
     if failure is not None:
         # Through the configured logger, so that in JSON mode this line is JSON too. A
         # failure after the start is not a start-up problem, and says where it came from.
@@ -185,7 +194,7 @@ def _absolute_path(text: str) -> str:
 
 def cmd_replay(args: argparse.Namespace) -> int:
     """Replay a trace; Ctrl-C stops it with a partial summary (exit 130)."""
-    from gnutella_router.traffic.replay import ReplayControl, ReplayError, parse_target, replay
+    from gnutella_router.lab.traffic.replay import ReplayControl, ReplayError, parse_target, replay
 
     control = ReplayControl()
     try:

@@ -13,17 +13,17 @@ import trio
 from gnutella_router.cli.arguments import add_random_seed
 from gnutella_router.cli.interrupt import INTERRUPTED
 from gnutella_router.config import ConfigError, parse_host_port
-from gnutella_router.run_folder import Manifest, RunFolderError, start_run
-from gnutella_router.testnet.churn import ChurnSettings
-from gnutella_router.testnet.emulated_links import parse_delay
-from gnutella_router.testnet.leaves import LeafSettings
-from gnutella_router.testnet.settings import (
+from gnutella_router.lab.testnet.churn import ChurnSettings
+from gnutella_router.lab.testnet.emulated_links import parse_delay
+from gnutella_router.lab.testnet.leaves import LeafSettings
+from gnutella_router.lab.testnet.settings import (
     AUTO_PROCESSES_ABOVE,
     ON_NODE_FAILURE,
     SERVENT_START_TIMEOUT,
     NetworkSettings,
 )
-from gnutella_router.testnet.topology import TOPOLOGIES, load_topology
+from gnutella_router.lab.testnet.topology import TOPOLOGIES, load_topology
+from gnutella_router.run_folder import Manifest, RunFolderError, start_run
 
 
 def add_testnet_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -302,9 +302,9 @@ def add_testnet_parser(commands: argparse._SubParsersAction[argparse.ArgumentPar
 def cmd_testnet(args: argparse.Namespace) -> int:
     # Imported here, not above: every other command (a router above all, run many
     # times over in a test network) would otherwise carry the test network's weight.
+    from gnutella_router.lab.testnet import namespaces
+    from gnutella_router.lab.testnet.network import run_network
     from gnutella_router.logs import configure_logging
-    from gnutella_router.testnet import namespaces
-    from gnutella_router.testnet.network import run_network
 
     if args.cleanup:
         return _cleanup()
@@ -399,7 +399,7 @@ def _keep(args: argparse.Namespace, settings: NetworkSettings) -> Manifest:
 
 def _cleanup() -> int:
     """``--cleanup``: remove a killed run's namespaces and links; 0 when none is left."""
-    from gnutella_router.testnet import namespaces
+    from gnutella_router.lab.testnet import namespaces
 
     try:
         removed, problems, kept = namespaces.remove_leftovers()

@@ -45,7 +45,7 @@ from gnutella_router.control.response_time import (
     admission_class,
 )
 from gnutella_router.control.token_bucket import TokenBucket
-from gnutella_router.runtime.stage import StageQueue
+from gnutella_router.runtime.stage_queue import StageQueue
 from protocol.constants import MessageType
 from protocol.framing import Frame
 

@@ -67,6 +67,13 @@ from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from gnutella_router.discovery.cache_file import (
+    CACHE_FILE,
+    FILE_HEADER,
+    format_line,
+    one_word,
+    parse_line,
+)
 from gnutella_router.discovery.dialling import choose
 from gnutella_router.discovery.ranges import (
     NON_PUBLIC_REASONS,
@@ -96,10 +103,6 @@ __all__ = [
     "classify_address",
 ]
 
-#: Source given to hosts read back by `HostCache.load`, and teller of first-format lines.
-CACHE_FILE = "cache-file"
-FILE_HEADER = "# gnutella-router host cache v2: host port source teller age_seconds failures"
-
 #: Every reason an address can be refused for, as counted in
 #: `HostCacheStatistics.rejected`.
 REJECT_REASONS = (
@@ -121,7 +124,6 @@ DEFAULT_LOCAL_NETWORKS = ("127.0.0.0/8", "::1/128")
 _NON_PUBLIC = frozenset(NON_PUBLIC_REASONS)
 # 2 ** 64 times any sane initial backoff is far past any sane maximum.
 _MAX_BACKOFF_EXPONENT = 64
-_MAX_TELLER_LENGTH = 300
 
 Key = tuple[str, int]
 # (-failures, last_seen, stamp, key): the least useful host first.
@@ -209,23 +211,6 @@ def _promise(record: HostRecord) -> tuple[bool, bool, float, float, int]:
         -(record.last_connected or 0.0),
         -record.last_seen,
         record.failures,
-    )
-
-
-def _ascii_int(text: str) -> int:
-    # int() alone would also take "+5", "5_0" and non-ASCII digits.
-    if not (text.isascii() and text.isdigit()) or len(text) > 18:
-        raise ValueError(text)
-    return int(text)
-
-
-def _one_word(text: object, limit: int = _MAX_TELLER_LENGTH) -> bool:
-    return (
-        isinstance(text, str)
-        and 0 < len(text) <= limit
-        and text.isprintable()
-        and len(text.split()) == 1
-        and text == text.strip()
     )
 
 
@@ -326,10 +311,10 @@ class HostCache:
         advertised again says nothing about whether it accepts connections, and so does
         its teller. A host given as a seed stays a seed.
         """
-        if not _one_word(source, 64):
+        if not one_word(source, 64):
             raise ValueError(f"source must be a single word, not {source!r}")
         teller = source if teller is None else teller
-        if not _one_word(teller):
+        if not one_word(teller):
             raise ValueError(f"teller must be a single word, not {teller!r}")
         admitted = self._admit(host, port, source, teller)
         if admitted is None:
@@ -647,8 +632,7 @@ class HostCache:
         records = sorted(self._records.values(), key=_promise)
         lines = [FILE_HEADER]
         lines.extend(
-            f"{r.host} {r.port} {r.source} {r.teller} {max(0.0, now - r.last_seen):.3f} "
-            f"{r.failures}"
+            format_line(r.host, r.port, r.source, r.teller, now - r.last_seen, r.failures)
             for r in records
         )
         return "\n".join(lines) + "\n", len(records)
@@ -672,18 +656,8 @@ class HostCache:
                 line = raw.strip()
                 if not line or line.startswith("#"):
                     continue
-                fields = line.split()
                 try:
-                    if len(fields) == 5:  # the first format: no teller
-                        fields.insert(3, CACHE_FILE)
-                    if len(fields) != 6 or not _one_word(fields[3]):
-                        raise ValueError(line)
-                    host, port_text, _source, teller, age_text, failures_text = fields
-                    port = _ascii_int(port_text)
-                    age = float(age_text)
-                    if not (math.isfinite(age) and age >= 0.0):
-                        raise ValueError(age_text)
-                    failures = _ascii_int(failures_text)
+                    host, port, teller, age, failures = parse_line(line)
                 except ValueError:
                     self._rejected["bad-line"] += 1
                     continue

@@ -8,7 +8,7 @@ into frames and hands each read's frames to the server in one batch. The server'
 ``deliver`` may wait (backpressure: the router's queue is full), and while it waits the
 reader does not read, so the peer's TCP window closes instead of our memory growing.
 
-A connection is the router's :class:`~gnutella_router.stages.link.Link` to one peer, and
+A connection is the router's :class:`~gnutella_router.routing.link.Link` to one peer, and
 what the router's :class:`~gnutella_router.net.outbox.Outbox` writes to. The router
 never waits for a peer: the outbox offers messages to the connection's outgoing queue
 and returns at once; a queue's verdict that ends the peer ("too slow, close it") is
@@ -133,7 +133,7 @@ def format_address(host: str, port: int) -> str:
 
 
 class Connection:
-    """A handshaken TCP peer: the router's :class:`~gnutella_router.stages.link.Link` to it.
+    """A handshaken TCP peer: the router's :class:`~gnutella_router.routing.link.Link` to it.
 
     Slotted, and what most connections never need (a writer task, an abuse meter, a
     logger bound to the connection) is made when it is needed: a router holds thousands

@@ -26,7 +26,7 @@ open them in the process's own namespace; none of the router does.
 A :class:`Namespace` holds an open descriptor of its namespace (``/run/netns/NAME``, as
 ``ip netns add`` makes it), so the namespace outlives a removal of its name for as long
 as the process holds it: whoever cleans up must stop the process first
-(:func:`gnutella_router.testnet.namespaces.remove_leftovers` finds such processes by
+(:func:`gnutella_router.lab.testnet.namespaces.remove_leftovers` finds such processes by
 these descriptors).
 """
 

@@ -5,8 +5,9 @@ restart: dial a peer, drop one (with Bye), hold a link down or take the whole no
 offline (:mod:`gnutella_router.control.holds`) and back, send a ping or query of the
 operator's as the router's own (the console's ``reach`` probe, followed through the
 other routers' route tables by its GUID), change the log level, start or stop the
-profiler. Each is a POST with a small JSON body (at most :data:`MAX_BODY_BYTES`) and a
-JSON answer; ``gnutella-router ctl`` is the client.
+profiler, read the configuration file again (as SIGHUP does). Each is a POST with a
+small JSON body (at most :data:`MAX_BODY_BYTES`) and a JSON answer; ``gnutella-router
+ctl`` is the client.
 
 Control needs the admin token, always: reading a router's state from its own machine
 is harmless, changing it is not, so a router without ``[admin] token`` refuses every
@@ -22,6 +23,7 @@ import math
 from typing import Any
 
 from gnutella_router.config import ConfigError, parse_host_port
+from gnutella_router.config.live import ReloadError
 from gnutella_router.logs import LOG_LEVELS
 from gnutella_router.observe.view import RouterControl
 from gnutella_router.stages.server import AlreadyConnected, DialError
@@ -43,6 +45,8 @@ CONTROL_ENDPOINTS = {
     "query to the neighbours; its GUID",
     "/log-level": 'POST {"level": "debug|info|warning|error"}: change the log level',
     "/profiler": 'POST {"action": "start|stop"}: start or stop the profiler',
+    "/reload": "POST {}: read the configuration file again, as SIGHUP does; what was "
+    "applied and what needs a restart",
 }
 
 
@@ -112,6 +116,14 @@ async def handle_control(control: RouterControl, path: str, body: bytes) -> dict
             written = control.stop_profiler()
             return {"stopped": written is not None, "written": [str(p) for p in written or ()]}
         raise ControlError(400, 'action: expected "start" or "stop"')
+    if path == "/reload":
+        if request:
+            raise ControlError(400, "a reload takes no arguments: send {}")
+        try:
+            plan = await control.reload(by="the admin interface")
+        except ReloadError as exc:
+            raise ControlError(409, f"{exc}; the router runs on as it was") from None
+        return plan.to_json()
     raise ControlError(404, f"no control endpoint {path!r}; try {', '.join(CONTROL_ENDPOINTS)}")
 
 

@@ -1,6 +1,6 @@
 """The admin interface's JSON views as aligned text tables, for people.
 
-``gnutella-router dump`` prints them and the console (:mod:`gnutella_router.console`)
+``gnutella-router dump`` prints them and the console (:mod:`gnutella_router.lab.console`)
 shows them for any node of a network: each formatter takes one page's decoded JSON
 (``/routes``, ``/connections``, ``/qrp``, ``/stats``, ``/stages``, ``/dump``) and
 reads it defensively, so a field an older router lacks shows as ``-`` rather than

@@ -11,7 +11,7 @@ in two steps.
 
 1. **The snapshot**, on the trio thread, in one go: the route tables' statistics and
    their entries as they hold them (shallow copies of their dicts, made in C; see
-   :meth:`~gnutella_router.net.route_table.RouteTable.snapshot`), and the rest of the
+   :meth:`~gnutella_router.routing.route_table.RouteTable.snapshot`), and the rest of the
    dump (identity, configuration, counters, connections) as plain data, which is
    small. No entry is decoded yet. This is the one instant the dump shows, and it takes
    a few milliseconds with 150,000 entries.

@@ -50,14 +50,14 @@ from gnutella_router import __version__
 from gnutella_router.config import config_as_dict
 from gnutella_router.net.connection import Connection, format_address
 from gnutella_router.net.connection_table import ConnectionTable
-from gnutella_router.net.route_table import (
+from gnutella_router.observe.view import RouterView
+from gnutella_router.routing.replies import LOCAL
+from gnutella_router.routing.route_table import (
     RouteEntry,
     RouteSnapshot,
     RouteTable,
     RouteTableStatistics,
 )
-from gnutella_router.observe.view import RouterView
-from gnutella_router.stages.replies import LOCAL
 from protocol.constants import message_type_name
 from protocol.qrp import QrpReceiver, qrp_hashcode, query_words
 
@@ -258,7 +258,7 @@ def snapshot_routes(
     """The route tables as :func:`dump_routes` shows them, taken now and formatted later.
 
     Cheap at any size: the tables' entries are copied (see
-    :meth:`~gnutella_router.net.route_table.RouteTable.snapshot`), not decoded.
+    :meth:`~gnutella_router.routing.route_table.RouteTable.snapshot`), not decoded.
 
     Raises:
         ValueError: an unknown table name, or a negative limit or offset.

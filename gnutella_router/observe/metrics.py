@@ -48,10 +48,13 @@ from gnutella_router import __version__
 from gnutella_router.control.batching import BatchingStatistics
 from gnutella_router.control.response_time import ControllerState
 from gnutella_router.observe.view import RouterView
+from gnutella_router.routing.router_statistics import DROP_REASONS
 from gnutella_router.runtime.histogram import HistogramSnapshot
 from gnutella_router.runtime.stage import StageStatistics
-from gnutella_router.stages.router_statistics import DROP_REASONS
-from gnutella_router.stages.server import DIAL_FAILURE_REASONS, INCOMING_REFUSAL_REASONS
+from gnutella_router.stages.server_statistics import (
+    DIAL_FAILURE_REASONS,
+    INCOMING_REFUSAL_REASONS,
+)
 from protocol.constants import MessageType, message_type_name
 
 __all__ = ["CONTENT_TYPE", "DaemonCollector", "metrics_registry", "render_metrics"]

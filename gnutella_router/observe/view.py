@@ -17,6 +17,7 @@ from typing import Protocol
 import structlog
 
 from gnutella_router.config import Config
+from gnutella_router.config.live import ReloadPlan
 from gnutella_router.control.batching import BatchingController
 from gnutella_router.control.governor import ThreadGovernor
 from gnutella_router.observe.recorder import Recorder
@@ -118,6 +119,11 @@ class RouterControl(RouterView, Protocol):
         ...
 
     def set_log_level(self, level: str) -> None: ...
+
+    async def reload(self, *, by: str = ...) -> ReloadPlan:
+        """Read the configuration again and apply what can change live
+        (:mod:`gnutella_router.config.live`); ReloadError when it cannot."""
+        ...
 
     async def start_profiler(self) -> bool:
         """Start sampling; False when it already runs."""

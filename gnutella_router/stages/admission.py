@@ -15,8 +15,8 @@ from collections.abc import Callable
 import trio
 
 from gnutella_router.control.shedding import Shedder
-from gnutella_router.runtime.stage import StageQueue
-from gnutella_router.stages.link import Link
+from gnutella_router.routing.link import Link
+from gnutella_router.runtime.stage_queue import StageQueue
 from protocol.framing import Frame
 
 

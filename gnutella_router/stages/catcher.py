@@ -29,7 +29,7 @@ atomically now and then and at shutdown.
 
 With ``catcher.learn_from_peers`` off, hosts named by peers are counted and not
 cached, so the only candidates are the seeds, the GWebCache's hosts and the
-operator's: a test network (:mod:`gnutella_router.testnet`) keeps its planned shape
+operator's: a test network (:mod:`gnutella_router.lab.testnet`) keeps its planned shape
 that way, each router dialling its planned peers and retrying one that refused or was
 not up yet, after its backoff, instead of filling its slots with whoever a neighbour
 named.

@@ -24,14 +24,16 @@ LimeWire do):
 * Leaves (``X-Ultrapeer: False``) get only the queries their QRP tables match, even at
   a query's last hop, and no pings; their pings are answered from the pong cache; their
   queries go out by dynamic querying. Ultrapeers' last-hop tables filter the TTL 1
-  copies they get (:mod:`.query_routing`, :mod:`.dynamic_query`).
+  copies they get (:mod:`gnutella_router.routing.query_routing`,
+  :mod:`gnutella_router.routing.dynamic_query`).
 * Each destination's own limits: its ``X-Max-TTL`` trims the TTL of what it is sent, its
   Hops Flow keeps queries of as many hops or more from it, and queries in the pre-0.6
   form are kept from peers that drop them as ancient.
 * Bye closes the connection it arrived on; QRP and vendor messages are hop-by-hop
-  (:mod:`.vendor_messages` says which vendor messages are acted on); unknown types are
-  dropped. A peer's own offences (its repeats, TTL abuse, malformed payloads) are
-  reported to its link, which may kick it (:mod:`gnutella_router.control.abuse`).
+  (:mod:`gnutella_router.routing.vendor_messages` says which vendor messages are acted
+  on); unknown types are dropped. A peer's own offences (its repeats, TTL abuse,
+  malformed payloads) are reported to its link, which may kick it
+  (:mod:`gnutella_router.control.abuse`).
 
 Every drop has a named reason; every counter is per message type. The hot path works on
 raw frames: a forwarded message is the payload bytes behind a freshly packed header, and
@@ -53,21 +55,22 @@ from gnutella_router.control.abuse import Offence
 from gnutella_router.control.query_rate import QueryRate
 from gnutella_router.control.response_time import admission_class
 from gnutella_router.control.shedding import Shedder
-from gnutella_router.net.route_table import RouteTable, SeenTable
+from gnutella_router.routing import vendor_messages
+from gnutella_router.routing.broadcasts import Broadcasts
+from gnutella_router.routing.destinations import DestinationFilter
+from gnutella_router.routing.dynamic_query import TICK_SECONDS, DynamicQuerying
+from gnutella_router.routing.flood import Copies, RunCopies, RunRouter, runs_of
+from gnutella_router.routing.link import Link, Outbox
+from gnutella_router.routing.network_settings import Network, NetworkSettings
+from gnutella_router.routing.pongs import CachedAnswers, OwnPong, PongCache
+from gnutella_router.routing.query_routing import QueryRouting
+from gnutella_router.routing.replies import LOCAL, QRP, VENDOR, HostLearned, ReplyRouting
+from gnutella_router.routing.route_table import RouteTable
+from gnutella_router.routing.router_statistics import RouterStatistics
+from gnutella_router.routing.rules import SOURCE_OVER_RATE, ping_verdict, query_verdict
+from gnutella_router.routing.seen_table import SeenTable
 from gnutella_router.runtime.stage import Stage
-from gnutella_router.stages import vendor_messages
 from gnutella_router.stages.admission import admit
-from gnutella_router.stages.broadcasts import Broadcasts
-from gnutella_router.stages.destinations import DestinationFilter
-from gnutella_router.stages.dynamic_query import TICK_SECONDS, DynamicQuerying
-from gnutella_router.stages.flood import Copies, RunCopies, RunRouter, runs_of
-from gnutella_router.stages.link import Link, Outbox
-from gnutella_router.stages.network_settings import Network, NetworkSettings
-from gnutella_router.stages.pongs import CachedAnswers, OwnPong, PongCache
-from gnutella_router.stages.query_routing import QueryRouting
-from gnutella_router.stages.replies import LOCAL, QRP, VENDOR, HostLearned, ReplyRouting
-from gnutella_router.stages.router_statistics import RouterStatistics
-from gnutella_router.stages.rules import SOURCE_OVER_RATE, ping_verdict, query_verdict
 from protocol.codec import encode_message
 from protocol.constants import (
     MessageType,
@@ -117,11 +120,12 @@ class GnutellaRouter:
         self.config = config
         self.outbox = outbox
         """The one way out: every message the router sends is offered here
-        (:class:`.link.Outbox`)."""
+        (:class:`gnutella_router.routing.link.Outbox`)."""
         self._own_address = own_address
         self.settings = NetworkSettings(max_ttl, hard_ttl_limit, allow_private, local_networks)
         """The limits and address rules every part of the router reads, in one place
-        (:mod:`.network_settings`); the properties below read and change them."""
+        (:mod:`gnutella_router.routing.network_settings`); the properties below read and
+        change them."""
         self.shedder = (
             None
             if shedding is None or (shedding.policy == "backpressure" and not shedding.rate_limit)
@@ -183,7 +187,7 @@ class GnutellaRouter:
         self._over_rate_held: dict[int, int] = {}
         copies = Copies()
         """The one encoder of what the router sends (copies, our pongs, replies passed
-        on): kept header tails, see :class:`.flood.Copies`."""
+        on): kept header tails, see :class:`gnutella_router.routing.flood.Copies`."""
         self.replies = ReplyRouting(
             settings=self.settings,
             own_guid=own_guid,
@@ -203,7 +207,7 @@ class GnutellaRouter:
             on_host_learned=on_host_learned,
         )
         """The reverse side: replies routed back, pushes, Bye, QRP, vendor messages
-        (:mod:`.replies`)."""
+        (:mod:`gnutella_router.routing.replies`)."""
         self._runs = RunRouter(
             owner=self,
             outbox=outbox,
@@ -271,8 +275,8 @@ class GnutellaRouter:
         back to the queue (see :meth:`_delayed_broadcast`), else None for all.
 
         A batch holds runs of frames from one link; each run is routed by the one
-        routing path (:mod:`.flood`). With the query delay hook on, frames go one at a
-        time (:meth:`_handle_delayed`).
+        routing path (:mod:`gnutella_router.routing.flood`). With the query delay hook on,
+        frames go one at a time (:meth:`_handle_delayed`).
         """
         now = trio.current_time()
         if self.query_delay:
@@ -418,7 +422,8 @@ class GnutellaRouter:
             self.dropped[refused, QUERY] += 1
 
     def broadcast(self, source: Link, datas: list[bytes], copies: RunCopies) -> None:
-        """Take a stretch's copies for the batch's broadcast (:mod:`.broadcasts`)."""
+        """Take a stretch's copies for the batch's broadcast
+        (:mod:`gnutella_router.routing.broadcasts`)."""
         self._broadcasts.add(source, datas, copies)
 
     def _flush_broadcasts(self, now: float, *, next_batch_due: bool = False) -> None:
@@ -427,8 +432,9 @@ class GnutellaRouter:
         With ``next_batch_due`` (more events are queued, and the worker takes them as
         soon as this batch is done), a link whose queue can take a whole batch more
         without a policy decision is left unwritten: the next batch's write carries
-        both (:meth:`.link.Outbox.end_batch`). Under a flood that halves the writes; with
-        an empty queue, as at any load the router keeps up with, nothing waits.
+        both (:meth:`gnutella_router.routing.link.Outbox.end_batch`). Under a flood that
+        halves the writes; with an empty queue, as at any load the router keeps up with,
+        nothing waits.
         """
         if self._broadcasts:
             taken, self._broadcasts = self._broadcasts, Broadcasts()
@@ -480,7 +486,7 @@ class GnutellaRouter:
 
     def _links_written(self) -> bool:
         """Whether the stage may route its next batch before the other tasks run: no
-        writer has work left from this one (:attr:`.link.Outbox.idle`)."""
+        writer has work left from this one (:attr:`gnutella_router.routing.link.Outbox.idle`)."""
         return self.outbox.idle
 
     # ------------------------------------------------------------------ dynamic querying
@@ -544,7 +550,7 @@ class GnutellaRouter:
 
     def send_last_hop_tables(self, now: float) -> None:
         """Our leaves' keywords to the ultrapeers that take last-hop tables and are due
-        them (see :mod:`.query_routing`)."""
+        them (see :mod:`gnutella_router.routing.query_routing`)."""
         self.generated[QRP] += self.query_routing.send_tables(self.outbox, now)
 
     def qrp_receiver(self, link_id: int) -> QrpReceiver | None:

@@ -22,7 +22,6 @@ for a while.
 from __future__ import annotations
 
 import collections
-import contextlib
 import dataclasses
 import functools
 import ipaddress
@@ -56,7 +55,9 @@ from gnutella_router.net.listening import open_listeners
 from gnutella_router.net.outbox import Outbox
 from gnutella_router.net.outqueue import OutgoingQueue
 from gnutella_router.net.slow_peers import make_outgoing_queue
+from gnutella_router.net.streams import close_quietly, literal_ip, send_and_close, sockname
 from gnutella_router.stages.router import GnutellaRouter
+from gnutella_router.stages.server_statistics import TRAFFIC, ServerStatistics, traffic_of
 from protocol.errors import HandshakeError, LocalProtocolError
 from protocol.handshake import (
     Acceptor,
@@ -77,71 +78,6 @@ SHARED_VALUES = 1_024
 shared, so peers announcing ever new ones cost only themselves."""
 
 _Value = TypeVar("_Value", bound=Hashable)
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class ServerStatistics:
-    listening: tuple[str, ...]
-    connections: int
-    incoming: int
-    outgoing: int
-    handshakes_in_progress: int
-    accepted: int
-    completed: dict[str, int]
-    """Completed handshakes by role."""
-    refused: dict[str, int]
-    """Connection attempts turned away or failed before the first message, by reason."""
-    closed: int
-    failed_connections: int
-    """Connections ended by an unexpected exception in their tasks (each one logged)."""
-    bytes_in: int
-    """Bytes read from peers since start (after the handshake, before inflating),
-    closed connections included: it only rises."""
-    bytes_out: int
-    """Bytes written to peers since start, closed connections included."""
-    messages_in: int
-    messages_out: int
-    outgoing_dropped: dict[str, int]
-    """Messages the outgoing queues dropped since start, by reason, closed connections
-    included: it only rises."""
-    kicked: dict[str, int]
-    """Peers disconnected for abuse, by offence."""
-    timed_out: dict[str, int]
-    """Connections closed by a read deadline, by deadline (``idle``, ``partial-message``)."""
-    evicted: int
-    """Connections closed to give their slot to a peer from a rarer network."""
-    bans: int
-    """Bans in force or not yet found expired."""
-    deflate_parallel_writes: int
-    """Writes deflated side by side with others of their batch (network.deflate_threads)."""
-
-
-INCOMING_REFUSAL_REASONS = (
-    "accept-error",
-    "rate-limited",
-    "handshake-timeout",
-    "handshake-error",
-    "handshake-io",
-    "connected-to-self",
-    "temporarily-banned",
-    "held-by-the-operator",
-    "offline",
-    "already-connected",
-    "too-many-connections",
-    "too-many-leaves",
-    "peer-declined",
-)
-"""Why an incoming connection is turned away (the keys of ``refused``)."""
-DIAL_FAILURE_REASONS = ("dial-timeout", "dial-handshake-error", "dial-failed")
-"""Why a connection we dial does not come up (also keys of ``refused``)."""
-
-
-TRAFFIC = ("bytes_in", "bytes_out", "messages_in", "messages_out")
-"""A connection's traffic counters, summed over all connections in the statistics."""
-
-
-def _traffic(connection: Connection) -> dict[str, int]:
-    return {name: getattr(connection, name) for name in TRAFFIC}
 
 
 class DialError(Exception):
@@ -309,7 +245,7 @@ class GnutellaServer:
                     host or None, port, role="the node's listener, node.listen"
                 )
                 self.listen_addresses = [
-                    _sockname(listener.socket.getsockname()) for listener in self._listeners
+                    sockname(listener.socket.getsockname()) for listener in self._listeners
                 ]
                 self._advertised = self.advertised_address()
                 nursery.start_soon(self._housekeeping)
@@ -446,7 +382,7 @@ class GnutellaServer:
             self._watches.pop(connection.id, None)
             self.closed += 1
             now = trio.current_time()
-            self._closed.update(_traffic(connection))
+            self._closed.update(traffic_of(connection))
             self._closed_dropped.update(connection.outgoing.statistics(now).dropped)
             connection.log_summary(now)
             if connection.kick is not None:
@@ -462,10 +398,10 @@ class GnutellaServer:
         returns instead of living as long as the connection.
         """
         try:
-            peer = _sockname(stream.socket.getpeername())
+            peer = sockname(stream.socket.getpeername())
         except OSError:  # reset between accept() and here: nobody left to answer
             self.refused["accept-error"] += 1
-            await _close(stream)
+            await close_quietly(stream)
             return None
         now = trio.current_time()
         trusted = in_networks(peer[0], self.trusted_networks)
@@ -478,7 +414,7 @@ class GnutellaServer:
                 code=429,
                 reason="too many connection attempts from its address",
             )
-            await _send_and_close(stream, format_refusal(429, "Too many connection attempts"))
+            await send_and_close(stream, format_refusal(429, "Too many connection attempts"))
             return None
         acceptor = Acceptor()
         self._handshaking += 1
@@ -493,7 +429,7 @@ class GnutellaServer:
                     peer=format_address(*peer),
                     reason="no complete handshake in time",
                 )
-                await _close(stream)
+                await close_quietly(stream)
                 return None
         except HandshakeError as exc:
             self.refused["handshake-error"] += 1
@@ -508,18 +444,18 @@ class GnutellaServer:
                 refusal = format_refusal(exc.status_code, exc.reason)
             except LocalProtocolError:
                 refusal = format_refusal(exc.status_code, "Bad handshake")
-            await _send_and_close(stream, refusal)
+            await send_and_close(stream, refusal)
             return None
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
             self.refused["handshake-io"] += 1
-            await _close(stream)
+            await close_quietly(stream)
             return None
         finally:
             self._handshaking -= 1
             # No await between here and the connection's registration below.
             self._admitting.pop(acceptor, None)
         if complete is None:
-            await _close(stream)
+            await close_quietly(stream)
             return None
         connection = self._connection(stream, peer, "incoming", complete)
         self.connections.add(connection)
@@ -621,9 +557,9 @@ class GnutellaServer:
                 stream = await trio.open_tcp_stream(host, port)
                 try:
                     complete = await self._initiate_handshake(stream, host)
-                    peer = _sockname(stream.socket.getpeername())  # ENOTCONN if reset
+                    peer = sockname(stream.socket.getpeername())  # ENOTCONN if reset
                 except BaseException:
-                    await _close(stream)
+                    await close_quietly(stream)
                     raise
         except trio.TooSlowError as exc:
             self.refused["dial-timeout"] += 1
@@ -648,7 +584,7 @@ class GnutellaServer:
 
     async def _initiate_handshake(self, stream: trio.SocketStream, host: str) -> HandshakeComplete:
         initiator = Initiator()
-        await stream.send_all(initiator.start(self._headers(_literal_ip(host))))
+        await stream.send_all(initiator.start(self._headers(literal_ip(host))))
         event = await next_handshake_event(stream, initiator)
         if isinstance(event, HandshakeRejected):
             if event.try_hosts and self.on_hosts_learned is not None:
@@ -755,46 +691,6 @@ class GnutellaServer:
         dropped = collections.Counter(self._closed_dropped)
         now = trio.current_time()
         for connection in self.connections.snapshot():
-            totals.update(_traffic(connection))
+            totals.update(traffic_of(connection))
             dropped.update(connection.outgoing.statistics(now).dropped)
         return {**{name: totals[name] for name in TRAFFIC}, "outgoing_dropped": dict(dropped)}
-
-
-async def _send_and_close(stream: trio.SocketStream, data: bytes) -> None:
-    """Send a refusal and close without losing it.
-
-    Closing a socket that still has unread input makes the kernel send a reset, which
-    can destroy the refusal before the peer reads it. So: send, shut our side down,
-    drain briefly (bounded in time and bytes), then close.
-    """
-    with trio.move_on_after(1.0):
-        try:
-            await stream.send_all(data)
-            await stream.send_eof()
-            drained = 0
-            while drained < 65536 and (chunk := await stream.receive_some(4096)):
-                drained += len(chunk)
-        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-            pass
-    await _close(stream)
-
-
-async def _close(stream: trio.SocketStream) -> None:
-    with (
-        trio.CancelScope(shield=True),
-        trio.move_on_after(0.5),
-        contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError, OSError),
-    ):
-        await stream.aclose()
-
-
-def _sockname(address: object) -> tuple[str, int]:
-    assert isinstance(address, tuple)
-    return str(address[0]), int(address[1])
-
-
-def _literal_ip(host: str) -> str | None:
-    try:
-        return str(ipaddress.ip_address(host))
-    except ValueError:
-        return None

@@ -21,8 +21,8 @@ matplotlib.use("Agg")
 
 import trio
 
+from gnutella_router.lab.traffic.load import LoadRun, LoadSettings
 from gnutella_router.observe.profiler import read_peak_rss_bytes
-from gnutella_router.traffic.load import LoadRun, LoadSettings
 from protocol.constants import MessageType
 from protocol.framing import Frame
 from scripts.fig14 import bursts

@@ -22,7 +22,7 @@ from typing import Any
 import trio
 
 from gnutella_router import __version__
-from gnutella_router.traffic.load import ClientPeer, open_client_peer
+from gnutella_router.lab.traffic.load import ClientPeer, open_client_peer
 from protocol.codec import encode_message
 from protocol.constants import MessageType
 from protocol.errors import MalformedPayloadError

@@ -20,7 +20,7 @@ from typing import Any
 
 import trio
 
-from gnutella_router.traffic.load import LoadRun, LoadSettings
+from gnutella_router.lab.traffic.load import LoadRun, LoadSettings
 from protocol.constants import MessageType
 from protocol.framing import Frame
 from traffic_models.arrivals import ArrivalProcess

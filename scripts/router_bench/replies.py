@@ -22,7 +22,7 @@ limit, so the work is kept to what C does:
   same way: ``bytes.count`` of each reply's header tail as the server forwards it (TTL
   - 1, hops 1) and payload.
 * **Leaves.** ``LeafPlan.build`` makes the libraries and QRP tables of
-  :class:`gnutella_router.traffic.leaf.LeafServent` leaves (Zipf-drawn file names, as
+  :class:`gnutella_router.lab.traffic.leaf.LeafServent` leaves (Zipf-drawn file names, as
   the test network's leaves), and gives a few of them a file whose name holds the
   word the benchmark's queries search for, so the server must look every query up in
   every leaf's table and pass it to those few. Leaves connect with a leaf's handshake,
@@ -37,7 +37,7 @@ from dataclasses import dataclass
 
 import trio
 
-from gnutella_router.traffic.leaf import LeafServent, SharedFile, draw_library, query_matches
+from gnutella_router.lab.traffic.leaf import LeafServent, SharedFile, draw_library, query_matches
 from protocol.codec import encode_message
 from protocol.messages import (
     Message,

@@ -16,9 +16,9 @@ from typing import Any
 
 import trio
 
+from gnutella_router.lab.testnet.spread_load import SpreadLoadRun
+from gnutella_router.lab.traffic.load import LoadError, LoadSettings
 from gnutella_router.observe.admin_client import FetchError
-from gnutella_router.testnet.spread_load import SpreadLoadRun
-from gnutella_router.traffic.load import LoadError, LoadSettings
 from scripts.router_soak.probes import (
     admin_get,
     connection_count,

@@ -12,11 +12,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import trio
-
+from gnutella_router.lab.testnet.spread_load import SpreadLoadRun
 from gnutella_router.observe.admin_client import FetchError
-from gnutella_router.testnet.spread_load import SpreadLoadRun
-from gnutella_router.traffic.load import ClientPeer
 from scripts.router_soak.probes import (
     admin_get,
     counter_total,
@@ -30,18 +27,8 @@ from scripts.router_soak.processes import Router
 
 
 class SoakLoad(SpreadLoadRun):
-    """The spread load client, telling when its clock starts: samples are timed from
-    its first message, as its latencies are."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.sending = trio.Event()
-
-    async def _send(self, injectors: Sequence[ClientPeer], sinks: int) -> None:
-        # Waiters run only at this task's next checkpoint, which is inside the parent's
-        # ``_send`` after it has set ``started_ns``: they always see the start time.
-        self.sending.set()
-        await super()._send(injectors, sinks)
+    """The spread load client: its ``sending`` event tells when its clock starts, and
+    samples are timed from its first message, as its latencies are."""
 
 
 # --------------------------------------------------------------------------- samples

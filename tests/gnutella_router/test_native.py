@@ -62,9 +62,9 @@ def test_a_compiled_module_whose_source_changed_is_stale(
     }
     record.write_text(json.dumps({"modules": hashes}))
     assert native.stale_modules() == []
-    hashes["gnutella_router/stages/flood.py"] = "0" * 64
+    hashes["gnutella_router/routing/flood.py"] = "0" * 64
     record.write_text(json.dumps({"modules": hashes}))
-    assert native.stale_modules() == ["gnutella_router.stages.flood"]
+    assert native.stale_modules() == ["gnutella_router.routing.flood"]
     assert "stale, rebuild with scripts/venv.sh: flood" in native.describe()
     record.write_text("not json")
     assert native.stale_modules() == compiled
@@ -145,8 +145,8 @@ def test_with_the_sources_in_use_the_hot_path_is_said_to_be_interpreted(
 
 HOT_TESTS = (
     "tests/protocol/test_framing.py",
-    "tests/gnutella_router/net/test_route_table.py",
-    "tests/gnutella_router/stages/test_flood.py",
+    "tests/gnutella_router/routing/test_route_table.py",
+    "tests/gnutella_router/routing/test_flood.py",
     "tests/gnutella_router/stages/test_one_path.py",
     "tests/gnutella_router/stages/test_router_rules.py",
     "tests/gnutella_router/stages/test_reply_routing.py",

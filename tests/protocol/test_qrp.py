@@ -20,12 +20,12 @@ from protocol.qrp import (
     QrpError,
     QrpReceiver,
     QrpTable,
-    TableUnion,
     apply_entries,
     qrp_hash,
     query_words,
     table_messages,
 )
+from protocol.qrp_leaves import TableUnion
 
 GTK_KNOWN_ANSWERS = [
     ("", 13, 0),

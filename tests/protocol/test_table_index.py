@@ -5,7 +5,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from protocol.qrp import INDEXED_SLOTS_MAX, QrpTable, TableIndex, qrp_hashcode
+from protocol.qrp import QrpTable, qrp_hashcode
+from protocol.qrp_leaves import INDEXED_SLOTS_MAX, TableIndex
 
 WORDS = [f"word{n}" for n in range(40)]
 

@@ -34,7 +34,7 @@ def test_a_revision_is_exported_whole_and_uncompiled(tmp_path: Path) -> None:
 
 def test_the_working_tree_is_copied_as_it_is(tmp_path: Path) -> None:
     tree = export(WORKING_TREE, tmp_path / "head")
-    for source in ("gnutella_router/net/route_table.py", "hatch_build.py"):
+    for source in ("gnutella_router/routing/route_table.py", "hatch_build.py"):
         assert (tree / source).read_bytes() == (ROOT / source).read_bytes()
     assert not list(tree.rglob("*.so"))
 

@@ -1,6 +1,6 @@
 """scripts/gtk-servent.sh keeps its contract: configuration written, a ``ready:`` line once
 its servent listens, a clean shutdown through the servent's shell on SIGTERM and when
-its parent dies.
+its parent dies, and its stats command (the servent's drop counters).
 
 gtk-gnutella itself is not on CI machines, so a stand-in plays its part: a small program
 that reads the same ``config_gnet``, listens where it says, writes the same pid file
@@ -20,9 +20,11 @@ from pathlib import Path
 
 import pytest
 
+from gnutella_router.lab.testnet.servent_stats import drop_counters, stats_command
 from tests.support.processes import free_port
 
 WRAPPER = Path(__file__).resolve().parents[2] / "scripts" / "gtk-servent.sh"
+SAMPLE = Path(__file__).resolve().parents[1] / "fixtures" / "gtk-gnutella-1.2.3-stats-drop.txt"
 
 STAND_IN = """\
 import os, selectors, signal, socket, sys
@@ -58,7 +60,11 @@ while True:
             connection.close()
             continue
         command = connection.makefile().read().strip()
-        connection.sendall(f"100 {command}\\n".encode())
+        sample = os.path.join(home, "stats-drop.sample")
+        if command == "stats drop" and os.path.exists(sample):
+            connection.sendall(open(sample, "rb").read())
+        else:
+            connection.sendall(f"100 {command}\\n".encode())
         connection.close()
         log.write(f"shell: {command}\\n")
         if command == "shutdown":
@@ -130,7 +136,7 @@ def test_it_configures_announces_and_stops_its_servent_cleanly(
     process, folder, port = servent
     line = _ready(process)
     assert line.startswith("ready: gtk-gnutella pid ")
-    assert line.rstrip().endswith(f"listening on 127.0.0.1:{port}")
+    assert f" listening on 127.0.0.1:{port}; stats: " in line
     pid = int(line.split()[3])
     assert pid == int((folder / "gtk-gnutella.pid").read_text())
     config = (folder / "config_gnet").read_text()
@@ -158,6 +164,16 @@ def test_it_configures_announces_and_stops_its_servent_cleanly(
         check=False,
     )
     assert shell.stdout == "100 stats drop\n", shell.stderr
+    # The stats command the ready line offers: the servent's counters, or a clear no.
+    command = stats_command(line)
+    assert command is not None
+    refused = subprocess.run(command, capture_output=True, text=True, timeout=20, check=False)
+    assert refused.returncode == 1
+    assert "no drop counters from the servent" in refused.stderr
+    (folder / "stats-drop.sample").write_text(SAMPLE.read_text())
+    stats = subprocess.run(command, capture_output=True, text=True, timeout=20, check=False)
+    assert stats.returncode == 0, stats.stderr
+    assert drop_counters(stats.stdout) == drop_counters(SAMPLE.read_text())
 
     process.send_signal(signal.SIGTERM)
     assert process.wait(timeout=30) == 0
@@ -248,7 +264,7 @@ def test_a_servent_that_exits_or_never_listens_is_a_clear_failure(tmp_path: Path
 
 
 def test_bad_arguments_are_refused(stand_in: Path, tmp_path: Path) -> None:
-    for argv in ([], ["notaport", str(tmp_path)], ["1", "2", "3", "4"]):
+    for argv in ([], ["notaport", str(tmp_path)], ["1", "2", "3", "4"], ["stats"]):
         done = subprocess.run(
             [str(WRAPPER), *argv],
             capture_output=True,

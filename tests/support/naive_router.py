@@ -25,10 +25,10 @@ import trio
 from gnutella_router.config import Config
 from gnutella_router.control.abuse import Offence
 from gnutella_router.discovery.ranges import NON_PUBLIC_REASONS, classify_address
-from gnutella_router.net.route_table import RouteTable
-from gnutella_router.stages.dynamic_query import DynamicQuerying
-from gnutella_router.stages.pongs import CachedAnswers, OwnPong, PongCache
-from gnutella_router.stages.query_routing import QueryRouting
+from gnutella_router.routing.dynamic_query import DynamicQuerying
+from gnutella_router.routing.pongs import CachedAnswers, OwnPong, PongCache
+from gnutella_router.routing.query_routing import QueryRouting
+from gnutella_router.routing.route_table import RouteTable
 from protocol.codec import parse_payload
 from protocol.constants import MessageType
 from protocol.errors import MalformedPayloadError

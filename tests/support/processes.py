@@ -8,8 +8,8 @@ from pathlib import Path
 
 import trio
 
-from gnutella_router.testnet.process import start_router_process
-from gnutella_router.testnet.servents import free_router_port
+from gnutella_router.lab.testnet.process import start_router_process
+from gnutella_router.lab.testnet.servents import free_router_port
 
 COMMAND = [sys.executable, "-m", "gnutella_router"]
 

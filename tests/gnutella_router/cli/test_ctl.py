@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trio
 
-from gnutella_router.cli.main import main
+from gnutella_router.cli.ctl import request_for
+from gnutella_router.cli.main import build_parser, main
 from gnutella_router.logs import current_level, set_level
+from gnutella_router.observe.admin_control import CONTROL_ENDPOINTS
 from tests.support.peers import Peer, running_daemons
 from tests.support.waiting import wait_until
 
@@ -201,4 +204,80 @@ async def test_a_peer_can_be_dropped_by_its_address(tmp_path: Path) -> None:
         await wait_until(lambda: len(daemon.server.connections) == 1)
         assert await ctl(daemon.admin_address, "peers", "drop", "192.0.2.4:6346") == 0
         await wait_until(lambda: len(daemon.server.connections) == 0)
+        await peer.aclose()
+
+
+def answers(out: str, first_key: str) -> list[dict[str, Any]]:
+    """The JSON answers ``ctl`` printed that begin with ``first_key`` (the captured
+    output holds the routers' log lines too)."""
+    return [json.loads(line) for line in out.splitlines() if line.startswith(f'{{"{first_key}"')]
+
+
+def test_every_control_endpoint_has_a_ctl_command() -> None:
+    parser = build_parser()
+    invocations = [
+        ["peers", "add", "127.0.0.1:1"],
+        ["peers", "drop", "3"],
+        ["peers", "hold", "127.0.0.1:1", "--seconds", "5"],
+        ["peers", "release", "127.0.0.1:1"],
+        ["offline", "on"],
+        ["inject", "query", "free jazz", "--ttl", "2"],
+        ["log-level", "info"],
+        ["profiler", "start"],
+        ["reload"],
+    ]
+    paths = {request_for(parser.parse_args(["ctl", *argv]))[0] for argv in invocations}
+    assert paths == set(CONTROL_ENDPOINTS)
+    assert request_for(parser.parse_args(["ctl", "holds"])) == ("/holds", None)
+    assert request_for(parser.parse_args(["ctl", "inject", "ping"])) == (
+        "/inject",
+        {"type": "ping"},
+    )
+    with pytest.raises(ValueError, match="hold only"):
+        request_for(parser.parse_args(["ctl", "peers", "drop", "3", "--seconds", "5"]))
+
+
+@pytest.mark.e2e
+async def test_a_peer_is_held_down_and_released(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    async with running_daemons(tmp_path, overrides=CONTROLLED) as (daemon,):
+        assert daemon.admin_address is not None
+        listen = "192.0.2.5:6346"
+        peer = await Peer.connect(daemon.address, extra_headers=[("Listen-IP", listen)])
+        await wait_until(lambda: len(daemon.server.connections) == 1)
+        assert await ctl(daemon.admin_address, "peers", "hold", listen, "--seconds", "600") == 0
+        (held,) = answers(capsys.readouterr().out, "held")
+        assert held == {"held": listen, "closed": 1, "seconds": 600.0}
+        await wait_until(lambda: len(daemon.server.connections) == 0)
+        assert await ctl(daemon.admin_address, "holds") == 0
+        (holds,) = answers(capsys.readouterr().out, "offline")
+        assert [hold["address"] for hold in holds["holds"]] == [listen]
+        assert await ctl(daemon.admin_address, "peers", "release", listen) == 0
+        assert answers(capsys.readouterr().out, "released") == [{"released": True}]
+        assert daemon.server.holds.holds(trio.current_time()) == []
+        await peer.aclose()
+
+
+@pytest.mark.e2e
+async def test_offline_and_back_and_an_injected_query(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    async with running_daemons(tmp_path, overrides=CONTROLLED) as (daemon,):
+        assert daemon.admin_address is not None
+        peer = await Peer.connect(daemon.address)
+        await wait_until(lambda: len(daemon.server.connections) == 1)
+        assert await ctl(daemon.admin_address, "inject", "query", "free jazz", "--ttl", "2") == 0
+        (injected,) = answers(capsys.readouterr().out, "guid")
+        assert (injected["type"], injected["ttl"], injected["sent_to"]) == ("query", 2, 1)
+        frame = await peer.receive_matching(lambda f: f.guid.hex() == injected["guid"])
+        assert frame.ttl == 2
+        assert await ctl(daemon.admin_address, "inject", "query") == 1  # a query needs text
+        assert "text" in capsys.readouterr().err
+        assert await ctl(daemon.admin_address, "offline", "on") == 0
+        assert answers(capsys.readouterr().out, "offline") == [{"offline": True, "closed": 1}]
+        assert daemon.server.holds.offline
+        await wait_until(lambda: len(daemon.server.connections) == 0)
+        assert await ctl(daemon.admin_address, "offline", "off") == 0
+        assert not daemon.server.holds.offline
         await peer.aclose()

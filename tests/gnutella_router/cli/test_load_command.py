@@ -14,8 +14,8 @@ import pytest
 import trio
 
 from gnutella_router.cli.main import main
-from gnutella_router.traffic.echo import EchoRouter
-from gnutella_router.traffic.load import LoadSettings, run_load
+from gnutella_router.lab.traffic.echo import EchoRouter
+from gnutella_router.lab.traffic.load import LoadSettings, run_load
 from tests.support.peers import running_daemons
 from tests.support.processes import free_port
 from traffic_models.arrivals import ConstantRate

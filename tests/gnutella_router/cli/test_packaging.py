@@ -57,7 +57,11 @@ def test_the_service_file_runs_the_router_with_its_own_state() -> None:
     assert "gnutella-router run" in unit
     assert "StateDirectory=gnutella-router" in unit
     assert "--state-dir ${STATE_DIRECTORY}" in unit
-    assert "ExecReload" not in unit  # there is no reload to promise
+    # The router notifies systemd itself and reloads on SIGHUP (tests/.../test_systemd.py).
+    assert "Type=notify" in unit
+    assert "WatchdogSec=" in unit
+    assert "ExecReload=/bin/kill -HUP $MAINPID" in unit
+    assert "--config ${CONFIGURATION_DIRECTORY}/router.toml" in unit  # what a reload reads
 
 
 @pytest.mark.e2e

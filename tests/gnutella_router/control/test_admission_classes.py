@@ -16,7 +16,7 @@ from gnutella_router.control.response_time import (
     admission_class,
 )
 from gnutella_router.control.shedding import Shedder
-from gnutella_router.runtime.stage import StageQueue
+from gnutella_router.runtime.stage_queue import StageQueue
 from protocol.codec import encode_message
 from protocol.constants import MessageType
 from protocol.framing import Frame, FrameDecoder

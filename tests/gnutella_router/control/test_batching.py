@@ -14,10 +14,10 @@ import trio
 
 from gnutella_router.config.sections import BatchingConfig
 from gnutella_router.control.batching import BatchingController
+from gnutella_router.lab.traffic.load import LoadSettings, run_load
 from gnutella_router.observe.dumps import dump_stages
 from gnutella_router.observe.metrics import metrics_registry, render_metrics
 from gnutella_router.runtime.meters import BatchMeter
-from gnutella_router.traffic.load import LoadSettings, run_load
 from tests.support.peers import running_daemons
 from traffic_models.arrivals import ConstantRate
 from traffic_models.generator import TrafficGenerator

@@ -20,9 +20,9 @@ import trio.testing
 from gnutella_router.config import ConfigError, load_config
 from gnutella_router.config.sections import GovernorConfig
 from gnutella_router.control.governor import GovernorSample, ThreadGovernor
+from gnutella_router.lab.traffic.load import LoadSettings, run_load
 from gnutella_router.runtime.meters import StageMeter
 from gnutella_router.runtime.stage import Stage
-from gnutella_router.traffic.load import LoadSettings, run_load
 from tests.support.peers import running_daemons
 from traffic_models.arrivals import ConstantRate
 from traffic_models.generator import TrafficGenerator

@@ -10,7 +10,7 @@ import pytest
 from gnutella_router.config.sections import SheddingConfig
 from gnutella_router.control.response_time import ResponseTimeController
 from gnutella_router.control.shedding import Shedder
-from gnutella_router.runtime.stage import StageQueue
+from gnutella_router.runtime.stage_queue import StageQueue
 from protocol.codec import encode_message
 from protocol.framing import Frame, FrameDecoder
 from protocol.messages import Message, Ping, Query, random_guid

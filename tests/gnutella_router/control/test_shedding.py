@@ -11,7 +11,7 @@ import trio
 from gnutella_router.config.sections import SheddingConfig
 from gnutella_router.control.shedding import Shedder
 from gnutella_router.control.token_bucket import TokenBucket
-from gnutella_router.runtime.stage import StageQueue
+from gnutella_router.runtime.stage_queue import StageQueue
 from protocol.constants import MessageType
 from protocol.framing import Frame
 from protocol.messages import Ping, Query

@@ -13,14 +13,14 @@ import trio.testing
 from gnutella_router.config import ConfigError, load_config
 from gnutella_router.config.sections import EmulationConfig, parse_link
 from gnutella_router.daemon import Daemon
+from gnutella_router.lab.testnet.emulated_links import LinkPlan
+from gnutella_router.lab.testnet.topology import Topology
 from gnutella_router.net.link_emulation import (
     DelayedStream,
     LinkDelay,
     LinkEmulation,
     wrap_stream,
 )
-from gnutella_router.testnet.emulated_links import LinkPlan
-from gnutella_router.testnet.topology import Topology
 from protocol.constants import MessageType
 from protocol.framing import Frame
 from protocol.messages import Message, Query

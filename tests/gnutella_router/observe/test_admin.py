@@ -15,10 +15,10 @@ from gnutella_router import __version__
 from gnutella_router.cli.main import main
 from gnutella_router.config import ConfigError, load_config
 from gnutella_router.daemon import Daemon
+from gnutella_router.lab.testnet.process import start_router_process
 from gnutella_router.net.connection import format_address
 from gnutella_router.observe.admin import AdminServer
 from gnutella_router.observe.admin_text import format_table
-from gnutella_router.testnet.process import start_router_process
 from protocol.messages import Ping, Query
 from tests.support.http import http_get
 from tests.support.peers import Peer, connection_of, message, peers, running_daemons, send_queries

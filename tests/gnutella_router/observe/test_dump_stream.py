@@ -19,7 +19,8 @@ import pytest
 import trio
 
 from gnutella_router.daemon import Daemon
-from gnutella_router.observe.admin import AdminServer, write_dump_file
+from gnutella_router.observe.admin import AdminServer
+from gnutella_router.observe.dump_files import write_dump_file
 from gnutella_router.observe.dump_stream import (
     SLICE_ENTRIES,
     JsonDocument,
@@ -29,7 +30,7 @@ from gnutella_router.observe.dump_stream import (
     write_json,
 )
 from gnutella_router.observe.dumps import dump_routes, snapshot_routes
-from gnutella_router.stages.replies import LOCAL
+from gnutella_router.routing.replies import LOCAL
 from protocol.constants import MessageType
 from protocol.messages import Query, QueryHit, QueryHitResult
 from tests.support.http import http_get

@@ -12,8 +12,7 @@ from typing import Any
 import pytest
 import trio
 
-from gnutella_router.net.route_table import RouteTable
-from gnutella_router.observe.admin import write_dump_file
+from gnutella_router.observe.dump_files import write_dump_file
 from gnutella_router.observe.dumps import (
     REDACTED,
     count_tasks,
@@ -25,6 +24,7 @@ from gnutella_router.observe.dumps import (
     jsonable,
     task_tree,
 )
+from gnutella_router.routing.route_table import RouteTable
 from protocol.constants import MessageType
 from protocol.messages import Ping, Query, QueryHit, QueryHitResult
 from tests.support.peers import (

@@ -6,7 +6,8 @@ import trio
 import trio.testing
 
 from gnutella_router.runtime.histogram import BUCKETS, SecondsHistogram
-from gnutella_router.runtime.stage import Stage, StageQueue
+from gnutella_router.runtime.stage import Stage
+from gnutella_router.runtime.stage_queue import StageQueue
 
 
 def test_observations_land_in_cumulative_buckets() -> None:

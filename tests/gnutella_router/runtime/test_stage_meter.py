@@ -5,7 +5,8 @@ from __future__ import annotations
 import trio
 import trio.testing
 
-from gnutella_router.runtime.stage import Stage, StageQueue
+from gnutella_router.runtime.stage import Stage
+from gnutella_router.runtime.stage_queue import StageQueue
 
 
 async def test_the_queue_counts_the_time_it_was_closed_to_arrivals(

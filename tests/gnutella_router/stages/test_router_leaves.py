@@ -149,7 +149,7 @@ def leaf_network(ultrapeers: int) -> tuple[Network, FakeLink, list[FakeLink]]:
 async def test_a_leafs_query_probes_three_ultrapeers_at_ttl_1_then_widens(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
-    from gnutella_router.stages.dynamic_query import STEP_SECONDS
+    from gnutella_router.routing.dynamic_query import STEP_SECONDS
 
     net, leaf, ultrapeers = leaf_network(5)
     net.links.append(other_leaf := FakeLink(101, ultrapeer=False))
@@ -191,7 +191,7 @@ async def test_a_leafs_query_probes_three_ultrapeers_at_ttl_1_then_widens(
 async def test_enough_results_stop_the_widening(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
-    from gnutella_router.stages.dynamic_query import STEP_SECONDS
+    from gnutella_router.routing.dynamic_query import STEP_SECONDS
 
     net, leaf, ultrapeers = leaf_network(5)
     query = message(Query(b"popular"), ttl=4)
@@ -250,7 +250,7 @@ def received_table(link: FakeLink) -> QrpReceiver:
 async def test_ultrapeers_get_our_leaves_keywords_as_a_last_hop_table(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
-    from gnutella_router.stages.query_routing import LAST_HOP_TABLE_INTERVAL
+    from gnutella_router.routing.query_routing import LAST_HOP_TABLE_INTERVAL
 
     net = Network()
     net.links = [
@@ -298,7 +298,7 @@ async def test_an_ultrapeers_last_hop_table_filters_only_its_last_hop_queries(
 async def test_a_leaf_that_understands_query_status_is_asked_and_guides_its_query(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
-    from gnutella_router.stages.dynamic_query import STEP_SECONDS
+    from gnutella_router.routing.dynamic_query import STEP_SECONDS
     from protocol.vendor import QUERY_STATUS_REQUEST, query_status_response
 
     net, leaf, ultrapeers = leaf_network(5)
@@ -330,7 +330,7 @@ async def test_one_leaf_cannot_take_every_dynamic_query(
 ) -> None:
     """A leaf sending queries as fast as it can gets its own share of dynamic queries;
     the rest are dropped and counted, and another leaf's query still starts."""
-    from gnutella_router.stages.dynamic_query import MAX_DYNAMIC_QUERIES_PER_LEAF
+    from gnutella_router.routing.dynamic_query import MAX_DYNAMIC_QUERIES_PER_LEAF
 
     net = Network()
     net.links[1] = greedy = FakeLink(2, ultrapeer=False)
