@@ -63,7 +63,8 @@ from gnutella_router.net.connection import Connection, format_address
 from gnutella_router.net.connection_table import ConnectionTable
 from gnutella_router.net.deflate_pool import DeflatePool
 from gnutella_router.net.outbox import Outbox
-from gnutella_router.observe.admin import serve_admin, write_dump_logged
+from gnutella_router.observe.admin import serve_admin
+from gnutella_router.observe.dump_files import write_dump_logged
 from gnutella_router.observe.profiler import Profiler
 from gnutella_router.observe.recorder import Recorder
 from gnutella_router.ready_file import remove_ready_file, write_ready_file

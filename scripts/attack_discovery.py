@@ -45,7 +45,6 @@ import argparse
 import datetime
 import ipaddress
 import json
-import os
 import random
 import signal
 import subprocess
@@ -330,23 +329,21 @@ def child(side: str, out: Path, seconds: float, timeout: float) -> None:
 
 def run_side(label: str, side: str, tree: Path, seconds: float, timeout: float) -> dict[str, Any]:
     """Run one side's child, with ``tree`` first on its path; kill it whatever happens."""
+    from scripts.router_bench.trees import tree_first
+    from scripts.runner import Child
+
     with tempfile.TemporaryDirectory(prefix="attack-discovery-") as folder:
         out, log = Path(folder) / "figures.json", Path(folder) / "child.log"
-        env = {**os.environ, "PYTHONPATH": str(tree), "PYTHONSAFEPATH": "1"}
         argv = [sys.executable, str(Path(__file__).resolve()), "--child", side, "--out", str(out)]
         argv += ["--seconds", str(seconds), "--timeout", str(timeout)]
         print(f"{label}: attacking ...", flush=True)
-        with log.open("wb") as sink:
-            process = subprocess.Popen(
-                argv, env=env, cwd=folder, stdout=sink, stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )  # fmt: skip
-            try:
-                status = process.wait(timeout + 60)
-            finally:
-                if process.poll() is None:
-                    os.killpg(process.pid, signal.SIGKILL)
-                    process.wait()
+        child = Child(
+            f"{label}'s run", argv, log, env=tree_first(tree), cwd=Path(folder), own_session=True
+        )
+        try:
+            status = child.wait(timeout + 60)
+        finally:
+            child.close()
         if status != 0 or not out.exists():
             tail = "\n".join(log.read_text(errors="replace").splitlines()[-15:])
             raise RuntimeError(f"{label}: the run failed (exit status {status}):\n{tail}")
@@ -456,19 +453,8 @@ def _counts(counts: dict[str, int]) -> str:
     return ", ".join(f"{reason} {count:,}" for reason, count in sorted(counts.items()))
 
 
-def head_commit() -> str:
-    def git(*args: str) -> str:
-        return subprocess.run(
-            ["git", *args], cwd=ROOT, capture_output=True, text=True, check=False
-        ).stdout.strip()
-
-    commit = git("rev-parse", "--short", "HEAD")
-    return commit + (" with uncommitted changes" if git("status", "--porcelain") else "")
-
-
 def section(runs: Sequence[dict[str, Any]], command: str, before: str | None) -> list[str]:
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from benchdocs import machine
+    from scripts.benchdocs import commit, machine
 
     today = datetime.date.today().isoformat()
     table = [f"| figure | {' | '.join(run['label'] for run in runs)} |"]
@@ -485,7 +471,7 @@ def section(runs: Sequence[dict[str, Any]], command: str, before: str | None) ->
     return [
         "## Discovery under attack",
         "",
-        f"`scripts/attack_discovery.py`, {today}, on {machine()}; commit {head_commit()}. "
+        f"`scripts/attack_discovery.py`, {today}, on {machine()}; commit {commit()}. "
         "One router and one GWebCache service at a time, on 127.0.0.1, in a process of "
         "their own. The router's dials are recorded, not made: its `server.dial` is "
         "replaced by a recorder that fails each, so no packet left loopback. After this "
@@ -510,12 +496,6 @@ def section(runs: Sequence[dict[str, Any]], command: str, before: str | None) ->
     ]
 
 
-def _interrupt(signum: int, frame: object) -> None:
-    """SIGTERM and SIGHUP become SIGINT, so the run unwinds as on Ctrl-C and the child
-    is killed on the way out."""
-    os.kill(os.getpid(), signal.SIGINT)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--before", metavar="REV", help="attack this revision's code first")
@@ -533,20 +513,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.child:
         child(args.child, args.out, args.seconds, args.timeout)
         return 0
-    previous = {signal.SIGINT: signal.signal(signal.SIGINT, signal.default_int_handler)}
-    previous.update({s: signal.signal(s, _interrupt) for s in (signal.SIGTERM, signal.SIGHUP)})
+    from scripts.runner import stopped_like_ctrl_c
+
     runs: list[dict[str, Any]] = []
     try:
-        with tempfile.TemporaryDirectory(prefix="attack-discovery-trees-") as folder:
+        with (
+            stopped_like_ctrl_c(),
+            tempfile.TemporaryDirectory(prefix="attack-discovery-trees-") as folder,
+        ):
             if args.before:
-                sys.path.insert(0, str(Path(__file__).resolve().parent))
-                sys.path.insert(0, str(ROOT))
-                from bench_commits import export
+                from scripts.router_bench.trees import export
 
                 tree = export(args.before, Path(folder) / "before")
                 label = f"before ({args.before})"
                 runs.append(run_side(label, "before", tree, args.seconds, args.timeout))
-            label = f"after ({head_commit()})"
+            from scripts.benchdocs import commit
+
+            label = f"after ({commit()})"
             runs.append(run_side(label, "after", ROOT, args.seconds, args.timeout))
     except (RuntimeError, subprocess.SubprocessError, OSError) as exc:
         print(f"FAILED: {exc}", file=sys.stderr)
@@ -554,9 +537,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted: the runs were stopped", file=sys.stderr)
         return 130
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
     print()
     for run in runs:
         print(run["label"])
@@ -564,8 +544,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"  {name}: {value}")
     if args.write:
         command = f"--before {args.before} --write" if args.before else "--write"
-        sys.path.insert(0, str(Path(__file__).resolve().parent))
-        from benchdocs import replace_section
+        from scripts.benchdocs import replace_section
 
         print(f"wrote {replace_section(SECTION, section(runs, command, args.before), DOC)}")
     return 0 if holds(figures_of(runs[-1])) else 1

@@ -93,21 +93,17 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from router_attack.arena import run_scenario
-from router_attack.report import all_met, print_summary, write
-from router_attack.scenarios import SCENARIOS
-from router_attack.settings import ATTACKER_SOURCE, Result, Settings
-from router_fuzz.runs import interrupt_instead
-from router_fuzz.wire import can_bind
+from scripts.router_attack.arena import run_scenario
+from scripts.router_attack.report import all_met, print_summary, write
+from scripts.router_attack.scenarios import SCENARIOS
+from scripts.router_attack.settings import ATTACKER_SOURCE, Result, Settings
+from scripts.router_fuzz.wire import can_bind
+from scripts.runner import stopped_like_ctrl_c
 
 SECONDS = 8.0
 """A timed attack's default length: long enough for the decaying offence counts to
@@ -167,15 +163,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"FAILED: cannot bind {ATTACKER_SOURCE}: attackers need their own loopback address")
         return 1
     load = os.getloadavg()[0]
-    # Ctrl-C stops the run even when started with SIGINT ignored (as a shell starts a
-    # background job), and SIGTERM and SIGHUP do what it does.
-    previous = {signal.SIGINT: signal.signal(signal.SIGINT, signal.default_int_handler)}
-    previous.update(
-        {s: signal.signal(s, interrupt_instead) for s in (signal.SIGTERM, signal.SIGHUP)}
-    )
     results: list[Result] = []
     try:
-        with tempfile.TemporaryDirectory(prefix="attack-router-") as folder:
+        with stopped_like_ctrl_c(), tempfile.TemporaryDirectory(prefix="attack-router-") as folder:
             for key in settings.scenarios:
                 workdir = Path(folder) / key
                 workdir.mkdir()
@@ -183,9 +173,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted: every router was stopped", file=sys.stderr)
         return 130
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
     checked = {key: bool(SCENARIOS[key].attackers) for key in settings.scenarios}
     print_summary(results, checked)
     if args.write:

@@ -26,20 +26,17 @@ from collections.abc import Sequence
 from functools import partial
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from benchdocs import machine, provenance, replace_section
-from router_bench.interleaved import (
+from gnutella_router.config.sections import RouterConfig
+from scripts.benchdocs import machine, provenance, replace_section
+from scripts.router_bench.interleaved import (
     ServerCommand,
     interleaved_runs,
     parse_flood_args,
     rates_and_costs,
 )
-from router_bench.peers import BLAST_MESSAGES, SINKS, BenchError, Blast, Wire, message_kinds
-from router_bench.processes import Problems, router_argv
-
-from gnutella_router.config.sections import RouterConfig
+from scripts.router_bench.peers import BLAST_MESSAGES, SINKS, BenchError, Blast, Wire, message_kinds
+from scripts.router_bench.servers import Problems
+from scripts.runner import router_argv
 
 QUERY_SHARE = 0.15
 BATCHES = (RouterConfig().batch_size, 500, 1000, 2000)

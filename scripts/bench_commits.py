@@ -24,36 +24,16 @@ interleaved and only the ratio of one invocation means anything. Nothing is writ
 from __future__ import annotations
 
 import argparse
-import io
-import os
-import shutil
-import subprocess
 import sys
-import tarfile
 import tempfile
 from collections.abc import Sequence
 from functools import partial
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from bench_compiled import LOADS, router_from, side_by_side, tree_first, version_of
-from router_bench.interleaved import ServerCommand
-from router_bench.peers import BenchError
-from router_bench.processes import Problems
-
-import hatch_build
-
-ROOT = Path(__file__).resolve().parent.parent
-WORKING_TREE = "working tree"
-_COMPILE_HERE = (
-    "import sys, hatch_build; from pathlib import Path\n"
-    "try:\n"
-    "    hatch_build.compile_hot_path(Path.cwd())\n"
-    "except hatch_build.NativeBuildError as exc:\n"
-    "    sys.exit(f'cannot compile: {exc}')\n"
-)
+from scripts.router_bench.interleaved import LOADS, ServerCommand, side_by_side
+from scripts.router_bench.peers import BenchError
+from scripts.router_bench.servers import Problems
+from scripts.router_bench.trees import WORKING_TREE, compile_in, export, router_from, version_of
 
 
 def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -79,42 +59,6 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     if args.repeats < 1 or args.duration <= 0 or args.warmup < 0:
         parser.error("--repeats and --duration must be positive, --warmup not negative")
     return args
-
-
-def export(revision: str, into: Path) -> Path:
-    """``revision``'s sources (or the working tree's) in ``into``, nothing compiled."""
-    if revision == WORKING_TREE:
-        hatch_build.copy_of_the_sources(ROOT, into)
-        shutil.copy(ROOT / "hatch_build.py", into / "hatch_build.py")  # compile_in runs it
-        return into
-    archive = subprocess.run(
-        ["git", "archive", "--format=tar", revision],
-        cwd=ROOT,
-        capture_output=True,
-        timeout=120,
-        check=False,
-    )
-    if archive.returncode != 0:
-        raise BenchError(f"git archive {revision}: {archive.stderr.decode().strip()}")
-    into.mkdir(parents=True)
-    with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
-        tar.extractall(into, filter="data")
-    return into
-
-
-def compile_in(tree: Path) -> None:
-    """Compile ``tree``'s hot path with ``tree``'s own build hook (its list of modules)."""
-    result = subprocess.run(
-        [sys.executable, "-c", _COMPILE_HERE],
-        cwd=tree,
-        env={**os.environ, **tree_first(tree)},
-        capture_output=True,
-        text=True,
-        timeout=900,
-        check=False,
-    )
-    if result.returncode != 0:
-        raise BenchError((result.stderr or result.stdout).strip().splitlines()[-1])
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -19,106 +19,25 @@ figure is the median of ``--repeats`` runs.
 
 from __future__ import annotations
 
-import argparse
 import os
-import subprocess
 import sys
 import tempfile
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from benchdocs import machine, provenance, replace_section
-from router_bench.interleaved import (
-    ServerCommand,
-    interleaved_runs,
-    parse_flood_args,
-    rates_and_costs,
-)
-from router_bench.peers import BLAST_MESSAGES, SINKS, BenchError, Blast, Wire, message_kinds
-from router_bench.processes import Problems, router_argv
-
 import hatch_build
-
-ROOT = Path(__file__).resolve().parent.parent
-LOADS = (
-    ("mixed flood (85 % pings, 15 % queries), 3 sinks", 0.15, SINKS),
-    ("query flood, 2 sinks", 1.0, 2),
+from scripts import ROOT
+from scripts.benchdocs import machine, provenance, replace_section
+from scripts.router_bench.interleaved import (
+    LOADS,
+    ServerCommand,
+    parse_flood_args,
+    side_by_side,
 )
-"""Each load: its name, the share of queries and the number of sinks."""
-
-
-def tree_first(tree: Path) -> dict[str, str]:
-    """The environment that makes a Python process import from ``tree``: first on the
-    path, and no script or working directory put before it (``PYTHONSAFEPATH``), which
-    would otherwise bring this checkout's own, compiled, modules back."""
-    return {"PYTHONPATH": str(tree), "PYTHONSAFEPATH": "1"}
-
-
-def router_from(tree: Path, port: int, home: Path) -> list[str]:
-    settings = [f"{key}={value}" for key, value in tree_first(tree).items()]
-    return ["env", *settings, *router_argv(port, home, None)]
-
-
-def version_of(tree: Path) -> str:
-    """What ``gnutella-router --version`` says when run from ``tree``."""
-    result = subprocess.run(
-        [sys.executable, "-m", "gnutella_router", "--version"],
-        env={**os.environ, **tree_first(tree)},
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    return (result.stdout or result.stderr).strip()
-
-
-@dataclass(frozen=True)
-class SideBySide:
-    """Two routers under one load: the first's and the second's median messages per
-    sink and µs of CPU per message (None where no run gave a figure)."""
-
-    load: str
-    before: float | None
-    after: float | None
-    costs: tuple[float | None, float | None]
-
-    @property
-    def ratio(self) -> str:
-        """The second's messages per sink over the first's."""
-        return f"{self.after / self.before:.2f}x" if self.before and self.after else "n/a"
-
-    @property
-    def cost_change(self) -> str:
-        """µs of CPU per message, first -> second."""
-        return " -> ".join("n/a" if cost is None else f"{cost:.2f}" for cost in self.costs)
-
-
-def side_by_side(
-    commands: Mapping[str, ServerCommand],
-    loads: Sequence[tuple[str, float, int]],
-    args: argparse.Namespace,
-    problems: Problems,
-) -> list[SideBySide]:
-    """The two routers of ``commands`` (before, then after) under each of ``loads`` (as
-    in :data:`LOADS`), their runs interleaved. Raises BenchError when it cannot."""
-    first, second = commands
-    compared = []
-    for load_name, query_share, sinks in loads:
-        wire = Wire.build()
-        blast = Blast(wire, message_kinds(BLAST_MESSAGES, query_share, 1))
-        print(f"\n{load_name}; {args.repeats} runs per router")
-        runs = interleaved_runs(
-            commands, wire=wire, blast=blast, args=args, sinks=sinks, problems=problems
-        )
-        rates, costs = rates_and_costs(runs)
-        compared.append(
-            SideBySide(load_name, rates[first], rates[second], (costs[first], costs[second]))
-        )
-    return compared
+from scripts.router_bench.peers import BenchError
+from scripts.router_bench.servers import Problems
+from scripts.router_bench.trees import router_from, version_of
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -143,8 +62,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(f"FAILED: the {name} copy does not run what it should")
                 return 1
         commands: dict[str, ServerCommand] = {
-            "pure Python": lambda port, home: router_from(pure, port, home),
-            "compiled": lambda port, home: router_from(compiled, port, home),
+            "pure Python": partial(router_from, pure),
+            "compiled": partial(router_from, compiled),
         }
         problems = Problems()
         try:

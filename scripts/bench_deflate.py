@@ -33,22 +33,17 @@ from collections.abc import Sequence
 from functools import partial
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from benchdocs import machine, provenance, replace_section
-from router_bench.interleaved import (
+from scripts.benchdocs import machine, provenance, replace_section
+from scripts.router_bench.interleaved import (
     ServerCommand,
     interleaved_runs,
     parse_flood_args,
     rates_and_costs,
 )
-from router_bench.peers import BLAST_MESSAGES, SINKS, BenchError, Blast, Wire, message_kinds
-from router_bench.processes import (
-    Problems,
-    router_argv,
-)
-from router_bench.runs import median_of
+from scripts.router_bench.peers import BLAST_MESSAGES, SINKS, BenchError, Blast, Wire, message_kinds
+from scripts.router_bench.runs import median_of
+from scripts.router_bench.servers import Problems
+from scripts.runner import router_argv
 
 QUERY_SHARE = 0.15
 VARIANTS = {"one deflate at a time": 0, "deflates side by side": 1}

@@ -18,18 +18,15 @@ from __future__ import annotations
 import argparse
 import contextlib
 import statistics
-import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from benchdocs import machine, provenance, replace_section
-from router_bench.peers import BLAST_MESSAGES, Wire, message_kinds
-from router_bench.processes import Problems, free_port, router_argv, started, stop_server
-from router_bench.runs import Figures, Target, run_speed
+from scripts.benchdocs import machine, provenance, replace_section
+from scripts.router_bench.peers import BLAST_MESSAGES, Wire, message_kinds
+from scripts.router_bench.runs import Figures, Target, run_speed
+from scripts.router_bench.servers import Problems, stop_server
+from scripts.runner import free_port, router_argv, started
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:

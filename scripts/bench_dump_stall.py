@@ -35,45 +35,30 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import os
-import signal
-import subprocess
 import sys
 import tempfile
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import h11
 import trio
-from bench_commits import compile_in, export
-from benchdocs import machine, replace_section
-from router_bench.peers import BenchError, peer_headers
-from router_bench.processes import free_port, rss_bytes
 
-from gnutella_router.lab.testnet.process import RouterProcess, start_router_process
-from gnutella_router.net.handshaking import next_handshake_event
 from protocol.codec import encode_message
 from protocol.constants import MessageType
-from protocol.framing import FrameDecoder
-from protocol.handshake import HandshakeComplete, HandshakeResponse, Initiator
-from protocol.messages import Message, Ping, Query, random_guid
+from protocol.messages import Message, Ping, random_guid
+from scripts import ROOT
+from scripts.benchdocs import ROBUSTNESS_DOC, commit, machine, replace_section
+from scripts.router_bench.dumps import LIMIT, Flooder, handshaken, http_get, sigusr1, table_sizes
+from scripts.router_bench.peers import BenchError
+from scripts.router_bench.trees import compile_in, export
+from scripts.runner import Router, free_port, router_started, rss_bytes, stopped_like_ctrl_c
 
-ROOT = Path(__file__).resolve().parent.parent
-DOC = ROOT / "docs" / "robustness.md"
 SECTION = "dump-stall"
 QUERIES = 100_000
 """Flood queries: both generations of the query table full (50,000 each)."""
 PINGS = 50_000
 """Flood pings: one generation of the ping table full."""
-PING_BURST = 200
-"""Flood pings sent before waiting for their pongs."""
-LIMIT = 100_000
-"""Entries asked for per table: the admin interface's largest page."""
 BASELINE_SECONDS = 3.0
 SETTLE_SECONDS = 1.0
 PING_PAUSE = 0.001
@@ -139,119 +124,6 @@ class Run:
         return max(action.worst_ms for action in self.actions)
 
 
-# --- the admin interface -------------------------------------------------------------
-
-
-async def http_get(
-    address: tuple[str, int], target: str, keep: bool = False
-) -> tuple[int, int, bytes]:
-    """GET ``target``: the status, the body's length and (with ``keep``) the body."""
-    stream = await trio.open_tcp_stream(*address)
-    async with stream:
-        client = h11.Connection(h11.CLIENT)
-        request = h11.Request(method="GET", target=target, headers=[("host", "admin")])
-        await stream.send_all(
-            (client.send(request) or b"") + (client.send(h11.EndOfMessage()) or b"")
-        )
-        status, size, body = 0, 0, bytearray()
-        while True:
-            event = client.next_event()
-            if event is h11.NEED_DATA:
-                client.receive_data(await stream.receive_some(1 << 20))
-            elif isinstance(event, h11.Response):
-                status = event.status_code
-            elif isinstance(event, h11.Data):
-                size += len(event.data)
-                if keep:
-                    body += event.data
-            elif isinstance(event, h11.EndOfMessage):
-                return status, size, bytes(body)
-            else:
-                raise BenchError(f"GET {target}: the connection ended early ({event!r})")
-
-
-async def table_sizes(admin: tuple[str, int]) -> dict[str, int]:
-    status, _, body = await http_get(admin, "/stats", keep=True)
-    if status != 200:
-        raise BenchError(f"/stats answered {status}")
-    tables = json.loads(body)["router"]["tables"]
-    return {name: int(tables[name]["size"]) for name in ("ping", "query", "push")}
-
-
-# --- the peers -----------------------------------------------------------------------
-
-
-def messages(count: int, payload: Message) -> bytes:
-    """``count`` copies of ``payload``'s message (TTL 1), each with a new GUID."""
-    rest = encode_message(payload)[16:]
-    guids = os.urandom(16 * count)
-    return b"".join(guids[n : n + 16] + rest for n in range(0, 16 * count, 16))
-
-
-async def handshaken(address: tuple[str, int]) -> tuple[trio.SocketStream, FrameDecoder]:
-    """A peer, handshaken as an ultrapeer; its decoder holds what the router sent right
-    after the handshake."""
-    stream = await trio.open_tcp_stream(*address)
-    initiator = Initiator()
-    await stream.send_all(initiator.start(peer_headers()))
-    response = await next_handshake_event(stream, initiator)
-    if not isinstance(response, HandshakeResponse):
-        raise BenchError(f"a handshake was refused: {response!r}")
-    await stream.send_all(initiator.confirm())
-    complete = await next_handshake_event(stream, initiator)
-    assert isinstance(complete, HandshakeComplete), complete
-    decoder = FrameDecoder()
-    if complete.trailing_data:  # (empty data would mean the end of the stream)
-        decoder.receive_data(complete.trailing_data)
-    return stream, decoder
-
-
-class Flooder:
-    """The peer that fills the route tables, and counts the pongs it gets back."""
-
-    def __init__(self, stream: trio.SocketStream, decoder: FrameDecoder) -> None:
-        self.stream = stream
-        self.decoder = decoder
-        self.pongs = 0
-        self._wanted = 0
-        self._arrived = trio.Event()
-
-    async def read(self) -> None:
-        """Count the pongs until the connection ends."""
-        while data := await self.stream.receive_some(1 << 20):
-            frames = self.decoder.receive_data(data)
-            self.pongs += sum(1 for f in frames if f.payload_type == MessageType.PONG)
-            if self.pongs >= self._wanted:
-                self._arrived.set()
-        raise BenchError("the router closed the flood peer's connection")
-
-    async def pongs_reach(self, count: int) -> None:
-        self._wanted = count
-        self._arrived = trio.Event()
-        if self.pongs < count:
-            await self._arrived.wait()
-
-    async def fill(self, admin: tuple[str, int], sizes: dict[str, int], settings: Settings) -> None:
-        """Send the flood and wait until the router has recorded all of it (``sizes``:
-        the route tables' sizes, as last read).
-
-        The queries go at once (nothing answers them); the pings a burst at a time, the
-        next once the last one's pongs are in: a router lets a peer's outgoing queue
-        hold 500 messages, and one read of a flood of pings would make more pongs.
-        """
-        query, ping = Message(bytes(16), 1, 0, Query(b"dump")), Message(bytes(16), 1, 0, Ping())
-        await self.stream.send_all(messages(settings.queries, query))
-        for sent in range(0, settings.pings, PING_BURST):
-            burst = min(PING_BURST, settings.pings - sent)
-            await self.stream.send_all(messages(burst, ping))
-            await self.pongs_reach(sent + burst)
-        while True:
-            sizes.update(await table_sizes(admin))
-            if sizes["query"] >= settings.queries and sizes["ping"] >= settings.pings:
-                return
-            await trio.sleep(0.2)
-
-
 async def ping_continuously(address: tuple[str, int], pings: Pings, stop: trio.Event) -> None:
     """Ping, wait for the pong, note the round trip, pause PING_PAUSE; until ``stop``."""
     stream, decoder = await handshaken(address)
@@ -284,27 +156,8 @@ def peak_rss(pid: int) -> int:
     return 0
 
 
-async def sigusr1(pid: int, state: Path) -> int:
-    """SIGUSR1, then wait for the dump file (renamed into place once written); its size.
-
-    Polled: another process makes it. Listing a directory of a file or two every 10 ms
-    costs microseconds, so it is done inline rather than in a thread.
-    """
-
-    def dumps() -> set[Path]:
-        return set(state.glob("dump-*.json"))
-
-    before = dumps()
-    os.kill(pid, signal.SIGUSR1)
-    while not (new := dumps() - before):  # noqa: ASYNC110 - a file another process makes
-        await trio.sleep(0.01)
-    return sum(path.stat().st_size for path in new)
-
-
-async def measure(
-    label: str, router: RouterProcess, state: Path, port: int, settings: Settings
-) -> Run:
-    address, admin = ("127.0.0.1", port), ("127.0.0.1", port + 1)
+async def measure(label: str, router: Router, settings: Settings) -> Run:
+    address, admin, state = router.address, router.admin, router.state
     pid = router.pid
     rss_started = rss_bytes(pid)
     pings = Pings()
@@ -315,7 +168,7 @@ async def measure(
             nursery.start_soon(flooder.read)
             sizes: dict[str, int] = {}
             with trio.move_on_after(settings.timeout / 2) as filling:
-                await flooder.fill(admin, sizes, settings)
+                await flooder.fill(admin, sizes, settings.queries, settings.pings)
             if filling.cancelled_caught:
                 wait = settings.timeout / 2
                 raise BenchError(f"the route tables did not fill in {wait:g} s: {sizes}")
@@ -376,25 +229,24 @@ def describe(action: Action) -> str:
 def run_router(label: str, tree: Path, settings: Settings) -> Run:
     """Start the router of ``tree``, measure it, stop it (whatever happens)."""
     with tempfile.TemporaryDirectory(prefix="bench-dump-stall-") as folder:
-        state = Path(folder) / "state"
-        state.mkdir()
         port = free_port()
-        config = Path(folder) / "router.toml"
-        config.write_text("[network]\nconnects_per_ip_per_minute = 100000\n")
-        arguments = ["--listen", f"127.0.0.1:{port}", "--log-level", "info"]
-        arguments += ["--config", str(config)]
-        router = start_router_process(
-            state, arguments, log_path=Path(folder) / "router.log", wait_for=[port, port + 1],
+        config = "[network]\nconnects_per_ip_per_minute = 100000\n"
+        with router_started(
+            Path(folder),
+            config,
+            port=port,
+            admin_port=port + 1,
+            wait_for_admin=True,
+            arguments=["--log-level", "info"],
             cwd=tree,
-        )  # fmt: skip
-        with router:
+        ) as router:
             print(f"  {label}: router pid {router.pid}, port {port}", flush=True)
             try:
-                return trio.run(measure, label, router, state, port, settings)
+                return trio.run(measure, label, router, settings)
             except BaseException as error:
                 plain = _plain(error, settings)
                 if not isinstance(plain, KeyboardInterrupt):
-                    print(f"  {label}: router log tail: {_tail(Path(folder) / 'router.log')}")
+                    print(f"  {label}: router log tail: {_tail(router.log_path)}")
                 if plain is error:
                     raise
                 raise plain from error
@@ -441,16 +293,6 @@ def rows(run: Run, settings: Settings) -> list[str]:
             f"{action.rss_after / MIB:.0f} |"
         )
     return lines
-
-
-def head_commit() -> str:
-    def git(*args: str) -> str:
-        return subprocess.run(
-            ["git", *args], cwd=ROOT, capture_output=True, text=True, check=False
-        ).stdout.strip()
-
-    commit = git("rev-parse", "--short", "HEAD")
-    return commit + (" with uncommitted changes" if git("status", "--porcelain") else "")
 
 
 def section(
@@ -504,7 +346,9 @@ def section(
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--before", metavar="REV", help="measure this revision's router first")
-    parser.add_argument("--write", action="store_true", help="write the section of " + str(DOC))
+    parser.add_argument(
+        "--write", action="store_true", help="write the section of " + str(ROBUSTNESS_DOC)
+    )
     parser.add_argument(
         "--timeout", type=float, default=300.0, metavar="SECONDS", help="per router (300)"
     )
@@ -532,28 +376,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("--write records runs with the full flood only")
     settings = Settings(args.queries, args.pings, args.baseline, args.timeout)
     load = os.getloadavg()[0]
-    # Ctrl-C stops the run even when started with SIGINT ignored (as a shell starts a
-    # background job), and SIGTERM and SIGHUP do what it does.
-    previous = {signal.SIGINT: signal.signal(signal.SIGINT, signal.default_int_handler)}
-    previous.update({s: signal.signal(s, _interrupt) for s in (signal.SIGTERM, signal.SIGHUP)})
     runs: list[Run] = []
     try:
-        with tempfile.TemporaryDirectory(prefix="bench-dump-stall-trees-") as folder:
+        with (
+            stopped_like_ctrl_c(),
+            tempfile.TemporaryDirectory(prefix="bench-dump-stall-trees-") as folder,
+        ):
             if args.before:
                 tree = export(args.before, Path(folder) / "before")
                 print(f"compiling {args.before} ...", flush=True)
                 compile_in(tree)
                 runs.append(run_router(f"before ({args.before})", tree, settings))
-            runs.append(run_router(f"after ({head_commit()})", ROOT, settings))
+            runs.append(run_router(f"after ({commit()})", ROOT, settings))
     except BenchError as exc:
         print(f"FAILED: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("interrupted: the routers were stopped", file=sys.stderr)
         return 130
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
     print()
     for run in runs:
         idle = max(run.idle, default=0.0) * 1000
@@ -563,14 +403,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.write:
         command = f"--before {args.before} --write" if args.before else "--write"
         lines = section(runs, load, command, settings, args.before)
-        print(f"wrote {replace_section(SECTION, lines, DOC)}")
+        print(f"wrote {replace_section(SECTION, lines, ROBUSTNESS_DOC)}")
     return 0 if runs[-1].worst_ms < GOAL_MS else 1
-
-
-def _interrupt(signum: int, frame: object) -> None:
-    """SIGTERM and SIGHUP become SIGINT, so the run unwinds as on Ctrl-C (trio raises
-    KeyboardInterrupt at a safe point) and the routers are stopped on the way out."""
-    os.kill(os.getpid(), signal.SIGINT)
 
 
 if __name__ == "__main__":

@@ -57,7 +57,6 @@ import os
 import resource
 import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import tracemalloc
@@ -69,22 +68,6 @@ from pathlib import Path
 
 import trio
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from benchdocs import machine, replace_section
-from router_bench.peers import BenchError, Peer, Wire, connect, reach
-from router_bench.processes import (
-    ROOT,
-    Problems,
-    baseline_argv,
-    free_port,
-    router_argv,
-    rss_bytes,
-    started,
-    stop_server,
-)
-
 from gnutella_router.net.handshaking import next_handshake_event
 from gnutella_router.routing.vendor_messages import INTRODUCTIONS
 from protocol.errors import RemoteProtocolError
@@ -95,6 +78,10 @@ from protocol.handshake import (
     Initiator,
 )
 from protocol.messages import random_guid
+from scripts.benchdocs import commit, machine, replace_section
+from scripts.router_bench.peers import BenchError, Peer, Wire, connect, reach
+from scripts.router_bench.servers import Problems, stop_server
+from scripts.runner import baseline_argv, free_port, router_argv, rss_bytes, started
 
 FLOOR_BYTES = 8_000
 """Most memory an idle plain connection may cost the router (issue 26, item 4)."""
@@ -515,18 +502,6 @@ def breakdown(kind: Kind, workdir: Path, args: argparse.Namespace, problems: Pro
 # ---------------------------------------------------------------------- report
 
 
-def source_commit() -> str:
-    """The commit measured, marked when the work tree differs from it."""
-
-    def git(*argv: str) -> str:
-        return subprocess.run(
-            ["git", *argv], cwd=ROOT, capture_output=True, text=True, check=False
-        ).stdout.strip()
-
-    commit = git("rev-parse", "--short", "HEAD") or "unknown"
-    return commit + (" (with uncommitted changes)" if git("status", "--porcelain", "-uno") else "")
-
-
 def kb(value: float | None) -> str:
     return "n/a" if value is None else f"{value / 1000:.2f} KB"
 
@@ -592,7 +567,7 @@ def write_section(table: list[tuple[str, str, str, str]], args: argparse.Namespa
     lines = [
         "## Memory per idle connection (`scripts/bench_idle_memory.py`)",
         "",
-        f"Measured {today} on {machine()}, at commit {source_commit()}. Each server runs "
+        f"Measured {today} on {machine()}, at commit {commit()}. Each server runs "
         "in a fresh process per run; the client is another process (trio).",
         "",
         f"- {args.connections:,} connections opened {args.batch} at a time, each from its own "

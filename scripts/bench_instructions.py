@@ -39,12 +39,15 @@ the loopback floods the same way.
 
 Each counted run is this script again in a child process under valgrind, with ``--run
 N`` (route N messages and exit) and ``PYTHONHASHSEED=0``, so that dicts are laid out
-alike in every run.
+alike in every run; with ``--tree``, the child has a folder of links to that tree's
+packages first on its ``PYTHONPATH`` (``scripts/router_bench/trees.py``), so it routes
+with that tree's router and makes the load with this checkout's code.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import random
 import re
@@ -52,15 +55,8 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-
-_TREE = "--tree"
-if _TREE in sys.argv:  # the version to count: another checkout, compiled in place
-    sys.path.insert(0, str(Path(sys.argv[sys.argv.index(_TREE) + 1]).resolve()))
-else:
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-sys.path.insert(1, str(Path(__file__).resolve().parent))
 
 LOADS = ("query", "mixed")
 READ_SIZE = 64 * 1024
@@ -74,7 +70,7 @@ def _load(kind: str, count: int, seed: int) -> list[bytes]:
     """``count`` messages in reads of at most :data:`READ_SIZE` bytes: the loopback
     benchmarks' ping and query (:class:`router_bench.peers.Wire`) in their order and
     shares (``message_kinds``), each with a GUID of its own."""
-    from router_bench.peers import Wire, message_kinds
+    from scripts.router_bench.peers import Wire, message_kinds
 
     wire = Wire.build()
     rng = random.Random(seed)
@@ -99,7 +95,6 @@ def _route(kind: str, count: int, made: int, seed: int) -> int:
     sinks got. (Making the messages is Python work per message, so the runs compared
     make as many and route different numbers.)"""
     import trio
-    from router_bench.peers import GTK_LIKE_HEADERS
 
     from gnutella_router.config import Config
     from gnutella_router.net.outbox import Outbox
@@ -109,6 +104,7 @@ def _route(kind: str, count: int, made: int, seed: int) -> int:
     from protocol.framing import FrameDecoder
     from protocol.headers import HeaderBlock
     from protocol.vendor import NO_HOPS_FLOW
+    from scripts.router_bench.peers import GTK_LIKE_HEADERS
 
     class Link:
         """The parts of a connection the router uses, around a real threshold queue."""
@@ -212,9 +208,12 @@ def _route(kind: str, count: int, made: int, seed: int) -> int:
 _SUMMARY = re.compile(r"==\d+== (I\s+refs|LL misses):\s+([\d,]+)")
 
 
-def _counted(kind: str, count: int, made: int, seed: int, tree: str | None) -> tuple[int, int, int]:
+def _counted(
+    kind: str, count: int, made: int, seed: int, env: Mapping[str, str]
+) -> tuple[int, int, int]:
     """Messages routed, instructions and last-level cache misses of routing ``count`` of
-    ``made`` messages in a child process under cachegrind."""
+    ``made`` messages in a child process under cachegrind (``env`` added to its
+    environment: the router's tree first on its path, with ``--tree``)."""
     with tempfile.TemporaryDirectory() as scratch:
         result = subprocess.run(
             [
@@ -233,10 +232,9 @@ def _counted(kind: str, count: int, made: int, seed: int, tree: str | None) -> t
                 kind,
                 "--random-seed",
                 str(seed),
-                *([_TREE, tree] if tree else []),
             ],
             # The same dict layouts in every run, so the same cache misses.
-            env={**os.environ, "PYTHONHASHSEED": "0"},
+            env={**os.environ, **env, "PYTHONHASHSEED": "0"},
             capture_output=True,
             text=True,
             check=False,
@@ -253,6 +251,23 @@ def _counted(kind: str, count: int, made: int, seed: int, tree: str | None) -> t
     return int(routed.group(1)), found["I"], found["LL"]
 
 
+def _describe(env: Mapping[str, str]) -> str:
+    """What ``native.describe()`` says of the router the counted runs import."""
+    if not env:
+        from gnutella_router import native
+
+        return native.describe()
+    said = subprocess.run(
+        [sys.executable, "-c", "from gnutella_router import native; print(native.describe())"],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    return (said.stdout or said.stderr).strip()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--load", choices=LOADS, default="query")
@@ -267,7 +282,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--random-seed", "--seed", dest="seed", type=int, default=1)
     parser.add_argument(
-        _TREE,
+        "--tree",
+        type=Path,
         metavar="DIR",
         help="count the router in this checkout (its hot path compiled in place, as "
         "scripts/venv.sh or hatch_build.py leave it) instead of this one",
@@ -285,25 +301,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     if shutil.which("valgrind") is None:
         print("bench_instructions: valgrind is not installed", file=sys.stderr)
         return 1
-    from gnutella_router import native
+    from scripts.router_bench.trees import packages_of, tree_first
 
-    described = native.describe()
-    print(f"router: {described}")
-    made = 2 * args.messages
-    rows = []
-    for load in LOADS if args.write else (args.load,):
-        once = _counted(load, args.messages, made, args.seed, args.tree)
-        twice = _counted(load, made, made, args.seed, args.tree)
-        more = twice[0] - once[0]
-        instructions = (twice[1] - once[1]) / more
-        misses = (twice[2] - once[2]) / more
-        print(
-            f"{load} load, {more:,} more messages routed: {instructions:,.0f} instructions "
-            f"and {misses:.3f} last-level cache misses per routed message"
-        )
-        rows.append(f"| {load} | {instructions:,.0f} | {misses:.2f} |")
+    with contextlib.ExitStack() as stack:
+        env: dict[str, str] = {}
+        if args.tree is not None:  # its packages first on the children's path
+            env = tree_first(stack.enter_context(packages_of(args.tree.resolve())))
+        described = _describe(env)
+        print(f"router: {described}")
+        made = 2 * args.messages
+        rows = []
+        for load in LOADS if args.write else (args.load,):
+            once = _counted(load, args.messages, made, args.seed, env)
+            twice = _counted(load, made, made, args.seed, env)
+            more = twice[0] - once[0]
+            instructions = (twice[1] - once[1]) / more
+            misses = (twice[2] - once[2]) / more
+            print(
+                f"{load} load, {more:,} more messages routed: {instructions:,.0f} "
+                f"instructions and {misses:.3f} last-level cache misses per routed message"
+            )
+            rows.append(f"| {load} | {instructions:,.0f} | {misses:.2f} |")
     if args.write:
-        from benchdocs import machine, provenance, replace_section
+        from scripts.benchdocs import machine, provenance, replace_section
 
         lines = [
             "## Instructions per routed message (`scripts/bench_instructions.py`)",

@@ -18,19 +18,13 @@ project's floor: at least 30,000 msgs/s, three times what the paper's experiment
 from __future__ import annotations
 
 import argparse
-import sys
 from collections.abc import Sequence
-from pathlib import Path
 
 import trio
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from benchdocs import machine, provenance, replace_section
-
 from gnutella_router.lab.traffic.echo import EchoRouter
 from gnutella_router.lab.traffic.load import LoadSettings, run_load
+from scripts.benchdocs import machine, provenance, replace_section
 from traffic_models.arrivals import ConstantRate
 from traffic_models.generator import TrafficGenerator
 from traffic_models.latency import LoadReport

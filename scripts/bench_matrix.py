@@ -63,9 +63,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import FrameType
 
-from benchdocs import commit, machine, replace_section
-from router_bench.interleaved import ServerCommand, interleaved_runs
-from router_bench.peers import (
+from scripts.benchdocs import commit, machine, replace_section
+from scripts.router_bench.interleaved import ServerCommand, interleaved_runs
+from scripts.router_bench.peers import (
     BLAST_MESSAGES,
     SINKS,
     BenchError,
@@ -74,16 +74,11 @@ from router_bench.peers import (
     message_kinds,
     use_peers,
 )
-from router_bench.processes import (
-    Problems,
-    baseline_argv,
-    kill_live_servers,
-    reference_argv,
-    router_argv,
-)
-from router_bench.replies import Answers, LeafPlan, marked_slots
-from router_bench.report import CLOSED_BY_THE_SERVER, cpu_per_message
-from router_bench.runs import ThroughputRun, median_of
+from scripts.router_bench.replies import Answers, LeafPlan, marked_slots
+from scripts.router_bench.report import CLOSED_BY_THE_SERVER, cpu_per_message
+from scripts.router_bench.runs import ThroughputRun, median_of
+from scripts.router_bench.servers import Problems
+from scripts.runner import baseline_argv, kill_live, reference_argv, router_argv
 
 OURS = "gnutella-router"
 NAIVE = "naive router"
@@ -425,7 +420,7 @@ def write_section(
 def _terminate(signum: int, frame: FrameType | None) -> None:
     """SIGTERM: kill every server started and exit at once (Ctrl-C unwinds through
     trio instead, whose ``with`` blocks stop them)."""
-    killed = kill_live_servers()
+    killed = kill_live()
     print(f"terminated: servers killed: {', '.join(map(str, killed)) or 'none'}", flush=True)
     os._exit(128 + signum)
 

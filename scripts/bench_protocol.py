@@ -14,15 +14,8 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
 from collections.abc import Callable, Sequence
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from benchdocs import machine, provenance, replace_section
 
 from gnutella_router import native
 from protocol.codec import encode_message, parse_payload, parse_payload_spec
@@ -30,6 +23,7 @@ from protocol.constants import MessageType
 from protocol.framing import FrameDecoder
 from protocol.header import decode_header
 from protocol.spec import Header
+from scripts.benchdocs import machine, provenance, replace_section
 from traffic_models.samples import TRACE_LIKE_MIX, SampleFactory
 
 FRAMING_FLOOR = 500_000

@@ -41,19 +41,15 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from benchdocs import machine, replace_section
-
 from gnutella_router.routing.query_routing import LAST_HOP_TABLE_SLOTS, qrp_hashcodes
 from protocol import qrp as qrp_now
 from protocol.codec import encode_message
 from protocol.messages import Message, QrpPatch, QrpReset, Query, random_guid
 from protocol.qrp import QrpTable, table_messages
 from protocol.qrp_leaves import TableUnion
+from scripts import ROOT
+from scripts.benchdocs import commit, machine, replace_section
 
-ROOT = Path(__file__).resolve().parent.parent
 BEFORE = "aea9480"
 """The last commit whose QRP code worked a slot at a time."""
 VOCABULARY = 20_000
@@ -97,23 +93,6 @@ def module_before() -> ModuleType:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
-
-
-def commit() -> str:
-    """This checkout's commit, marked when the tree has changes not committed."""
-    head = subprocess.run(
-        ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout.strip()
-    dirty = subprocess.run(
-        ["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout.strip()
-    return f"{head} (with changes not committed)" if dirty else head
 
 
 def intake(qrp: Any, messages: list[QrpReset | QrpPatch]) -> Any:

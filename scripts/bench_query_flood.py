@@ -33,29 +33,20 @@ from __future__ import annotations
 
 import datetime
 import os
-import sys
 from collections.abc import Sequence
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from benchdocs import commit, machine, replace_section
-from router_bench.interleaved import (
+from scripts.benchdocs import commit, machine, replace_section
+from scripts.router_bench.interleaved import (
     ServerCommand,
     interleaved_runs,
     parse_flood_args,
     rates_and_costs,
 )
-from router_bench.peers import BLAST_MESSAGES, BenchError, Blast, Wire, message_kinds
-from router_bench.processes import (
-    Problems,
-    baseline_argv,
-    reference_argv,
-    router_argv,
-)
-from router_bench.report import CLOSED_BY_THE_SERVER
-from router_bench.runs import ThroughputRun
+from scripts.router_bench.peers import BLAST_MESSAGES, BenchError, Blast, Wire, message_kinds
+from scripts.router_bench.report import CLOSED_BY_THE_SERVER
+from scripts.router_bench.runs import ThroughputRun
+from scripts.router_bench.servers import Problems
+from scripts.runner import baseline_argv, reference_argv, router_argv
 
 SINKS = 2
 RATIO_FLOOR = 1.5

@@ -21,12 +21,8 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import time
 from collections.abc import Sequence
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from gnutella_router import native
 from gnutella_router.routing.route_table import DEFAULT_CAPACITY, RouteTable, pack_detail

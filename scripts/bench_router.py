@@ -76,17 +76,11 @@ from __future__ import annotations
 import argparse
 import contextlib
 import ipaddress
-import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from router_bench.peers import (
+from scripts.router_bench.peers import (
     BLAST_MESSAGES,
     PEER_KINDS,
     BenchError,
@@ -95,18 +89,18 @@ from router_bench.peers import (
     pings_answered,
     use_peers,
 )
-from router_bench.processes import (
-    Problems,
+from scripts.router_bench.report import build_rows, limits, print_rows, write_section
+from scripts.router_bench.runs import Figures, Target, run_memory, run_speed
+from scripts.router_bench.servers import Problems, stop_server
+from scripts.runner import (
     Server,
     baseline_argv,
     free_port,
+    leaf_exceptions,
     listener_pid,
     router_argv,
     started,
-    stop_server,
 )
-from router_bench.report import build_rows, limits, print_rows, write_section
-from router_bench.runs import Figures, Target, run_memory, run_speed
 
 
 def loopback_target(text: str) -> tuple[str, int]:
@@ -288,7 +282,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     port = free_port()
                     run_memory(base, baseline_argv(port), port, workdir, wire, args, problems)
         except* BenchError as failed:  # raised alone, or from a nursery in a group
-            for exc in _leaves(failed):
+            for exc in leaf_exceptions(failed):
                 problems.fail(str(exc))
                 print(f"FAILED: {exc}")
 
@@ -306,14 +300,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("below floor or failed: " + "; ".join(dict.fromkeys(problems.failures)))
         return 1
     return 0
-
-
-def _leaves(group: BaseExceptionGroup[BenchError]) -> list[BaseException]:
-    """The exceptions of a group, its nested groups opened."""
-    leaves: list[BaseException] = []
-    for exc in group.exceptions:
-        leaves += _leaves(exc) if isinstance(exc, BaseExceptionGroup) else [exc]
-    return leaves
 
 
 if __name__ == "__main__":

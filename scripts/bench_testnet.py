@@ -55,11 +55,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from benchdocs import BENCHMARKS_DOC, commit, machine, replace_section
-
 from gnutella_router.lab.testnet.namespaces import abandoned_leftovers
+from scripts.benchdocs import BENCHMARKS_DOC, commit, machine, replace_section
+from scripts.runner import Child
 
 DEFAULT_RUNS = (
     "in-process:24,in-process:100,in-process:500,processes:24,processes:100,processes:200x3,"
@@ -209,24 +207,19 @@ def one_run(
     names_before = network_names()
     load = os.getloadavg()[0]
     started = time.monotonic()
-    process = subprocess.Popen(
-        argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
-    )
-    sampler = MemorySampler(results, process.pid, nodes, mode == "in-process")
+    out.mkdir(parents=True, exist_ok=True)  # its output goes beside its results folder
+    child = Child(f"testnet {mode} {nodes}", argv, out / f"{results.name}.log", own_session=True)
+    sampler = MemorySampler(results, child.pid, nodes, mode == "in-process")
     sampler.start()
     limit = duration + 300 + 2 * nodes
     try:
-        output, _ = process.communicate(timeout=limit)
+        child.wait(limit)
     except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGINT)
-        try:
-            output, _ = process.communicate(timeout=120)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            output, _ = process.communicate()
+        child.stop(120, signal.SIGINT)  # its process group, as Ctrl-C would; then SIGKILL
     finally:
         sampler.done.set()
         sampler.join()
+        child.close()
     elapsed = time.monotonic() - started
     time.sleep(1.0)  # a killed run's children get their parent-death signal meanwhile
     left = [f"pid {pid}" for pid in sorted(sampler.seen) if alive(pid)]
@@ -258,7 +251,7 @@ def one_run(
         "nodes": nodes,
         "attempt": attempt,
         "measured": f"{time.strftime('%Y-%m-%d')}, {commit()}, load {load:.1f}, {duration:g} s",
-        "exit": process.returncode,
+        "exit": child.process.returncode,
         "error": summary.get("error"),
         "started_s": started_s,
         "formed_s": summary.get("formed_after_seconds"),
@@ -274,7 +267,7 @@ def one_run(
         "stopped": summary.get("stopped"),
         "left_behind": left,
         "wall_s": round(elapsed, 1),
-        "tail": output.decode(errors="replace").splitlines()[-3:],
+        "tail": child.log_path.read_text(errors="replace").splitlines()[-3:],
     }
 
 

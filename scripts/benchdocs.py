@@ -1,7 +1,8 @@
-"""What every benchmark script shares: naming the machine, and its part of the docs.
+"""What every benchmark script shares: naming the machine and the commit, the docs it
+writes in, and its part of them.
 
-Each script owns one section of docs/benchmarks.md between its own markers and
-replaces only that, so the scripts can be rerun in any order.
+Each script owns one section of a doc (docs/benchmarks.md by default) between its own
+markers and replaces only that, so the scripts can be rerun in any order.
 """
 
 from __future__ import annotations
@@ -15,7 +16,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-BENCHMARKS_DOC = Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md"
+from scripts import ROOT
+
+BENCHMARKS_DOC = ROOT / "docs" / "benchmarks.md"
+EXPERIMENTS_DOC = ROOT / "docs" / "experiments.md"
+ROBUSTNESS_DOC = ROOT / "docs" / "robustness.md"
+FIGURES = ROOT / "docs" / "figures"
+"""Where the experiments' figures go with ``--write`` (else into their run folder)."""
 
 
 def save_figure(figure: Any, path: Path, *, dpi: int = 100) -> Path:
@@ -67,11 +74,10 @@ def provenance() -> str:
 
 def commit() -> str:
     """This checkout's commit, marked when tracked files have changes not committed."""
-    root = BENCHMARKS_DOC.parent.parent
 
     def git(*args: str) -> str:
         return subprocess.run(
-            ["git", "-C", str(root), *args], check=True, capture_output=True, text=True
+            ["git", "-C", str(ROOT), *args], check=True, capture_output=True, text=True
         ).stdout.strip()
 
     head = git("rev-parse", "--short", "HEAD")

@@ -11,10 +11,14 @@ lock):
     .venv/bin/python scripts/experiment_admission.py floor --write     # the documented figure
     .venv/bin/python scripts/experiment_admission.py classes --quick   # a smoke test
 
-Without ``--write`` the figures and CSV go to ``--out`` (a fresh temporary directory by
-default) and docs/ is left alone; with it they go to docs/figures/ and each experiment
-replaces its own marked section of docs/experiments.md (``admission-step``,
-``admission-classes``, ``admission-degrade``, ``admission-floor``).
+Without ``--write`` the figures and CSV go to ``--out`` (a new run folder by default)
+and docs/ is left alone; with it they go to docs/figures/ and each experiment replaces
+its own marked section of docs/experiments.md (``admission-step``,
+``admission-classes``, ``admission-degrade``, ``admission-floor``): the date, the
+machine and its load, the command to rerun it, its table, and the files it wrote. Every
+experiment keeps its result in its run folder (``result-NAME.json``), and
+``--from-results DIR`` redraws its table and figures from an earlier one without
+running anything.
 
 Every router is a child process on a free loopback port with one thread, 20 ms a query
 (about 50 queries/s of capacity; the routers downstream in ``degrade`` without the
@@ -50,65 +54,125 @@ import json
 import os
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchdocs import machine, replace_section
-from fig14.runs import DOC, FIGURES, ROOT, ExperimentError
-from router_admission import step
-from router_admission.classes import (
+from gnutella_router.run_folder import add_out_arguments, script_run
+from scripts import ROOT
+from scripts.benchdocs import EXPERIMENTS_DOC, FIGURES, machine, replace_section
+from scripts.fig14.runs import ExperimentError
+from scripts.router_admission import step
+from scripts.router_admission.classes import (
     experiment_classes,
     experiment_floor,
     report_classes,
     report_floor,
 )
-from router_admission.degrade import experiment_degrade, report_degrade
+from scripts.router_admission.degrade import experiment_degrade, report_degrade
 
-from gnutella_router.run_folder import add_out_arguments, script_run
 
-Run = Callable[[argparse.Namespace, Path], dict[str, Any]]
-Report = Callable[[dict[str, Any], Path], tuple[list[str], list[Path]]]
-EXPERIMENTS: dict[str, tuple[Run, Report, str]] = {
-    "classes": (experiment_classes, report_classes, "replies under class-based admission"),
-    "degrade": (experiment_degrade, report_degrade, "degradation along a chain of routers"),
-    "floor": (experiment_floor, report_floor, "the single-class figure, as a check"),
+def _timed(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--quick", action="store_true", help="shorter runs (a smoke test)")
+    parser.add_argument("--duration", type=float, help="seconds a run (overrides --quick)")
+
+
+def _timed_flags(args: argparse.Namespace) -> str:
+    return f" --duration {args.duration:g}" if args.duration else " --quick" if args.quick else ""
+
+
+@dataclass(frozen=True)
+class Experiment:
+    """One subcommand: what it runs, how it reports, and its own flags."""
+
+    about: str
+    run: Callable[[argparse.Namespace, Path], dict[str, Any]]
+    """The runs, into a results folder: what they measured."""
+    report: Callable[[dict[str, Any], Path], tuple[list[str], list[Path]]]
+    """The lines of its section, and the files it drew (into the folder given)."""
+    add_arguments: Callable[[argparse.ArgumentParser], None] = _timed
+    check: Callable[[argparse.ArgumentParser, argparse.Namespace], None] = lambda _, __: None
+    flags: Callable[[argparse.Namespace], str] = _timed_flags
+    """This run's flags, for the rerun command."""
+    earlier: Callable[[Path, argparse.Namespace], dict[str, Any] | None] = lambda _, __: None
+    """A result from a folder written before results had a file of their own."""
+
+
+EXPERIMENTS = {
+    "step": Experiment(
+        "every shedding policy through one load step",
+        step.experiment_step,
+        step.report_step,
+        step.add_arguments,
+        step.check_arguments,
+        step.rerun_flags,
+        step.earlier_step,
+    ),
+    "classes": Experiment(
+        "replies under class-based admission", experiment_classes, report_classes
+    ),
+    "degrade": Experiment(
+        "degradation along a chain of routers", experiment_degrade, report_degrade
+    ),
+    "floor": Experiment("the single-class figure, as a check", experiment_floor, report_floor),
 }
-"""The experiments of one table each: run, report (lines and files written), help."""
 
 
 def measured(name: str, args: argparse.Namespace) -> int:
-    """Run experiment ``name``, print its table under the date, the machine and its load
-    and the command to rerun it, and with ``--write`` put them in its section."""
-    out = script_run(f"experiment-admission-{name}", args)
-    run, report, _ = EXPERIMENTS[name]
-    load_before = os.getloadavg()[0]
-    try:
-        result = run(args, out)
-    except ExperimentError as exc:
-        print(f"experiment_admission: {exc}", file=sys.stderr)
-        return 1
-    load_after = os.getloadavg()[0]
-    (out / f"result-{name}.json").write_text(json.dumps(result, indent=2))
+    """Run experiment ``name`` (or read an earlier run's result), print its table under
+    the date, the machine and its load and the command to rerun it, and with ``--write``
+    put them in its section; exit status 1 when its check is missed or it failed."""
+    experiment = EXPERIMENTS[name]
+    if args.from_results:
+        out = args.from_results
+        path = out / f"result-{name}.json"
+        result = json.loads(path.read_text()) if path.exists() else experiment.earlier(out, args)
+        if result is None:
+            print(f"experiment_admission: no result of {name} in {out}", file=sys.stderr)
+            return 1
+    else:
+        out = script_run(f"experiment-admission-{name}", args)
+        load_before = os.getloadavg()[0]
+        try:
+            result = experiment.run(args, out)
+        except ExperimentError as exc:
+            print(f"experiment_admission: {exc}", file=sys.stderr)
+            return 1
+        result["measured"] = {
+            "date": datetime.date.today().isoformat(),
+            "machine": machine(),
+            "load_average": [load_before, os.getloadavg()[0]],
+            "rerun": f".venv/bin/python scripts/experiment_admission.py {name}"
+            + experiment.flags(args),
+        }
+        (out / f"result-{name}.json").write_text(json.dumps(result, indent=2))
     folder = FIGURES if args.write else out
-    lines, paths = report(result, folder)
-    command = f".venv/bin/python scripts/experiment_admission.py {name}" + (
-        f" --duration {args.duration:g}" if args.duration else " --quick" if args.quick else ""
-    )
-    header = [
-        f"Measured {datetime.date.today().isoformat()} on {machine()}, `nproc` = "
-        f"{os.cpu_count()}; 1-minute load average {load_before:.2f} at the start, "
-        f"{load_after:.2f} at the end. Rerun with `{command} --write` "
-        "(under `flock /tmp/gr-bench.lock`).",
-        "",
-    ]
+    lines, paths = experiment.report(result, folder)
+    header = _header(result.get("measured"), name)
     print("\n".join(header + lines))
     for path in paths:
         print("wrote", path)
     if args.write:
         names = ", ".join(f"`{p.relative_to(ROOT)}`" for p in paths)
         files = ["", f"Files: {names}."] if paths else []
-        replace_section(f"admission-{name}", [*header, *lines, *files], DOC)
+        replace_section(f"admission-{name}", [*header, *lines, *files], EXPERIMENTS_DOC)
+        print("wrote", EXPERIMENTS_DOC)
     return 1 if result.get("held") is False else 0
+
+
+def _header(measured: dict[str, Any] | None, name: str) -> list[str]:
+    """When and where a result was measured, and how to rerun it."""
+    if measured is None:  # a result from before they were recorded with it
+        rerun = f".venv/bin/python scripts/experiment_admission.py {name}"
+        return [f"Rerun with `{rerun} --write` (under `flock /tmp/gr-bench.lock`).", ""]
+    before, after = measured["load_average"]
+    return [
+        f"Measured {measured['date']} on {measured['machine']}, `nproc` = "
+        f"{os.cpu_count()}; 1-minute load average {before:.2f} at the start, "
+        f"{after:.2f} at the end. Rerun with `{measured['rerun']} --write` "
+        "(under `flock /tmp/gr-bench.lock`).",
+        "",
+    ]
 
 
 def parser() -> argparse.ArgumentParser:
@@ -117,16 +181,13 @@ def parser() -> argparse.ArgumentParser:
         epilog="See the module docstring for what is run and measured.",
     )
     commands = top.add_subparsers(dest="experiment", required=True)
-    steps = commands.add_parser("step", help="every shedding policy through one load step")
-    step.add_arguments(steps)
-    experiments = [steps]
-    for name, (_, _, about) in EXPERIMENTS.items():
-        command = commands.add_parser(name, help=about)
-        command.add_argument("--quick", action="store_true", help="shorter runs (a smoke test)")
-        command.add_argument("--duration", type=float, help="seconds a run (overrides --quick)")
-        experiments.append(command)
-    for command in experiments:
+    for name, experiment in EXPERIMENTS.items():
+        command = commands.add_parser(name, help=experiment.about)
+        experiment.add_arguments(command)
         command.add_argument("--write", action="store_true", help="figures, CSV and docs")
+        command.add_argument(
+            "--from-results", type=Path, help="run nothing: redraw from an earlier --out"
+        )
         add_out_arguments(command)
     return top
 
@@ -134,9 +195,7 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     arguments = parser()
     args = arguments.parse_args(argv)
-    if args.experiment == "step":
-        step.check_arguments(arguments, args)
-        return step.main(args)
+    EXPERIMENTS[args.experiment].check(arguments, args)
     return measured(args.experiment, args)
 
 

@@ -56,14 +56,21 @@ from typing import Any
 
 import matplotlib
 
+from scripts.benchdocs import EXPERIMENTS_DOC, FIGURES
+
 matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt
 import numpy as np
 import trio
-from benchdocs import machine, replace_section, save_figure
-from experiment_fig14 import DOC, FIGURES, ExperimentError, WholeRunLoad, launch_router, stop_router
-from router_bench.peers import (
+
+from gnutella_router.lab.traffic.load import LoadSettings
+from gnutella_router.run_folder import add_out_arguments, script_run
+from protocol.constants import MessageType
+from protocol.framing import Frame
+from scripts.benchdocs import machine, replace_section, save_figure
+from scripts.fig14.runs import ExperimentError, WholeRunLoad, experiment_router
+from scripts.router_bench.peers import (
     BLAST_MESSAGES,
     SEND_CHUNK,
     Blast,
@@ -72,12 +79,7 @@ from router_bench.peers import (
     count_bytes,
     message_kinds,
 )
-from router_bench.processes import cpu_seconds, free_port
-
-from gnutella_router.lab.traffic.load import LoadSettings
-from gnutella_router.run_folder import add_out_arguments, script_run
-from protocol.constants import MessageType
-from protocol.framing import Frame
+from scripts.runner import cpu_seconds, run_to_end
 from traffic_models.arrival_text import parse_arrivals
 from traffic_models.generator import TrafficGenerator
 from traffic_models.latency import read_stamp
@@ -172,10 +174,8 @@ async def flood_process(
         "--flood-seed",
         str(index + 1),
     ]
-    done = await trio.run_process(argv, capture_stdout=True, check=False)
-    if done.returncode != 0:
-        raise ExperimentError(f"a flood process failed (exit status {done.returncode})")
-    records.append(json.loads(done.stdout.decode().strip().splitlines()[-1]))
+    output = await run_to_end(argv, "a flood process")
+    records.append(json.loads(output.strip().splitlines()[-1]))
 
 
 # ---------------------------------------------------------------- one router run
@@ -244,35 +244,28 @@ def run(
     steps_text: str = "",
 ) -> dict[str, Any]:
     steps = parse_steps(steps_text or args.steps)
-    workdir = out / name
-    workdir.mkdir(parents=True, exist_ok=True)
-    config = workdir / "router.toml"
-    config.write_text(
+    config = (
         f"[router]\nthreads = 1\nbatch_size = {batch}\n\n"
         f"[batching]\nenabled = {'true' if auto else 'false'}\ninterval = {args.interval}\n\n"
         "[profiler]\nenabled = true\ninterval = 0.25\n"
     )
-    port = free_port()
     load_before = os.getloadavg()[0]
-    process, state = launch_router(workdir, config, port)
-    launched = time.perf_counter()
-    try:
+    with experiment_router(out / name, config) as router:
+        launched = time.perf_counter()
         duration = sum(s.seconds for s in steps)
         settings = LoadSettings(
-            target=("127.0.0.1", port), peers=4, injectors=1, duration=duration, warmup=0.0
+            target=router.address, peers=4, injectors=1, duration=duration, warmup=0.0
         )
         light = ",".join(f"{s.seconds:g}s@{s.rate:g}" for s in steps)
         arrivals = parse_arrivals(f"steps:{light}", seed=1)
         load = TimedLoad(settings, TrafficGenerator(mix=PAPER_MIX, arrivals=arrivals, seed=1))
-        report, records = trio.run(loaded, load, steps, ("127.0.0.1", port))
-        cpu = cpu_seconds(process.pid)
+        report, records = trio.run(loaded, load, steps, router.address)
+        cpu = cpu_seconds(router.pid)
         load_after = os.getloadavg()[0]
-    finally:
-        status = stop_router(process)
-    profile_path = state / "profile.json"
-    if not profile_path.exists():
-        raise ExperimentError(f"{name}: no profiler export (router exit status {status})")
-    profile = json.loads(profile_path.read_text())
+    try:
+        profile = router.profile()
+    except ExperimentError as exc:
+        raise ExperimentError(f"{name}: {exc}") from None
     samples = profile["samples"]
     # The profiler's clock starts as the router starts, just before it accepts.
     floods = sorted((r["started"] - launched, r["ended"] - launched) for r in records)
@@ -487,9 +480,9 @@ def sweep_main(args: argparse.Namespace) -> int:
                 "",
                 *table,
             ],
-            path=DOC,
+            path=EXPERIMENTS_DOC,
         )
-        print(DOC)
+        print(EXPERIMENTS_DOC)
     return 0
 
 
@@ -553,9 +546,9 @@ def main(argv: list[str] | None = None) -> int:
                 "",
                 f"The controller's samples: [{CSV_NAME}](figures/{CSV_NAME}).",
             ],
-            path=DOC,
+            path=EXPERIMENTS_DOC,
         )
-        print(DOC)
+        print(EXPERIMENTS_DOC)
     return 0
 
 

@@ -57,14 +57,15 @@ rule.
 
 ``--arrivals bursts`` offers, instead of evenly spaced messages, the quals proposal's load:
 bursts of 10 every 100, 50, 25 and 10 ms (the same mean rates; see
-scripts/fig14_bursts.py for the papers' words), and ``--arrivals both`` runs each; their
+scripts/fig14/bursts.py for the papers' words), and ``--arrivals both`` runs each; their
 runs are reported side by side (table, fig14-bursts-latency.png, fig14-arrivals.csv, and
 with ``--write`` their own subsection of docs/experiments.md), not in Fig. 14's table.
 
 The parts are in scripts/fig14/: ``runs.py`` (one run of a configuration, and the
-router helpers the other experiment scripts use), ``figures.py`` and ``report.py`` (the
-tables, the paper's floors and the written sections); this script reads the flags and
-runs the sweep or the comparison.
+router helpers the other experiment scripts use), ``bursts.py`` (the bursty arrivals and
+their side-by-side report), ``figures.py`` and ``report.py`` (the tables, the paper's
+floors and the written sections); this script reads the flags and runs the sweep or the
+comparison.
 """
 
 from __future__ import annotations
@@ -80,46 +81,14 @@ from typing import Any
 import matplotlib
 
 from gnutella_router.run_folder import add_out_arguments, script_run
+from scripts.benchdocs import EXPERIMENTS_DOC, FIGURES
 
 matplotlib.use("Agg")
 
-import fig14_bursts
-from fig14.figures import plot_latency, plot_queue, plot_rules
-from fig14.report import comparison_table, floors, ms, table, write_comparison, write_docs
-from fig14.runs import (
-    BROADCAST,
-    COMPARED,
-    DOC,
-    FIGURES,
-    QUERY_DELAY_MS,
-    QUICK_DURATION,
-    QUICK_WARMUP,
-    RATES,
-    ROOT,
-    ExperimentError,
-    WholeRunLoad,
-    launch_router,
-    one_run,
-    stop_router,
-    summary,
-)
-
-__all__ = [
-    "BROADCAST",
-    "DOC",
-    "FIGURES",
-    "QUERY_DELAY_MS",
-    "ROOT",
-    "ExperimentError",
-    "WholeRunLoad",
-    "launch_router",
-    "main",
-    "ms",
-    "one_run",
-    "stop_router",
-    "summary",
-]
-"""What the other experiment scripts take from here (the parts are in scripts/fig14/)."""
+from scripts.fig14 import bursts
+from scripts.fig14.figures import plot_latency, plot_queue, plot_rules
+from scripts.fig14.report import comparison_table, floors, ms, table, write_comparison, write_docs
+from scripts.fig14.runs import COMPARED, QUICK_DURATION, QUICK_WARMUP, RATES, one_run
 
 
 def compare(rate: int, args: argparse.Namespace, out: Path) -> list[dict[str, Any]]:
@@ -172,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--governor", choices=("off", "on", "both"), default="both")
     parser.add_argument(
         "--arrivals",
-        choices=(*fig14_bursts.ARRIVALS, "both"),
+        choices=(*bursts.ARRIVALS, "both"),
         default="constant",
         help="constant: evenly spaced, Fig. 14's table and figures; bursts: the quals "
         "proposal's 10 packets every 100/50/25/10 ms (the same mean rates); both: each, "
@@ -212,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         out = script_run("experiment-fig14", args)
         results = []
-        kinds = fig14_bursts.ARRIVALS if args.arrivals == "both" else (args.arrivals,)
+        kinds = bursts.ARRIVALS if args.arrivals == "both" else (args.arrivals,)
         for arrivals, governor, rate in ((a, g, r) for a in kinds for g in modes for r in rates):
             started = time.monotonic()
             result = one_run(rate, governor, args.duration, args.warmup, out, arrivals=arrivals)
@@ -230,12 +199,12 @@ def main(argv: list[str] | None = None) -> int:
             json.dumps({"args": {**vars(args), "out": str(out)}, "results": results}, default=str)
         )
     figures: Path = args.figures or (FIGURES if args.write else out)
-    fig14_bursts.report(results, args.duration, figures, DOC if args.write else None)
+    bursts.report(results, args.duration, figures, EXPERIMENTS_DOC if args.write else None)
     if args.arrivals != "constant":
         # The side-by-side runs have their own section; Fig. 14's own table, figures and
         # checks are the constant-rate sweep's (`--arrivals constant`, the default).
         return 0
-    results = [r for r in results if fig14_bursts.arrivals_of(r) == "constant"]
+    results = [r for r in results if bursts.arrivals_of(r) == "constant"]
     print("\n".join(table(results)))
     checks = floors(results)
     for ok, text in checks:
@@ -261,7 +230,7 @@ def main(argv: list[str] | None = None) -> int:
         print(path)
     if args.write:
         write_docs(results, args, figures)
-        print(DOC)
+        print(EXPERIMENTS_DOC)
     return 0 if all(ok for ok, _ in checks) else 1
 
 
@@ -282,7 +251,7 @@ def main_compare(args: argparse.Namespace, rate: int) -> int:
         print(drawn)
     if args.write:
         write_comparison(results, args, rate)
-        print(DOC)
+        print(EXPERIMENTS_DOC)
     return 0
 
 

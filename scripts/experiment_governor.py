@@ -36,25 +36,19 @@ from typing import Any
 
 import matplotlib
 
+from scripts.benchdocs import EXPERIMENTS_DOC, FIGURES
+
 matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt
 import trio
-from benchdocs import machine, replace_section, save_figure
-from experiment_fig14 import (
-    BROADCAST,
-    DOC,
-    FIGURES,
-    ExperimentError,
-    launch_router,
-    stop_router,
-)
 from matplotlib.ticker import MaxNLocator
-from router_bench.processes import free_port
 
 from gnutella_router.lab.traffic.load import LoadRun, LoadSettings
 from gnutella_router.run_folder import add_out_arguments, script_run
 from protocol.framing import Frame
+from scripts.benchdocs import machine, replace_section, save_figure
+from scripts.fig14.runs import BROADCAST, experiment_router
 from traffic_models.arrival_text import parse_arrivals
 from traffic_models.generator import TrafficGenerator
 from traffic_models.latency import read_stamp
@@ -115,29 +109,19 @@ def parse_steps(text: str) -> list[tuple[float, float]]:
 
 
 def run(args: argparse.Namespace, out: Path) -> dict[str, Any]:
-    workdir = out / "router"
-    workdir.mkdir(parents=True, exist_ok=True)
-    config = workdir / "router.toml"
-    config.write_text(
+    config = (
         "[router]\nquery_delay_ms = 20\nthreads = 1\n\n[governor]\nenabled = true\n\n"
         "[profiler]\nenabled = true\ninterval = 0.1\n"
     )
-    port = free_port()
-    process, state = launch_router(workdir, config, port)
     steps = parse_steps(args.steps)
-    try:
+    with experiment_router(out / "router", config) as router:
         settings = LoadSettings(
-            target=("127.0.0.1", port), peers=4, injectors=1, duration=sum(s for s, _ in steps)
+            target=router.address, peers=4, injectors=1, duration=sum(s for s, _ in steps)
         )
         arrivals = parse_arrivals(f"steps:{args.steps}", seed=1)
         load = TimedLoad(settings, TrafficGenerator(mix=PAPER_MIX, arrivals=arrivals, seed=1))
         report = trio.run(load.run)
-    finally:
-        status = stop_router(process)
-    profile_path = state / "profile.json"
-    if not profile_path.exists():
-        raise ExperimentError(f"no profiler export (router exit status {status})")
-    profile = json.loads(profile_path.read_text())
+    profile = router.profile()
     governor = (profile.get("governor") or {}).get("samples", [])
     queue = [(s["at"], s["queues"].get("router", 0)) for s in profile["samples"]]
     # The load client starts sending once its peers are connected; the router's clock
@@ -335,9 +319,9 @@ def main(argv: list[str] | None = None) -> int:
                 "",
                 "![The governor through load steps](figures/governor-steps.png)",
             ],
-            path=DOC,
+            path=EXPERIMENTS_DOC,
         )
-        print(DOC)
+        print(EXPERIMENTS_DOC)
     return 0
 
 

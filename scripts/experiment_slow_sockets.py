@@ -50,7 +50,6 @@ import contextlib
 import datetime
 import json
 import shutil
-import subprocess
 import sys
 import time
 import urllib.request
@@ -63,22 +62,19 @@ matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt
 import trio
-from benchdocs import machine, replace_section, save_figure
-from experiment_fig14 import launch_router, stop_router
-from router_bench.processes import free_port
 
 from gnutella_router.lab.traffic.load import LoadError, LoadRun, LoadSettings, open_client_peer
 from gnutella_router.observe.profiler import read_peak_rss_bytes, read_rss_bytes
 from gnutella_router.run_folder import add_out_arguments, script_run
 from protocol.constants import MessageType
 from protocol.framing import FrameDecoder
+from scripts.benchdocs import EXPERIMENTS_DOC, FIGURES, machine, replace_section, save_figure
+from scripts.fig14.runs import ExperimentError, experiment_router
+from scripts.runner import free_ports
 from traffic_models.arrivals import ConstantRate
 from traffic_models.generator import TrafficGenerator
 from traffic_models.mix import PAPER_MIX
 
-ROOT = Path(__file__).resolve().parent.parent
-DOC = ROOT / "docs" / "experiments.md"
-FIGURES = ROOT / "docs" / "figures"
 SECTION = "slow_sockets"
 SLOW_AGENT = "slow-peer-28.8k/0.1"
 READ_BYTES = 360
@@ -94,36 +90,20 @@ LABELS = {
 COLORS = {"threshold": "tab:blue", "unbounded": "tab:red", "flow-control": "tab:green"}
 
 
-class ExperimentError(Exception):
-    pass
-
-
 # --- the router ----------------------------------------------------------------------
 
 
-def router_config(path: Path, policy: str, admin_port: int, fc_timeout: float) -> Path:
+def router_config(policy: str, admin_port: int, fc_timeout: float) -> str:
     slow = {
         "threshold": 'policy = "threshold"\nthreshold_grace = 0\n',
         "unbounded": 'policy = "threshold"\nunbounded_experiment = true\nthreshold_messages = 0\n',
         "flow-control": f'policy = "flow-control"\nflow_control_timeout = {fc_timeout}\n',
     }[policy]
-    path.write_text(
+    return (
         f"[slow_peer]\n{slow}\n"
         f'[admin]\nlisten = "127.0.0.1:{admin_port}"\n\n'
         f"[profiler]\nenabled = true\ninterval = {SAMPLE_EVERY}\n"
     )
-    return path
-
-
-def start_router(
-    workdir: Path, policy: str, fc_timeout: float
-) -> tuple[subprocess.Popen[bytes], int, int, Path]:
-    port, admin_port = free_port(), free_port()
-    while admin_port == port:
-        admin_port = free_port()
-    config = router_config(workdir / "router.toml", policy, admin_port, fc_timeout)
-    process, state = launch_router(workdir, config, port, also_wait_for=(admin_port,))
-    return process, port, admin_port, state
 
 
 def admin_connections(admin_port: int) -> list[dict[str, Any]]:
@@ -271,26 +251,24 @@ def iso_to_epoch(text: str) -> float:
 def one_run(
     policy: str, rate: int, duration: float, fc_timeout: float, out: Path
 ) -> dict[str, Any]:
-    workdir = out / policy
-    if workdir.exists():
-        shutil.rmtree(workdir)
-    workdir.mkdir(parents=True)
-    process, port, admin_port, state = start_router(workdir, policy, fc_timeout)
-    try:
+    port, admin_port = free_ports(2)
+    config = router_config(policy, admin_port, fc_timeout)
+    with experiment_router(
+        out / policy, config, port=port, admin_port=admin_port, wait_for_admin=True
+    ) as router:
         report, load, slow, samples, wall_offset = trio.run(
-            drive, port, process.pid, admin_port, rate, duration
+            drive, port, router.pid, admin_port, rate, duration
         )
-        peak_rss = read_peak_rss_bytes(process.pid)
-        alive = process.poll() is None
-    finally:
-        status = stop_router(process)
+        peak_rss = read_peak_rss_bytes(router.pid)
+        alive = router.alive()
+    status = router.exit_status
     start_ns = load.started_ns
     start_wall = wall_offset + start_ns / 1e9
     series = [
         {**{k: v for k, v in s.items() if k != "at_ns"}, "t": (s["at_ns"] - start_ns) / 1e9}
         for s in samples
     ]
-    closed = slow_close_from_log(workdir / "router.log")
+    closed = slow_close_from_log(router.log_path)
     closed_after = None
     hung_up_after = (slow.hung_up_ns - start_ns) / 1e9 if slow.hung_up_ns else None
     if closed is not None and "timestamp" in closed:
@@ -298,7 +276,7 @@ def one_run(
         if hung_up_after is not None and closed_after >= hung_up_after - 0.05:
             # the router noticed our own hang-up at the end: not closed by the router
             closed_after = None
-    profile_path = state / "profile.json"
+    profile_path = router.state / "profile.json"
     if profile_path.exists():
         shutil.copy(profile_path, out / f"profile-{policy}.json")
     during = [s for s in series if 0 <= s["t"] <= duration]
@@ -439,7 +417,7 @@ def write_docs(
         "",
         *comparison(by),
     ]
-    replace_section(SECTION, lines, path=DOC)
+    replace_section(SECTION, lines, path=EXPERIMENTS_DOC)
 
 
 def comparison(by: dict[str, dict[str, Any]]) -> list[str]:
@@ -590,7 +568,7 @@ def main(argv: list[str] | None = None) -> int:
     print(*comparison({r["policy"]: r for r in results}))
     if args.write:
         write_docs(results, args, drawn)
-        print(DOC)
+        print(EXPERIMENTS_DOC)
     return 0
 
 

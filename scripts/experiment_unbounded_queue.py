@@ -44,28 +44,27 @@ import csv
 import datetime
 import json
 import os
-import shutil
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-import experiment_fig14 as fig14
-import fig14_bursts
 import matplotlib.pyplot as plt
 import trio
-from benchdocs import machine, replace_section, save_figure
-from router_bench.processes import free_port
 
 from gnutella_router.lab.traffic.load import LoadSettings
 from gnutella_router.observe.profiler import read_peak_rss_bytes, read_rss_bytes
 from gnutella_router.run_folder import add_out_arguments, script_run
+from scripts.benchdocs import EXPERIMENTS_DOC, FIGURES, machine, replace_section, save_figure
+from scripts.fig14 import bursts
+from scripts.fig14.report import ms
+from scripts.fig14.runs import QUERY_DELAY_MS, WholeRunLoad, experiment_router, summary
 from traffic_models.generator import TrafficGenerator
 from traffic_models.latency import LoadReport
 from traffic_models.mix import PAPER_MIX
 
-FIGURE = fig14.FIGURES / "unbounded-queue.png"
-CSV = fig14.FIGURES / "unbounded-queue.csv"
+FIGURE = FIGURES / "unbounded-queue.png"
+CSV = FIGURES / "unbounded-queue.csv"
 RATES = (400, 1000)
 BOUNDS = ("bounded", "unbounded")
 WATCH_INTERVAL = 0.5
@@ -78,7 +77,7 @@ def config_text(bound: str) -> str:
     queue = "queue_threshold = 0\nunbounded_experiment = true\n" if bound == "unbounded" else ""
     return (
         "[router]\n"
-        f"query_delay_ms = {fig14.QUERY_DELAY_MS}\n"
+        f"query_delay_ms = {QUERY_DELAY_MS}\n"
         "threads = 1\n"
         f"{queue}\n"
         "[governor]\n"
@@ -90,7 +89,7 @@ def config_text(bound: str) -> str:
 
 
 async def load_with_cap(
-    load: fig14.WholeRunLoad, pid: int, cap_bytes: int, watched: list[tuple[float, int]]
+    load: WholeRunLoad, pid: int, cap_bytes: int, watched: list[tuple[float, int]]
 ) -> tuple[LoadReport | None, float | None]:
     """Run the load; stop it early if the router's RSS passes ``cap_bytes``.
 
@@ -128,31 +127,20 @@ def one_run(
     bound: str, rate: int, arrivals: str, args: argparse.Namespace, out: Path
 ) -> dict[str, Any]:
     name = f"{bound}-{arrivals}-{rate}"
-    workdir = out / name
-    if workdir.exists():
-        shutil.rmtree(workdir)
-    workdir.mkdir(parents=True)
-    config = workdir / "router.toml"
-    config.write_text(config_text(bound))
-    port = free_port()
-    process, state = fig14.launch_router(workdir, config, port)
     watched: list[tuple[float, int]] = []
     load_before = os.getloadavg()[0]
-    try:
-        settings = LoadSettings(
-            target=("127.0.0.1", port), peers=4, injectors=1, duration=args.duration
-        )
+    with experiment_router(out / name, config_text(bound)) as router:
+        settings = LoadSettings(target=router.address, peers=4, injectors=1, duration=args.duration)
         traffic = TrafficGenerator(
-            mix=PAPER_MIX, arrivals=fig14_bursts.arrival_process(arrivals, rate), seed=1
+            mix=PAPER_MIX, arrivals=bursts.arrival_process(arrivals, rate), seed=1
         )
-        load = fig14.WholeRunLoad(settings, traffic)
+        load = WholeRunLoad(settings, traffic)
         report, capped_at = trio.run(
-            load_with_cap, load, process.pid, args.rss_cap_mib * 2**20, watched
+            load_with_cap, load, router.pid, args.rss_cap_mib * 2**20, watched
         )
-        peak_rss = read_peak_rss_bytes(process.pid)
-    finally:
-        status = fig14.stop_router(process)
-    profile_path = state / "profile.json"
+        peak_rss = read_peak_rss_bytes(router.pid)
+    status = router.exit_status
+    profile_path = router.state / "profile.json"
     profile = json.loads(profile_path.read_text()) if profile_path.exists() else None
     samples = [
         [s["at"], s["queues"].get("router", 0), s["rss_bytes"] / 2**20, s["pool_size"]]
@@ -172,7 +160,7 @@ def one_run(
         "sent": sum(report.sent.values()) if report else None,
         "late": report.late if report else None,
         "disconnected": report.disconnected if report else None,
-        "whole": {t: fig14.summary(whole.get(t)) for t in ("ping", "query")},
+        "whole": {t: summary(whole.get(t)) for t in ("ping", "query")},
         "peak_queue": max((s[1] for s in samples), default=None),
         "final_queue": samples[-1][1] if samples else None,
         "peak_rss_mib": peak_rss / 2**20,
@@ -227,12 +215,12 @@ def table(results: list[dict[str, Any]]) -> list[str]:
         late = "-" if r["late"] is None else f"{r['late']:,} / {r['sent']:,}"
         lines.append(
             f"| {'default (1000 events)' if r['bound'] == 'bounded' else 'unbounded'} "
-            f"| {r['rate']:,} | {fig14_bursts.describe(r['arrivals'], r['rate'])} "
+            f"| {r['rate']:,} | {bursts.describe(r['arrivals'], r['rate'])} "
             f"| {r['peak_queue'] or 0:,} | {queue_at_end(r) or 0:,} "
             f"| {'-' if first is None else f'{first:.1f}'} / {r['peak_rss_mib']:.1f} "
             f"| {'-' if slope is None else f'{slope:.2f}'} "
             f"| {capped} "
-            f"| {fig14.ms(r['whole']['ping'])} | {fig14.ms(r['whole']['query'])} "
+            f"| {ms(r['whole']['ping'])} | {ms(r['whole']['query'])} "
             f"| {late} "
             f"| {r['router_exit']} |"
         )
@@ -291,14 +279,14 @@ def write_docs(results: list[dict[str, Any]], args: argparse.Namespace) -> None:
         "",
         *table(results),
     ]
-    replace_section("unbounded-queue", lines, path=fig14.DOC)
+    replace_section("unbounded-queue", lines, path=EXPERIMENTS_DOC)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--duration", type=float, default=90.0, help="seconds per run (90)")
     parser.add_argument("--rates", default=",".join(map(str, RATES)), help="messages/s")
-    parser.add_argument("--arrivals", choices=fig14_bursts.ARRIVALS, default="bursts")
+    parser.add_argument("--arrivals", choices=bursts.ARRIVALS, default="bursts")
     parser.add_argument("--bounds", choices=(*BOUNDS, "both"), default="both")
     parser.add_argument(
         "--rss-cap-mib", type=int, default=2048, help="stop a run when the router passes this"
@@ -331,7 +319,7 @@ def main(argv: list[str] | None = None) -> int:
     print(write_csv(results, CSV if args.write else out / CSV.name))
     if args.write:
         write_docs(results, args)
-        print(fig14.DOC)
+        print(EXPERIMENTS_DOC)
     return 0
 
 

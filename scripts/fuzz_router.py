@@ -99,41 +99,49 @@ where the sessions break depends on the router, so two runs are alike, not ident
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import random
 import shutil
-import signal
 import sys
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from router_fuzz.handshakes import random_header_lines
-from router_fuzz.mutations import MUTATIONS, FrameFuzzer, oversized_header, wrong_length_frames
-from router_fuzz.payloads import HOSTILE_KINDS, KIND_WEIGHTS, build_templates
-from router_fuzz.report import print_result, report_lines, rerun_command, summary, write_output
-from router_fuzz.router import FATAL_LOG_TEXT, error_lines, router_config, scan_log, stop_router
-from router_fuzz.runs import interrupt_instead, router_counters, run_trio
-from router_fuzz.settings import (
+from gnutella_router.observe.profiler import read_peak_rss_bytes
+from scripts.router_fuzz.handshakes import random_header_lines
+from scripts.router_fuzz.mutations import (
+    MUTATIONS,
+    FrameFuzzer,
+    oversized_header,
+    wrong_length_frames,
+)
+from scripts.router_fuzz.payloads import HOSTILE_KINDS, KIND_WEIGHTS, build_templates
+from scripts.router_fuzz.report import (
+    print_result,
+    report_lines,
+    rerun_command,
+    summary,
+    write_output,
+)
+from scripts.router_fuzz.router import (
+    FATAL_LOG_TEXT,
+    error_lines,
+    router_config,
+    scan_log,
+)
+from scripts.router_fuzz.runs import router_counters, run_trio
+from scripts.router_fuzz.settings import (
     ATTEMPTS_PER_IP_PER_MINUTE,
     FLOOD_SOURCE,
     FUZZ_SOURCES,
     GOOD_SOURCES,
-    ROOT,
     Figures,
     FuzzError,
     Settings,
 )
-from router_fuzz.wire import RouterTarget, can_bind, free_ports, status_code, trailing_bye
-
-from gnutella_router.lab.testnet.process import (
-    RouterProcess,
-    RouterProcessError,
-    start_router_process,
-)
-from gnutella_router.observe.profiler import read_peak_rss_bytes
+from scripts.router_fuzz.wire import RouterTarget, can_bind, status_code, trailing_bye
+from scripts.runner import RunError, free_ports, router_started, stopped_like_ctrl_c
 
 __all__ = [
     "ATTEMPTS_PER_IP_PER_MINUTE",
@@ -280,21 +288,15 @@ def parse_args(argv: Sequence[str] | None) -> tuple[Settings, argparse.Namespace
 
 def main(argv: Sequence[str] | None = None) -> int:
     settings, args = parse_args(argv)
-    previous = {s: signal.signal(s, interrupt_instead) for s in (signal.SIGTERM, signal.SIGHUP)}
-    # A background job may start with SIGINT ignored; the run needs it to unwind.
-    previous[signal.SIGINT] = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
-        with tempfile.TemporaryDirectory(prefix="fuzz-router-") as tmp:
+        with stopped_like_ctrl_c(), tempfile.TemporaryDirectory(prefix="fuzz-router-") as tmp:
             result = run(settings, args, Path(tmp))
     except KeyboardInterrupt:
         print("interrupted: nothing is left running", file=sys.stderr)
         return 130
-    except (FuzzError, RouterProcessError) as exc:
+    except (FuzzError, RunError) as exc:
         print(f"FAILED: {exc}")
         return 1
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
     print_result(result)
     if args.json is not None:
         args.json.write_text(json.dumps(result, indent=2) + "\n")
@@ -302,26 +304,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         write_output(args.output, report_lines(result, rerun_command(settings, args)))
         print(f"written to {args.output}")
     return 0 if result["verdict"] == "pass" else 1
-
-
-@contextlib.contextmanager
-def interrupts_deferred() -> Iterator[None]:
-    """Hold interrupts back for the block and raise one as it ends, if one came.
-
-    A KeyboardInterrupt raised inside :class:`subprocess.Popen` could leave its child
-    running with no one holding it to stop it. Blocking the signals instead would not
-    do: a child inherits the blocked mask through exec, and the router would ignore our
-    SIGTERM; a handler that only takes note is reset to the default in the child."""
-    arrived: list[int] = []
-    signums = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-    saved = {s: signal.signal(s, lambda signum, frame: arrived.append(signum)) for s in signums}
-    try:
-        yield
-    finally:
-        for signum, handler in saved.items():
-            signal.signal(signum, handler)
-    if arrived:
-        raise KeyboardInterrupt
 
 
 def run(settings: Settings, args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
@@ -332,22 +314,12 @@ def run(settings: Settings, args: argparse.Namespace, workdir: Path) -> dict[str
     if not spread:
         print("note: only 127.0.0.1 can be bound here; every connection comes from it")
     port, admin_port = free_ports(2)
-    config = router_config(workdir / "router.toml", settings, admin_port)
-    state = workdir / "state"
-    state.mkdir()
-    log_path = workdir / "router.log"
+    config = router_config(settings, admin_port)
     print(f"router configuration:\n{config}")
-    router: RouterProcess | None = None
     counters: dict[str, Any] = {}
-    try:
-        with interrupts_deferred():
-            router = start_router_process(
-                state,
-                ["--config", str(workdir / "router.toml"), "--listen", f"127.0.0.1:{port}"],
-                log_path=log_path,
-                wait_for=(port, admin_port),
-                cwd=ROOT,
-            )
+    with router_started(
+        workdir, config, port=port, admin_port=admin_port, wait_for_admin=True
+    ) as router:
         print(
             f"router pid {router.pid} on 127.0.0.1:{port}; seed {settings.seed}: "
             f"{settings.frames:,} frames or {settings.duration:g} s over "
@@ -355,12 +327,12 @@ def run(settings: Settings, args: argparse.Namespace, workdir: Path) -> dict[str
             f"{settings.drippers} drippers",
             flush=True,
         )
-        run_trio(router, RouterTarget(("127.0.0.1", port), spread), templates, settings, figures)
+        run_trio(router, RouterTarget(router.address, spread), templates, settings, figures)
         figures.rss_peak_kernel = read_peak_rss_bytes(router.pid)
-        if router.process.poll() is None:
-            counters = router_counters(("127.0.0.1", admin_port), figures)
-    finally:
-        exit_status = stop_router(router) if router is not None else None
+        if router.alive():
+            counters = router_counters(router.admin, figures)
+    exit_status = router.exit_status
+    log_path = router.log_path
     if exit_status != 0:
         figures.problem(f"the router did not exit 0 after SIGTERM ({exit_status})")
     for line in error_lines(log_path)[:3]:

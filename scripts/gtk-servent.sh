@@ -8,8 +8,8 @@
 # The contract (what `gnutella-router testnet --servent` and scripts/live_gtk_check.py
 # rely on; docs/interop.md says more):
 #   * DIR is the servent's own folder (GTK_GNUTELLA_DIR). Unless DIR/config_gnet is
-#     there already (a caller may write its own first: the live check's leaf does), a
-#     loopback-only ultrapeer configuration is written there: it listens on HOST:PORT
+#     there already (a caller may write its own first), a loopback-only configuration
+#     (an ultrapeer's, or what GTK_GNUTELLA_MODE asks) is written there: it listens on HOST:PORT
 #     (HOST 127.0.0.1 by default) and nowhere else, announces that address, never
 #     bootstraps from the internet (no host caches, UDP, DHT, G2, UPnP or NAT-PMP), and
 #     shares $SHARE (default DIR/share). DIR/whitelist exempts HOST from gtk-gnutella's

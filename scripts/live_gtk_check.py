@@ -67,13 +67,10 @@ from types import FrameType
 
 import trio
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from live_gtk.checks import Figures, Interrupted, random_word, run_checks
-from live_gtk.network import ROOT, CheckFailed, Network, Settings
-
 from gnutella_router import __version__
+from scripts.live_gtk.checks import Figures, Interrupted, random_word, run_checks
+from scripts.live_gtk.network import ROOT, CheckFailed, Network, Settings
+from scripts.runner import leaf_exceptions
 
 DOC = ROOT / "docs" / "interop.md"
 SHIPPED_WRAPPER = ROOT / "scripts" / "gtk-servent.sh"
@@ -227,17 +224,9 @@ def signals_ignored() -> Iterator[None]:
             signal.signal(s, handler)
 
 
-def _leaves(error: BaseException) -> list[BaseException]:
-    """The exceptions inside (nested) exception groups, or the exception itself: trio
-    wraps what a check raises in a nursery's ExceptionGroup."""
-    if isinstance(error, BaseExceptionGroup):
-        return [leaf for inner in error.exceptions for leaf in _leaves(inner)]
-    return [error]
-
-
 def why_it_ended(error: BaseException) -> tuple[bool, str]:
     """Whether the run was interrupted, and the failure to report (empty: none)."""
-    leaves = _leaves(error)
+    leaves = leaf_exceptions(error)
     if any(isinstance(leaf, KeyboardInterrupt | Interrupted) for leaf in leaves):
         return True, ""
     for leaf in leaves:
@@ -294,7 +283,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         interrupted, failure = why_it_ended(exc)
         if failure:
             figures.check("run", False, failure)
-        if not interrupted and not isinstance(_leaves(exc)[0], CheckFailed | trio.TooSlowError):
+        if not interrupted and not isinstance(
+            leaf_exceptions(exc)[0], CheckFailed | trio.TooSlowError
+        ):
             traceback.print_exception(exc)  # a fault of this script: show where
     finally:
         with signals_ignored():  # a second Ctrl-C must not leave servents behind

@@ -7,10 +7,10 @@ stages, no bounded queues of its own, no counters, no admission or slow-peer pol
 ``gnutella-router`` is measured against it to see what its staged design and its
 bookkeeping cost (or save) over the plain thing.
 
-Per connection:
+Per connection (listening, the handshake, framing, deflate, flow control and the
+command line are the yardsticks' common part, ``scripts/yardstick.py``):
 
-* The 0.6 handshake, minimally (as the baseline forwarder): the client's head, ``200
-  OK``, the client's step 3.
+* The 0.6 handshake, minimally, as the baseline forwarder's.
 * Per read: cut the bytes into messages with ``struct``; drop TTL 0 and TTL + hops over
   15; pings and queries are looked up by GUID in a route table (a dict per type, GUID ->
   the connection it came from): a GUID seen before is a duplicate and dropped, a new one
@@ -19,7 +19,7 @@ Per connection:
   are sent back to the connection their ping or query came from, if it is still open.
   Everything else is dropped.
 * What real servents announce is acted on as a router must (read from the handshake,
-  :class:`baseline_forwarder.Announced`): a peer that announced ``Pong-Caching`` (every
+  :class:`scripts.yardstick.Announced`): a peer that announced ``Pong-Caching`` (every
   real servent does) and a leaf have their pings answered with our pong and not
   broadcast (no pong cache: ours alone); a leaf (``X-Ultrapeer: False``) sends its QRP
   table (parsed by :class:`protocol.qrp.QrpReceiver`) and is passed the queries that
@@ -32,8 +32,8 @@ Per connection:
   (the default) collects a read's messages and gives each destination one
   ``transport.write`` of them all, which is already a batching router's main trick.
 * The tables are simply cleared when they reach 100,000 entries.
-* The standard asyncio flow control: while any destination's buffer is over its high
-  mark, every connection stops reading.
+* While any destination's buffer is over its high mark, every connection stops reading
+  (asyncio's flow control).
 
 Run (loopback only):
 
@@ -43,22 +43,16 @@ Run (loopback only):
 from __future__ import annotations
 
 import argparse
-import asyncio
-import signal
 import struct
-import sys
 from collections.abc import Callable, Sequence
-from typing import Any
-
-from baseline_forwarder import MAX_HEAD, MAX_PAYLOAD, Announced, loopback_address, write
 
 from protocol.codec import parse_payload
 from protocol.errors import ProtocolError
 from protocol.messages import QrpPatch, QrpReset
 from protocol.qrp import QrpReceiver, qrp_hashcode, query_words
+from scripts import yardstick
+from scripts.yardstick import HEADER, HEADER_SIZE, MAX_PAYLOAD, Announced, Hub
 
-HEADER = struct.Struct("<16sBBBI")
-HEADER_SIZE = HEADER.size
 TABLE_LIMIT = 100_000
 MAX_TTL = 7
 HARD_TTL = 15
@@ -67,118 +61,34 @@ PING, PONG, QUERY, QUERY_HIT, QRP = 0x00, 0x01, 0x80, 0x81, 0x30
 PONG_PAYLOAD = struct.pack("<H4sII", 6346, bytes((127, 0, 0, 1)), 0, 0)
 
 
-class Router:
-    """Shared state: live connections, route tables, the flow-control gate."""
+class Router(Hub["Peer"]):
+    """The live connections, the flow-control gate and the route tables."""
 
     def __init__(self, write_per_message: bool = False) -> None:
+        super().__init__()
         self.write_per_message = write_per_message
-        self.peers: set[Peer] = set()
         self.routes: dict[int, dict[bytes, Peer]] = {PING: {}, QUERY: {}}
-        self.blocked_writers = 0
-
-    def pause_all(self) -> None:
-        for peer in self.peers:
-            peer.pause_reading()
-
-    def resume_all(self) -> None:
-        for peer in self.peers:
-            peer.resume_reading()
 
 
-class Peer(asyncio.Protocol):
+class Peer(yardstick.Peer):
+    USER_AGENT = b"reference-router/1.0"
+
     def __init__(self, router: Router) -> None:
+        super().__init__(router)
         self.router = router
-        self.transport: asyncio.Transport | None = None
-        self.buffer = bytearray()
-        self.step = 1  # 1: reading the request, 3: reading the confirmation, 0: messages
-        self.writing_blocked = False
-        self.reading_paused = False
-        self.open = True
-        self.leaf = False
         self.pong_caching = False
-        self.deflater: Any = None
         self.qrp: QrpReceiver | None = None
         """A leaf's QRP tables; ``qrp.table`` is its last complete one."""
 
-    def write(self, data: bytes) -> None:
-        if self.transport is not None:
-            write(self.transport, self.deflater, data)
+    def announced(self, announced: Announced) -> None:
+        super().announced(announced)
+        self.pong_caching = announced.pong_caching or announced.leaf
+        if self.leaf:
+            self.qrp = QrpReceiver()
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.open = False
-        router = self.router
-        router.peers.discard(self)
-        if self.writing_blocked:
-            self.writing_blocked = False
-            router.blocked_writers -= 1
-            if router.blocked_writers == 0:
-                router.resume_all()
-
-    def pause_writing(self) -> None:
-        self.writing_blocked = True
-        self.router.blocked_writers += 1
-        if self.router.blocked_writers == 1:
-            self.router.pause_all()
-
-    def resume_writing(self) -> None:
-        self.writing_blocked = False
-        self.router.blocked_writers -= 1
-        if self.router.blocked_writers == 0:
-            self.router.resume_all()
-
-    def data_received(self, data: bytes) -> None:
-        if self.step:
-            self.handshake(data)
-        else:
-            self.route(data)
-
-    def handshake(self, data: bytes) -> None:
-        assert self.transport is not None
-        self.buffer += data
-        end = self.buffer.find(b"\r\n\r\n")
-        if end < 0:
-            if len(self.buffer) > MAX_HEAD:
-                self.transport.close()
-            return
-        head = bytes(self.buffer[:end])
-        rest = bytes(self.buffer[end + 4 :])
-        self.buffer.clear()
-        if self.step == 1:
-            if not head.startswith(b"GNUTELLA CONNECT/0.6"):
-                self.transport.close()
-                return
-            announced = Announced.read(head)
-            self.leaf = announced.leaf
-            self.pong_caching = announced.pong_caching or announced.leaf
-            self.deflater = announced.deflater()
-            if self.leaf:
-                self.qrp = QrpReceiver()
-            self.transport.write(announced.answer())
-            self.step = 3
-            if rest:
-                self.handshake(rest)
-            return
-        if not head.startswith(b"GNUTELLA/0.6 200"):
-            self.transport.close()
-            return
-        self.step = 0
-        self.router.peers.add(self)
-        if self.router.blocked_writers:
-            self.pause_reading()
-        if rest:
-            self.route(rest)
-
-    def route(self, data: bytes) -> None:
+    def messages(self, data: bytes) -> None:
         """Route every whole message of this read."""
-        buffer = self.buffer
-        if buffer:
-            buffer += data
-            data = bytes(buffer)
-            buffer.clear()
+        data = self.joined(data)
         routes = self.router.routes
         peers = self.router.peers
         ultrapeers = [p for p in peers if p is not self and not p.leaf]
@@ -215,8 +125,7 @@ class Peer(asyncio.Protocol):
         while available - position >= HEADER_SIZE:
             guid, kind, ttl, hops, length = HEADER.unpack_from(data, position)
             if length > MAX_PAYLOAD:
-                assert self.transport is not None
-                self.transport.close()
+                self.too_large()
                 return
             start = position + HEADER_SIZE
             end = start + length
@@ -259,8 +168,7 @@ class Peer(asyncio.Protocol):
                 back = routes[PING if kind == PONG else QUERY].get(guid)
                 if back is not None and back.open and ttl > 1:
                     reply(back, HEADER.pack(guid, kind, ttl - 1, hops + 1, length) + payload)
-        if position < available:
-            buffer += data[position:]
+        self.keep_rest(data, position)
         for peer, messages in replies.items():
             peer.write(b"".join(messages))
         if broadcast:
@@ -296,43 +204,21 @@ def query_hashcodes(payload: bytes) -> list[int]:
     return [qrp_hashcode(word) for word in query_words(text.decode("utf-8", "replace"))]
 
 
-async def serve(host: str, port: int, write_per_message: bool) -> None:
-    router = Router(write_per_message)
-    loop = asyncio.get_running_loop()
-    server = await loop.create_server(lambda: Peer(router), host, port)
-    stop = asyncio.Event()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, stop.set)
-    async with server:
-        await stop.wait()
-    for peer in list(router.peers):
-        if peer.transport is not None:
-            peer.transport.abort()
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument(
-        "--listen",
-        type=loopback_address,
-        default=("127.0.0.1", 6347),
-        metavar="HOST:PORT",
-        help="loopback address to accept peers on (default 127.0.0.1:6347)",
-    )
-    parser.add_argument(
-        "--writes",
-        choices=("per-read", "per-message"),
-        default="per-read",
-        help="one write per destination per read (default), or one per message",
-    )
-    args = parser.parse_args(argv)
-    host, port = args.listen
-    try:
-        asyncio.run(serve(host, port, args.writes == "per-message"))
-    except OSError as exc:
-        print(f"reference_router: cannot start: {exc}", file=sys.stderr)
-        return 1
-    return 0
+    def add_arguments(parser: argparse.ArgumentParser) -> None:
+        parser.add_argument(
+            "--writes",
+            choices=("per-read", "per-message"),
+            default="per-read",
+            help="one write per destination per read (default), or one per message",
+        )
+
+    def run(args: argparse.Namespace) -> tuple[Router, Callable[[], Peer]]:
+        router = Router(args.writes == "per-message")
+        return router, lambda: Peer(router)
+
+    description = __doc__.splitlines()[0] if __doc__ else None
+    return yardstick.main("reference_router", description, run, argv, add_arguments)
 
 
 if __name__ == "__main__":

@@ -110,19 +110,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from router_soak.figures import analyse
-from router_soak.plot import plot
-from router_soak.processes import ROOT, TOPOLOGIES, SoakError, stop_routers
-from router_soak.report import BEGIN, END, replace_block, report_lines, write_block
-from router_soak.runs import Settings, Soak, owe_each_ping_once
+from scripts.benchdocs import ROBUSTNESS_DOC
+from scripts.router_soak.figures import analyse
+from scripts.router_soak.plot import plot
+from scripts.router_soak.processes import TOPOLOGIES, SoakError, stop_routers
+from scripts.router_soak.report import BEGIN, END, replace_block, report_lines, write_block
+from scripts.router_soak.runs import Settings, Soak, owe_each_ping_once
 
 __all__ = ["BEGIN", "END", "Settings", "owe_each_ping_once", "replace_block", "write_block"]
-
-
-DOC = ROOT / "docs" / "robustness.md"
 
 
 class Formatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
@@ -177,7 +172,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--max-loss", type=float, default=defaults.max_loss, help="largest share not arrived, %%"
     )
     parser.add_argument(
-        "--output", type=Path, default=DOC, help="Markdown file whose soak block is replaced"
+        "--output",
+        type=Path,
+        default=ROBUSTNESS_DOC,
+        help="Markdown file whose soak block is replaced",
     )
     parser.add_argument(
         "--plot", type=Path, default=None, help="plot file (default: soak.png beside --output)"

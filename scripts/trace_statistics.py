@@ -40,9 +40,9 @@ import matplotlib
 matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt
-from benchdocs import machine, replace_section, save_figure
 
 from protocol.constants import HEADER_SIZE, MessageType
+from scripts.benchdocs import EXPERIMENTS_DOC, FIGURES, machine, replace_section, save_figure
 from traffic_models.arrivals import Poisson
 from traffic_models.generator import TrafficGenerator
 from traffic_models.mix import type_label
@@ -54,9 +54,6 @@ from traffic_models.trace_model import (
     dispersion,
 )
 
-ROOT = Path(__file__).resolve().parent.parent
-DOC = ROOT / "docs" / "experiments.md"
-FIGURES = ROOT / "docs" / "figures"
 INTERVAL = 600
 """Seconds per interval of the Fig. 13-like series (ten minutes)."""
 WIDTHS = (1, 10, 60, 600, 3600)
@@ -349,9 +346,9 @@ def main(argv: list[str] | None = None) -> int:
                 "",
                 *table,
             ],
-            path=DOC,
+            path=EXPERIMENTS_DOC,
         )
-        print(DOC)
+        print(EXPERIMENTS_DOC)
     return 0
 
 

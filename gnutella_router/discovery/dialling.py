@@ -26,29 +26,48 @@ from __future__ import annotations
 import heapq
 import random
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol, TypeVar
 
 from gnutella_router.discovery.ranges import address_group
 
-if TYPE_CHECKING:
-    from gnutella_router.discovery.host_cache import HostRecord
+__all__ = ["Dialable", "choose"]
 
-__all__ = ["choose"]
+
+class Dialable(Protocol):
+    """What the choice reads of a cached host (the host cache's ``HostRecord``)."""
+
+    @property
+    def host(self) -> str: ...
+
+    @property
+    def port(self) -> int: ...
+
+    @property
+    def teller(self) -> str: ...
+
+    @property
+    def limited(self) -> bool: ...
+
+    @property
+    def last_connected(self) -> float | None: ...
+
+
+Record = TypeVar("Record", bound=Dialable)
 
 
 def choose(
-    records: Iterable[HostRecord],
+    records: Iterable[Record],
     busy: set[str],
     limit: int,
     rng: random.Random,
-    promise: Callable[[HostRecord], Any],
+    promise: Callable[[Record], Any],
 ) -> list[tuple[str, int]]:
     """Up to ``limit`` of ``records`` to dial now; see the module docstring.
 
     ``promise`` sorts the most promising first (the host cache's ranking).
     """
-    first: list[HostRecord] = []
-    by_teller: dict[str, list[HostRecord]] = {}
+    first: list[Record] = []
+    by_teller: dict[str, list[Record]] = {}
     for record in records:
         if not record.limited or record.last_connected is not None:
             first.append(record)
@@ -58,7 +77,7 @@ def choose(
     hosts_chosen = set(busy)
     groups_chosen: set[str] = set()
 
-    def take(record: HostRecord, *, diverse: bool) -> bool:
+    def take(record: Record, *, diverse: bool) -> bool:
         if record.limited:
             group = address_group(record.host)
             if record.host in hosts_chosen or (diverse and group in groups_chosen):

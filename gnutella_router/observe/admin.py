@@ -47,38 +47,49 @@ Access, in this order (see :class:`~gnutella_router.config.AdminConfig`):
    otherwise), so that a Prometheus scraper and a health check, which have no secret
    to send, keep working when a token is set for control. POSTs always need the token.
 
-The SIGUSR1 dump is here too: :func:`write_dump_file` writes the full dump plus the trio
-task tree to ``state_dir/dump-YYYYmmdd-HHMMSS.json`` (UTC), made in slices the same way.
+The SIGUSR1 dump, made in slices the same way, is written to a file by
+:func:`~gnutella_router.observe.dump_files.write_dump_file`. The HTTP side (replies,
+strict parameters, h11) is :mod:`.admin_http`.
 """
 
 from __future__ import annotations
 
 import collections
-import contextlib
 import dataclasses
 import hmac
 import http
-import json
 import math
-import os
-import time
-import urllib.parse
 from collections.abc import Callable, Sequence
-from pathlib import Path
 
 import h11
 import trio
 
-from gnutella_router import __version__
 from gnutella_router.addresses import is_loopback_host
 from gnutella_router.net.connection import format_address
 from gnutella_router.net.http_head import read_request_head
 from gnutella_router.net.listening import open_listeners
+from gnutella_router.net.streams import sockname
 from gnutella_router.observe.admin_control import (
     CONTROL_ENDPOINTS,
     MAX_BODY_BYTES,
     ControlError,
     handle_control,
+)
+from gnutella_router.observe.admin_http import (
+    MAX_ROUTE_LIMIT,
+    BadRequest,
+    Reply,
+    StreamedReply,
+    allow_params,
+    encode_response,
+    json_reply,
+    offset_param,
+    parse_guid,
+    parse_target,
+    raw_response,
+    read_body,
+    route_limit,
+    streamed_headers,
 )
 from gnutella_router.observe.dump_stream import (
     JsonDocument,
@@ -88,17 +99,13 @@ from gnutella_router.observe.dump_stream import (
     write_json,
 )
 from gnutella_router.observe.dumps import (
-    DEFAULT_ROUTE_LIMIT,
     ROUTE_TABLES,
-    add_source_lines,
-    count_tasks,
     dump_connections,
     dump_qrp,
     dump_stages,
     dump_stats,
     node_identity,
     snapshot_routes,
-    task_tree,
 )
 from gnutella_router.observe.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from gnutella_router.observe.metrics import metrics_registry, render_metrics
@@ -114,8 +121,6 @@ __all__ = [
     "Reply",
     "StreamedReply",
     "serve_admin",
-    "write_dump_file",
-    "write_dump_logged",
 ]
 
 MAX_HEAD_BYTES = 8192
@@ -127,12 +132,6 @@ MAX_CONNECTIONS = 16
 """Admin connections served at once; more are answered 503 and closed."""
 MAX_PER_ADDRESS = 4
 """Admin connections one client address may hold at once; more are answered 503."""
-MAX_ROUTE_LIMIT = 100_000
-"""Largest ``limit`` accepted: route entries shown per table."""
-READ_SIZE = 4096
-JSON_TYPE = "application/json"
-FILE_CHUNK_BYTES = 1 << 20
-"""Text handed to the worker thread that writes a dump file, per write."""
 
 ENDPOINTS = {
     "/routes": "route tables; ?table=ping|query|push &guid=HEX &limit=N &offset=N",
@@ -150,31 +149,6 @@ ENDPOINTS = {
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class Reply:
-    """A response to send: status, body and its content type, extra headers."""
-
-    status: int
-    body: bytes
-    content_type: str = JSON_TYPE
-    headers: tuple[tuple[str, str], ...] = ()
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class StreamedReply:
-    """A 200 whose JSON body is written as it is made (chunked), for the route dumps.
-
-    ``document`` takes the snapshot the body shows: it is called on the trio thread
-    when the response is about to be sent, once no other streamed response is being
-    made (one at a time bounds the memory the snapshots hold). See
-    :mod:`.dump_stream`.
-    """
-
-    document: Callable[[], JsonDocument]
-    status: int = 200
-    content_type: str = JSON_TYPE
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
 class AdminStatistics:
     listening: tuple[str, ...]
     active: int
@@ -183,20 +157,6 @@ class AdminStatistics:
     """Requests answered, by status code."""
     refused: dict[str, int]
     """Connections dropped before a response: ``busy``, ``timeout``, ``io``."""
-
-
-class BadRequest(Exception):
-    """A request the admin interface cannot answer; the message says why."""
-
-    def __init__(self, status: int, message: str, headers: Sequence[tuple[str, str]] = ()):
-        super().__init__(message)
-        self.status = status
-        self.headers = tuple(headers)
-
-
-def _json(status: int, payload: object, headers: Sequence[tuple[str, str]] = ()) -> Reply:
-    body = json.dumps(payload, allow_nan=False, separators=(",", ":")).encode() + b"\n"
-    return Reply(status, body, JSON_TYPE, tuple(headers))
 
 
 class AdminServer:
@@ -259,7 +219,7 @@ class AdminServer:
         host, port = self.address
         listeners = await open_listeners(host, port, role="the admin interface, admin.listen")
         try:
-            self.listen_addresses = [_sockname(lst.socket.getsockname()) for lst in listeners]
+            self.listen_addresses = [sockname(lst.socket.getsockname()) for lst in listeners]
             async with trio.open_nursery() as nursery:
                 for listener in listeners:
                     nursery.start_soon(self._accept_loop, listener, nursery)
@@ -282,7 +242,7 @@ class AdminServer:
 
     async def _handle(self, stream: trio.SocketStream) -> None:
         try:
-            address = _sockname(stream.socket.getpeername())[0]
+            address = sockname(stream.socket.getpeername())[0]
         except OSError:
             address = ""
         try:
@@ -296,9 +256,9 @@ class AdminServer:
                 full = False
             if full or self._by_address[address] >= MAX_PER_ADDRESS:
                 self.refused["busy"] += 1
-                reply = _json(503, {"error": "too many admin connections; try again"})
+                reply = json_reply(503, {"error": "too many admin connections; try again"})
                 with trio.move_on_after(1.0):
-                    await stream.send_all(_raw_response(reply))
+                    await stream.send_all(raw_response(reply))
                 return
             self.active += 1
             self._by_address[address] += 1
@@ -330,13 +290,13 @@ class AdminServer:
     ) -> tuple[h11.Connection, StreamedReply] | None:
         """Read the request and answer it, unless the answer is to be streamed: then
         return it, to be sent outside the deadline for the whole exchange."""
-        peer = _sockname(stream.socket.getpeername())
+        peer = sockname(stream.socket.getpeername())
         conn = h11.Connection(h11.SERVER, max_incomplete_event_size=self.max_head_bytes)
         try:
             request = await read_request_head(stream, conn, self.max_head_bytes)
             self._reading_heads.pop(serial, None)  # its head is in: its slot is its own
         except h11.RemoteProtocolError as exc:
-            reply = _json(exc.error_status_hint, {"error": f"bad request: {exc}"})
+            reply = json_reply(exc.error_status_hint, {"error": f"bad request: {exc}"})
         else:
             if request is None:
                 return None
@@ -350,7 +310,7 @@ class AdminServer:
                     return conn, answer
                 reply = answer
         self.requests[str(reply.status)] += 1
-        await stream.send_all(_encode_response(conn, reply))
+        await stream.send_all(encode_response(conn, reply))
         return None
 
     async def _stream(
@@ -364,9 +324,9 @@ class AdminServer:
             await self._streaming.acquire()
             acquired = True
         if not acquired:
-            busy = _json(503, {"error": "another dump is being sent; try again"})
+            busy = json_reply(503, {"error": "another dump is being sent; try again"})
             self.requests["503"] += 1
-            await self._send(stream, _encode_response(conn, busy))
+            await self._send(stream, encode_response(conn, busy))
             return
         try:
             await self._send_streamed(stream, conn, reply)
@@ -380,14 +340,14 @@ class AdminServer:
             document = reply.document()  # the snapshot: one instant, on the trio thread
         except Exception:
             self.log.exception("admin request failed")
-            failed = _json(500, {"error": "internal error; see the daemon's log"})
+            failed = json_reply(500, {"error": "internal error; see the daemon's log"})
             self.requests["500"] += 1
-            await self._send(stream, _encode_response(conn, failed))
+            await self._send(stream, encode_response(conn, failed))
             return
         self.requests[str(reply.status)] += 1
         head = h11.Response(
             status_code=reply.status,
-            headers=_streamed_headers(reply),
+            headers=streamed_headers(reply),
             reason=http.HTTPStatus(reply.status).phrase.encode("ascii"),
         )
         await self._send(stream, conn.send(head))
@@ -454,7 +414,7 @@ class AdminServer:
             peer_host: the address the request came from.
         """
         try:
-            path, params = _parse_target(target)
+            path, params = parse_target(target)
             name = path.rstrip("/") or "/"
             self._check_access(headers, peer_host, open_page=name in self.open_pages)
             if method != "GET":
@@ -469,10 +429,10 @@ class AdminServer:
                 self.log.warning(
                     "admin request refused", status=exc.status, peer=peer_host, reason=str(exc)
                 )
-            return _json(exc.status, {"error": str(exc)}, exc.headers)
+            return json_reply(exc.status, {"error": str(exc)}, exc.headers)
         except Exception:
             self.log.exception("admin request failed", target=target[:200])
-            return _json(500, {"error": "internal error; see the daemon's log"})
+            return json_reply(500, {"error": "internal error; see the daemon's log"})
 
     async def _post(
         self,
@@ -493,22 +453,22 @@ class AdminServer:
                     "router's configuration",
                 )
             self._check_access(headers, peer[0])
-            body = await _read_body(stream, conn, MAX_BODY_BYTES)
-            path, params = _parse_target(target)
-            _allow(params)
+            body = await read_body(stream, conn, MAX_BODY_BYTES)
+            path, params = parse_target(target)
+            allow_params(params)
             answer = await handle_control(self.control, path.rstrip("/"), body)
         except BadRequest as exc:
             if exc.status in (401, 403):
                 self.log.warning(
                     "admin request refused", status=exc.status, peer=peer[0], reason=str(exc)
                 )
-            return _json(exc.status, {"error": str(exc)}, exc.headers)
+            return json_reply(exc.status, {"error": str(exc)}, exc.headers)
         except ControlError as exc:
-            return _json(exc.status, {"error": str(exc)})
+            return json_reply(exc.status, {"error": str(exc)})
         except h11.RemoteProtocolError as exc:
-            return _json(exc.error_status_hint, {"error": f"bad request: {exc}"})
+            return json_reply(exc.error_status_hint, {"error": f"bad request: {exc}"})
         self.log.info("control request", path=target[:100], peer=peer[0], answer=answer)
-        return _json(200, answer)
+        return json_reply(200, answer)
 
     def _check_access(
         self, headers: Sequence[tuple[bytes, bytes]], peer_host: str, *, open_page: bool = False
@@ -535,16 +495,16 @@ class AdminServer:
     # ------------------------------------------------------------------ pages
 
     def _index(self, params: dict[str, str]) -> Reply:
-        _allow(params)
-        return _json(200, {"endpoints": ENDPOINTS})
+        allow_params(params)
+        return json_reply(200, {"endpoints": ENDPOINTS})
 
     def _routes_page(self, params: dict[str, str]) -> StreamedReply:
-        _allow(params, "table", "guid", "limit", "offset")
+        allow_params(params, "table", "guid", "limit", "offset")
         table = params.get("table") or None
         if table is not None and table not in ROUTE_TABLES:
             raise BadRequest(400, f"table={table!r}: expected one of {', '.join(ROUTE_TABLES)}")
-        guid = _guid(params["guid"]) if params.get("guid") else None
-        limit, offset = _limit(params), _offset(params)
+        guid = parse_guid(params["guid"]) if params.get("guid") else None
+        limit, offset = route_limit(params), offset_param(params)
 
         def document() -> JsonDocument:
             snapshot = snapshot_routes(
@@ -555,29 +515,29 @@ class AdminServer:
         return StreamedReply(document)
 
     def _connections_page(self, params: dict[str, str]) -> Reply:
-        _allow(params)
-        return _json(200, dump_connections(self.daemon))
+        allow_params(params)
+        return json_reply(200, dump_connections(self.daemon))
 
     def _qrp_page(self, params: dict[str, str]) -> Reply:
-        _allow(params, "keyword")
+        allow_params(params, "keyword")
         keyword = params.get("keyword")
         if keyword is not None and not 0 < len(keyword) <= 200:
             raise BadRequest(400, "keyword: expected 1 to 200 characters")
-        return _json(200, dump_qrp(self.daemon, keyword=keyword))
+        return json_reply(200, dump_qrp(self.daemon, keyword=keyword))
 
     def _stages_page(self, params: dict[str, str]) -> Reply:
-        _allow(params)
-        return _json(200, dump_stages(self.daemon))
+        allow_params(params)
+        return json_reply(200, dump_stages(self.daemon))
 
     def _stats_page(self, params: dict[str, str]) -> Reply:
-        _allow(params)
-        return _json(200, dump_stats(self.daemon))
+        allow_params(params)
+        return json_reply(200, dump_stats(self.daemon))
 
     def _holds_page(self, params: dict[str, str]) -> Reply:
-        _allow(params)
+        allow_params(params)
         holds = self.daemon.server.holds
         now = trio.current_time()
-        return _json(
+        return json_reply(
             200,
             {
                 "offline": holds.offline,
@@ -595,17 +555,17 @@ class AdminServer:
         )
 
     def _dump_page(self, params: dict[str, str]) -> StreamedReply:
-        _allow(params, "limit")
-        limit = _limit(params)
+        allow_params(params, "limit")
+        limit = route_limit(params)
         return StreamedReply(lambda: full_dump_document(self.daemon, limit=limit))
 
     def _metrics_page(self, params: dict[str, str]) -> Reply:
-        _allow(params)
+        allow_params(params)
         return Reply(200, render_metrics(self.registry), METRICS_CONTENT_TYPE)
 
     def _profile_page(self, params: dict[str, str]) -> Reply:
         """The profiler's ring of samples, on request (it is also written at shutdown)."""
-        _allow(params, "format")
+        allow_params(params, "format")
         profiler = self.daemon.profiler
         if profiler is None:
             raise BadRequest(
@@ -619,9 +579,9 @@ class AdminServer:
         return Reply(200, profiler.to_json().encode() + b"\n")
 
     def _health_page(self, params: dict[str, str]) -> Reply:
-        _allow(params)
+        allow_params(params)
         node = node_identity(self.daemon)
-        return _json(
+        return json_reply(
             200,
             {
                 "status": "ok",
@@ -638,123 +598,6 @@ class AdminServer:
             requests=dict(self.requests),
             refused=dict(self.refused),
         )
-
-
-# --- request parsing -------------------------------------------------------------------
-
-
-async def _read_body(stream: trio.SocketStream, conn: h11.Connection, limit: int) -> bytes:
-    """The request body, at most ``limit`` bytes (413 beyond)."""
-    body = bytearray()
-    while True:
-        event = conn.next_event()
-        if event is h11.NEED_DATA:
-            conn.receive_data(bytes(await stream.receive_some(READ_SIZE)))
-            continue
-        if isinstance(event, h11.Data):
-            body += event.data
-            if len(body) > limit:
-                raise BadRequest(413, f"the body is over {limit} bytes")
-            continue
-        if isinstance(event, h11.EndOfMessage):
-            return bytes(body)
-        raise BadRequest(400, "the request ended before its body")
-
-
-def _parse_target(target: str) -> tuple[str, dict[str, str]]:
-    parts = urllib.parse.urlsplit(target)
-    params: dict[str, str] = {}
-    try:
-        pairs = urllib.parse.parse_qsl(parts.query, keep_blank_values=True, max_num_fields=16)
-    except ValueError:
-        raise BadRequest(400, "too many query parameters") from None
-    for name, value in pairs:
-        if name in params:
-            raise BadRequest(400, f"{name} is given twice")
-        params[name] = value
-    return urllib.parse.unquote(parts.path) or "/", params
-
-
-def _allow(params: dict[str, str], *names: str) -> None:
-    unknown = sorted(set(params) - set(names))
-    if unknown:
-        allowed = ", ".join(names) if names else "none"
-        raise BadRequest(400, f"unknown parameter {unknown[0]!r}; this page takes {allowed}")
-
-
-def _limit(params: dict[str, str]) -> int:
-    text = params.get("limit")
-    if text is None or text == "":
-        return DEFAULT_ROUTE_LIMIT
-    if not (text.isascii() and text.isdigit() and len(text) <= 7) or int(text) > MAX_ROUTE_LIMIT:
-        raise BadRequest(
-            400, f"limit={text[:20]!r}: expected a whole number from 0 to {MAX_ROUTE_LIMIT}"
-        )
-    return int(text)
-
-
-def _offset(params: dict[str, str]) -> int:
-    text = params.get("offset")
-    if text is None or text == "":
-        return 0
-    if not (text.isascii() and text.isdigit() and len(text) <= 9):
-        raise BadRequest(400, f"offset={text[:20]!r}: expected a whole number, 0 or more")
-    return int(text)
-
-
-def _guid(text: str) -> bytes:
-    try:
-        guid = bytes.fromhex(text)
-    except ValueError:
-        guid = b""
-    if len(guid) != 16:
-        raise BadRequest(400, f"guid={text[:64]!r}: expected 32 hex digits")
-    return guid
-
-
-# --- responses -------------------------------------------------------------------------
-
-
-def _response_headers(reply: Reply) -> list[tuple[str, str]]:
-    return [
-        ("content-type", reply.content_type),
-        ("content-length", str(len(reply.body))),
-        ("cache-control", "no-store"),
-        ("connection", "close"),
-        ("server", f"gnutella-router/{__version__}"),
-        *reply.headers,
-    ]
-
-
-def _streamed_headers(reply: StreamedReply) -> list[tuple[str, str]]:
-    """As :func:`_response_headers`, without a length: h11 sends the body chunked (to
-    an HTTP/1.0 client, until the connection closes)."""
-    return [
-        ("content-type", reply.content_type),
-        ("cache-control", "no-store"),
-        ("connection", "close"),
-        ("server", f"gnutella-router/{__version__}"),
-    ]
-
-
-def _encode_response(conn: h11.Connection, reply: Reply) -> bytes:
-    reason = http.HTTPStatus(reply.status).phrase.encode("ascii")
-    head = conn.send(
-        h11.Response(status_code=reply.status, headers=_response_headers(reply), reason=reason)
-    )
-    body = conn.send(h11.Data(data=reply.body))
-    end = conn.send(h11.EndOfMessage())
-    return (head or b"") + (body or b"") + (end or b"")
-
-
-def _raw_response(reply: Reply) -> bytes:
-    """A response written without reading the request (the 503 for a full house)."""
-    return _encode_response(h11.Connection(h11.SERVER), reply)
-
-
-def _sockname(address: object) -> tuple[str, int]:
-    assert isinstance(address, tuple)
-    return str(address[0]), int(address[1])
 
 
 # --- the daemon's side ---------------------------------------------------------------
@@ -774,59 +617,3 @@ async def serve_admin(
     server = AdminServer(daemon, control=daemon)
     daemon.registry.register("admin", server)
     await server.serve(task_status=task_status)
-
-
-async def write_dump_file(daemon: RouterView, directory: Path | None = None) -> Path:
-    """Write the full dump and the trio task tree to ``dump-YYYYmmdd-HHMMSS.json``.
-
-    The dump is taken on the trio thread (one instant, every route entry); its text is
-    made there too, in slices between which the router runs (see :mod:`.dump_stream`),
-    and written by a worker thread a chunk at a time, as are the source lines read and
-    the directory made. The file goes in ``directory`` (the daemon's state directory by
-    default), is written under a temporary name and renamed, and gets ``-2``, ``-3``...
-    when a dump of the same second exists.
-
-    Returns:
-        The file written, as an absolute path.
-
-    Raises:
-        OSError: the directory or file cannot be written.
-    """
-    tree = task_tree()
-    extra: dict[str, object] = {"tasks": tree, "task_count": count_tasks(tree)}
-    document = full_dump_document(daemon, limit=None, extra=extra)  # every route
-    target = Path(directory) if directory is not None else daemon.config.state_path
-    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
-
-    def prepare() -> Path:
-        add_source_lines(tree)
-        target.mkdir(parents=True, exist_ok=True)
-        for attempt in range(1, 1000):
-            suffix = "" if attempt == 1 else f"-{attempt}"
-            path = (target / f"dump-{stamp}{suffix}.json").absolute()
-            if not path.exists():
-                break
-        return path
-
-    path = await trio.to_thread.run_sync(prepare)
-    temporary = path.with_name(path.name + ".tmp")
-    try:
-        async with await trio.open_file(temporary, "wb") as file:
-            await write_json(document, JsonStyle.INDENTED, file.write, chunk_bytes=FILE_CHUNK_BYTES)
-        await trio.to_thread.run_sync(os.replace, temporary, path)
-    finally:
-        with trio.CancelScope(shield=True), contextlib.suppress(OSError):
-            await trio.to_thread.run_sync(lambda: temporary.unlink(missing_ok=True))
-    return path
-
-
-async def write_dump_logged(daemon: RouterView) -> Path | None:
-    """:func:`write_dump_file`, logging where it went or why it could not be written."""
-    log = daemon.log.bind(stage="admin")
-    try:
-        path = await write_dump_file(daemon)
-    except OSError as exc:
-        log.error("dump not written", error=str(exc))
-        return None
-    log.info("dump written", path=str(path))
-    return path

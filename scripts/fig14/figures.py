@@ -12,10 +12,10 @@ import matplotlib
 matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt
-from benchdocs import save_figure
 from matplotlib.ticker import MaxNLocator
 
-from fig14.runs import COMPARED
+from scripts.benchdocs import save_figure
+from scripts.fig14.runs import COMPARED
 
 
 def plot_latency(results: list[dict[str, Any]], governor: bool, path: Path) -> Path:

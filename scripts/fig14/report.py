@@ -10,9 +10,8 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from benchdocs import machine, replace_section
-
-from fig14.runs import COMPARED, DEFAULT_SIZING, DOC
+from scripts.benchdocs import EXPERIMENTS_DOC, machine, replace_section
+from scripts.fig14.runs import COMPARED, DEFAULT_SIZING
 
 
 def ms(entry: dict[str, float] | None) -> str:
@@ -125,7 +124,7 @@ def write_docs(results: list[dict[str, Any]], args: argparse.Namespace, figures:
         "",
         *(f"- {'met' if ok else 'MISSED'}: {text}" for ok, text in floors(results)),
     ]
-    replace_section("fig14", lines, path=DOC)
+    replace_section("fig14", lines, path=EXPERIMENTS_DOC)
 
 
 def median_of(values: list[float | None]) -> float | None:
@@ -194,4 +193,4 @@ def write_comparison(results: list[dict[str, Any]], args: argparse.Namespace, ra
         "",
         *comparison_table(results),
     ]
-    replace_section("fig14-governor", lines, path=DOC)
+    replace_section("fig14-governor", lines, path=EXPERIMENTS_DOC)

@@ -2,7 +2,8 @@
 configuration, the load client against it, and what is read back (latencies, the
 governor's samples, the profiler's export, drops, peak RSS); the configurations the
 governor's rules are compared in. The other experiment scripts start their routers
-with :func:`launch_router` and :func:`stop_router` from here too."""
+with :func:`experiment_router` and keep their exports with :func:`kept_profile` from
+here too."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import json
 import os
 import shutil
 import statistics
-import subprocess
+from contextlib import AbstractContextManager as ContextManager
 from pathlib import Path
 from typing import Any
 
@@ -18,26 +19,18 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-import fig14_bursts
 import trio
-from router_bench.processes import free_port
 
-from gnutella_router.lab.testnet.process import (
-    RouterProcessError,
-    start_router_process,
-    stop_router_process,
-)
 from gnutella_router.lab.traffic.load import LoadRun, LoadSettings
 from gnutella_router.observe.profiler import read_peak_rss_bytes
 from protocol.constants import MessageType
 from protocol.framing import Frame
+from scripts.fig14 import bursts
+from scripts.runner import Router, RunError, router_started
 from traffic_models.generator import TrafficGenerator
 from traffic_models.latency import LatencyBook, LatencySummary, read_stamp
 from traffic_models.mix import PAPER_MIX
 
-ROOT = Path(__file__).resolve().parents[2]
-DOC = ROOT / "docs" / "experiments.md"
-FIGURES = ROOT / "docs" / "figures"
 QUICK_DURATION = 30.0
 QUICK_WARMUP = 15.0
 """At 1000 msgs/s the governor makes its last addition about 8 s in and the backlog it
@@ -49,8 +42,8 @@ RATES = (100, 200, 400, 1000)
 BROADCAST = (MessageType.PING, MessageType.QUERY)
 
 
-class ExperimentError(Exception):
-    pass
+ExperimentError = RunError
+"""An experiment could not be run: a router did not start, wrote no export ..."""
 
 
 class WholeRunLoad(LoadRun):
@@ -71,10 +64,8 @@ class WholeRunLoad(LoadRun):
                     self.whole.record("one-hop", frame.payload_type, arrived - due)
 
 
-def router_config(
-    path: Path, governor: bool, *, sizing: str = DEFAULT_SIZING, threads: int = 1
-) -> Path:
-    path.write_text(
+def router_config(governor: bool, *, sizing: str = DEFAULT_SIZING, threads: int = 1) -> str:
+    return (
         "[router]\n"
         f"query_delay_ms = {QUERY_DELAY_MS}\n"
         f"threads = {threads}\n\n"
@@ -85,41 +76,25 @@ def router_config(
         "enabled = true\n"
         "interval = 0.1\n"
     )
-    return path
 
 
-def start_router(
-    workdir: Path, governor: bool, *, sizing: str = DEFAULT_SIZING, threads: int = 1
-) -> tuple[subprocess.Popen[bytes], int, Path]:
-    port = free_port()
-    config = router_config(workdir / "router.toml", governor, sizing=sizing, threads=threads)
-    process, state = launch_router(workdir, config, port)
-    return process, port, state
+def experiment_router(workdir: Path, config: str, **options: Any) -> ContextManager[Router]:
+    """The experiments' router (:func:`scripts.runner.router_started`) for a ``with``
+    block: ``config`` in a fresh ``workdir``, a free loopback port, JSON log lines."""
+    if workdir.exists():
+        shutil.rmtree(workdir)
+    return router_started(workdir, config, arguments=("--log-format", "json"), **options)
 
 
-def launch_router(
-    workdir: Path, config: Path, port: int, *, also_wait_for: tuple[int, ...] = ()
-) -> tuple[subprocess.Popen[bytes], Path]:
-    """Start `gnutella-router run` with ``config`` on ``port``; return once it accepts
-    there (and on ``also_wait_for``, e.g. its admin port). Logs go to workdir/router.log."""
-    state = workdir / "state"
-    state.mkdir(parents=True)
-    arguments = ["--config", str(config), "--listen", f"127.0.0.1:{port}", "--log-format", "json"]
+def kept_profile(router: Router, out: Path, name: str) -> dict[str, Any]:
+    """The stopped router's profiler export, a copy kept as ``out/profile-NAME.json``;
+    :class:`ExperimentError` when it wrote none."""
     try:
-        router = start_router_process(
-            state,
-            arguments,
-            log_path=workdir / "router.log",
-            wait_for=(port, *also_wait_for),
-            cwd=ROOT,
-        )
-    except RouterProcessError as exc:
-        raise ExperimentError(str(exc)) from exc
-    return router.process, state
-
-
-def stop_router(process: subprocess.Popen[bytes]) -> int | None:
-    return stop_router_process(process)
+        profile = router.profile()
+    except RunError as exc:
+        raise ExperimentError(f"{name}: {exc}") from None
+    shutil.copy(router.state / "profile.json", out / f"profile-{name}.json")
+    return profile
 
 
 def summary(s: LatencySummary | None) -> dict[str, float] | None:
@@ -145,31 +120,22 @@ def one_run(
         name
         or f"{'' if arrivals == 'constant' else arrivals + '-'}{'on' if governor else 'off'}-{rate}"
     )
-    workdir = out / name
-    if workdir.exists():
-        shutil.rmtree(workdir)
-    workdir.mkdir(parents=True)
     load_before = os.getloadavg()[0]
-    process, port, state = start_router(workdir, governor, sizing=sizing, threads=threads)
-    try:
+    config = router_config(governor, sizing=sizing, threads=threads)
+    with experiment_router(out / name, config) as router:
         settings = LoadSettings(
-            target=("127.0.0.1", port), peers=4, injectors=1, duration=duration, warmup=warmup
+            target=router.address, peers=4, injectors=1, duration=duration, warmup=warmup
         )
         traffic = TrafficGenerator(
-            mix=PAPER_MIX, arrivals=fig14_bursts.arrival_process(arrivals, rate), seed=1
+            mix=PAPER_MIX, arrivals=bursts.arrival_process(arrivals, rate), seed=1
         )
         load = WholeRunLoad(settings, traffic)
         report = trio.run(load.run)
         load_after = os.getloadavg()[0]
-        peak_rss = read_peak_rss_bytes(process.pid)
-        alive = process.poll() is None
-    finally:
-        status = stop_router(process)
-    profile_path = state / "profile.json"
-    if not profile_path.exists():
-        raise ExperimentError(f"{name}: no profiler export (router exit status {status})")
-    profile = json.loads(profile_path.read_text())
-    shutil.copy(profile_path, out / f"profile-{name}.json")
+        peak_rss = read_peak_rss_bytes(router.pid)
+        alive = router.alive()
+    status = router.exit_status
+    profile = kept_profile(router, out, name)
     samples = profile["samples"]
     gov = profile.get("governor") or {"added": 0, "samples": []}
     additions = [s["at"] for s in gov["samples"] if s["action"] == "added"]

@@ -23,7 +23,12 @@ import trio
 
 from gnutella_router import __version__
 from gnutella_router.lab.traffic.load import ClientPeer, open_client_peer
-from live_gtk.network import (
+from protocol.codec import encode_message
+from protocol.constants import MessageType
+from protocol.errors import MalformedPayloadError
+from protocol.framing import FrameDecoder
+from protocol.messages import Message, Query, QueryHit, random_guid
+from scripts.live_gtk.network import (
     EXPECTED_DROPS,
     OTHER_WORDS,
     CheckFailed,
@@ -34,11 +39,6 @@ from live_gtk.network import (
     router_flags,
     router_peers,
 )
-from protocol.codec import encode_message
-from protocol.constants import MessageType
-from protocol.errors import MalformedPayloadError
-from protocol.framing import FrameDecoder
-from protocol.messages import Message, Query, QueryHit, random_guid
 
 LAST_HOP_DEADLINE = 90.0
 """Seconds an ultrapeer may wait for our leaves' table after the leaf's table came."""

@@ -3,9 +3,9 @@ always stopped, and what is read of them (the router's admin JSON, gtk-gnutella'
 and log).
 
 A gtk-gnutella node runs under its wrapper (``WRAPPER PORT DIR``, in the foreground,
-stopping the servent cleanly on SIGTERM), as its own user, in a folder of its own; the
-leaf's config is written before it starts, since the wrapper writes an ultrapeer's
-otherwise. gtk-gnutella's drop statistics are global, so the drops the router is to
+stopping the servent cleanly on SIGTERM), as its own user, in a folder of its own, with
+the configuration the wrapper writes (``GTK_GNUTELLA_MODE``: a leaf's or an
+ultrapeer's). gtk-gnutella's drop statistics are global, so the drops the router is to
 answer for are read from its log instead (``log_dropped_gnutella``), where each drop
 names the peer the message came from.
 """
@@ -26,6 +26,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from gnutella_router.lab.testnet.servent_stats import drop_counters
+
 ROOT = Path(__file__).resolve().parents[2]
 OTHER_WORDS = ("quokka", "interop", "live", "checked")
 """The shared file's name: gtkcheck, a random word, and these; searches name the random
@@ -36,42 +38,6 @@ ROUTER_AGENT = "gnutella-router/"
 EXPECTED_DROPS = {"Unusable Pong"}
 """gtk-gnutella's drop reasons for what the router sends that are loopback's doing: a
 pong for 127.0.0.1 is never usable to it (not routable), whoever sends it."""
-_LEAF_CONFIG = """\
-# loopback-only gtk-gnutella leaf (written by live_gtk_check.py)
-listen_port = {port}
-force_local_ip = TRUE
-forced_local_ip = "127.0.0.1"
-bind_to_forced_local_ip = TRUE
-force_local_ip6 = FALSE
-network_protocol = 4
-configured_peermode = 0
-current_peermode = 0
-allow_firewalled_ultra = TRUE
-is_firewalled = FALSE
-stop_host_get = TRUE
-enable_udp = FALSE
-enable_dht = FALSE
-enable_g2 = FALSE
-enable_upnp = FALSE
-enable_natpmp = FALSE
-enable_guess = FALSE
-enable_guess_client = FALSE
-send_oob_queries = FALSE
-process_oob_queries = FALSE
-proxy_oob_queries = FALSE
-prefer_compressed_gnet = FALSE
-tls_enforce = FALSE
-use_netmasks = FALSE
-online_mode = TRUE
-enable_local_socket = TRUE
-enable_shell = FALSE
-gnet_trace = 3
-node_debug = 0
-shared_dirs = "{share}"
-store_downloading_files_to = "{dir}/dl/incomplete"
-move_downloading_files_to = "{dir}/dl/complete"
-move_corrupted_files_to = "{dir}/dl/corrupt"
-"""
 
 
 class CheckFailed(Exception):
@@ -184,13 +150,6 @@ class Network:
         user = pwd.getpwnam(self.settings.user)
         share.mkdir(parents=True, exist_ok=True)
         os.chown(share, user.pw_uid, user.pw_gid)
-        if servent.role == "leaf":
-            servent.dir.mkdir(mode=0o700)
-            (servent.dir / "config_gnet").write_text(
-                _LEAF_CONFIG.format(port=servent.port, share=share, dir=servent.dir)
-            )
-            for path in (servent.dir, servent.dir / "config_gnet"):
-                os.chown(path, user.pw_uid, user.pw_gid)
         log = (self.settings.work / f"{servent.name}.wrapper.log").open("wb")
         servent.process = subprocess.Popen(
             [str(self.settings.wrapper), str(servent.port), str(servent.dir)],
@@ -201,6 +160,9 @@ class Network:
                 "SHARE": str(share),
                 "GTK_GNUTELLA_BINARY": str(self.settings.binary),
                 "GTK_GNUTELLA_USER": self.settings.user,
+                # The wrapper writes the servent's loopback-only configuration, a leaf's
+                # or an ultrapeer's: one configuration, written in one place.
+                "GTK_GNUTELLA_MODE": "leaf" if servent.role == "leaf" else "ultra",
             },
             start_new_session=True,
         )
@@ -268,13 +230,12 @@ class Network:
 
 
 def parse_drop_stats(text: str) -> dict[str, int]:
-    """``stats drop``'s lines ``reason count``, the nonzero ones."""
-    counts: dict[str, int] = {}
-    for line in text.splitlines():
-        parts = line.split()
-        if len(parts) == 2 and parts[1].isdigit() and int(parts[1]):
-            counts[parts[0]] = int(parts[1])
-    return counts
+    """``stats drop``'s counters (the test network's parser of them), the nonzero ones."""
+    try:
+        counters = drop_counters(text)
+    except ValueError:
+        return {}
+    return {reason: count for reason, count in counters.items() if count}
 
 
 _DROP_LINE = re.compile(r"DROP .* from (?P<peer>.*?): (?P<reason>[^:]+)$")

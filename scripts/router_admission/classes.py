@@ -21,23 +21,23 @@ from typing import Any
 
 import matplotlib
 
+from scripts import ROOT
+
 matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt
-from benchdocs import save_figure
-from fig14.runs import ROOT
 
-from router_admission.common import (
+from scripts.benchdocs import save_figure
+from scripts.fig14.runs import experiment_router, kept_profile
+from scripts.router_admission.common import (
     SeriesLoad,
     config_text,
     controller_series,
-    finish,
     median,
     ms,
     p90,
     run_load,
     shedding,
-    start,
     write_csv,
 )
 from traffic_models.arrivals import ConstantRate
@@ -66,11 +66,10 @@ def experiment_classes(args: argparse.Namespace, out: Path) -> dict[str, Any]:
     runs: dict[str, Any] = {}
     for label, (policy, extra) in POLICIES.items():
         name = "classes-" + policy
-        process, port, state = start(out / name, config_text(shedding(policy, extra), seeds=""))
-        try:
-            load, _ = run_load(port, ConstantRate(1000), duration, respond=True)
-        finally:
-            profile = finish(process, state, out, name)
+        config = config_text(shedding(policy, extra), seeds="")
+        with experiment_router(out / name, config) as router:
+            load, _ = run_load(router.port, ConstantRate(1000), duration, respond=True)
+        profile = kept_profile(router, out, name)
         seconds = int(duration)
         series = {kind: per_second(load, kind, seconds) for kind in ("query", "pong", "hit")}
         runs[label] = {
@@ -92,11 +91,10 @@ def experiment_floor(args: argparse.Namespace, out: Path) -> dict[str, Any]:
     one thread at 20 ms a query, the last 10 s timed."""
     duration = args.duration or 30.0
     mix = load_mix(ROOT / "traffic_models" / "mixes" / "queries-only.toml")
-    process, port, state = start(out / "floor", config_text(shedding("response-time"), seeds=""))
-    try:
-        load, _ = run_load(port, ConstantRate(200), duration, respond=False, mix=mix)
-    finally:
-        profile = finish(process, state, out, "floor")
+    config = config_text(shedding("response-time"), seeds="")
+    with experiment_router(out / "floor", config) as router:
+        load, _ = run_load(router.port, ConstantRate(200), duration, respond=False, mix=mix)
+    profile = kept_profile(router, out, "floor")
     last = range(max(0, int(duration) - 10), int(duration))
     latencies = [v for s in last for v in load.latencies.get(("query", s), [])]
     sinks = 3  # run_load's four peers, one injecting: every query is a copy at each sink

@@ -1,9 +1,9 @@
 """What the admission experiments share: one way to write a router's configuration,
-start it as a child process and stop it, and one load client that also counts each
-arrival by second.
+and one load client that also counts each arrival by second.
 
-Every router is ``gnutella-router run`` on a free loopback port (the helpers of
-``fig14/runs.py``) with the paper's bottleneck: ``router.threads = 1`` and, unless
+Every router is ``gnutella-router run`` on a free loopback port (started and stopped by
+``fig14/runs.py``'s :func:`~scripts.fig14.runs.experiment_router`) with the paper's
+bottleneck: ``router.threads = 1`` and, unless
 told otherwise, ``router.query_delay_ms = 20`` (about 50 queries/s of capacity); the
 governor off and the profiler sampling every 0.1 s, so that what the controller does is
 in its export. The load client runs in this process (one injector, three sinks) and
@@ -14,16 +14,11 @@ shows in the latencies rather than in the client's pace.
 from __future__ import annotations
 
 import csv
-import json
-import shutil
-import subprocess
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
 import trio
-from fig14.runs import ExperimentError, launch_router, stop_router
-from router_bench.processes import free_port
 
 from gnutella_router.lab.traffic.load import LoadRun, LoadSettings
 from protocol.constants import MessageType
@@ -69,30 +64,6 @@ def config_text(shedding_lines: str, *, delay: bool = True, seeds: str | None = 
     if seeds is not None:
         text += f"\n[catcher]\nmin_connections = {1 if seeds else 0}\nseeds = [{seeds}]\n"
     return text
-
-
-def start(workdir: Path, text: str) -> tuple[subprocess.Popen[bytes], int, Path]:
-    """A fresh ``workdir`` with ``text`` as router.toml, and the router running it on a
-    free port: (process, port, state directory)."""
-    if workdir.exists():
-        shutil.rmtree(workdir)
-    workdir.mkdir(parents=True)
-    (workdir / "router.toml").write_text(text)
-    port = free_port()
-    process, state = launch_router(workdir, workdir / "router.toml", port)
-    return process, port, state
-
-
-def finish(process: subprocess.Popen[bytes], state: Path, out: Path, name: str) -> dict[str, Any]:
-    """Stop the router (SIGTERM, which writes its profiler export), keep a copy of the
-    export as ``out/profile-NAME.json`` and return it."""
-    status = stop_router(process)
-    path = state / "profile.json"
-    if not path.exists():
-        raise ExperimentError(f"{name}: no profiler export (router exit status {status})")
-    shutil.copy(path, out / f"profile-{name}.json")
-    profile: dict[str, Any] = json.loads(path.read_text())
-    return profile
 
 
 class SeriesLoad(LoadRun):

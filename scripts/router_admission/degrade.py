@@ -11,7 +11,7 @@ queries each router receives (reach: a query that leaves r1 with TTL 1 stops at 
 from __future__ import annotations
 
 import argparse
-import subprocess
+import contextlib
 import time
 from pathlib import Path
 from typing import Any
@@ -21,17 +21,17 @@ import matplotlib
 matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt
-from benchdocs import save_figure
 
-from router_admission.common import (
+from scripts.benchdocs import save_figure
+from scripts.fig14.runs import experiment_router, kept_profile
+from scripts.router_admission.common import (
     config_text,
     controller_series,
-    finish,
     run_load,
     shedding,
-    start,
     write_csv,
 )
+from scripts.runner import Router
 from traffic_models.arrivals import ArrivalProcess, Schedule
 
 
@@ -50,24 +50,23 @@ def experiment_degrade(args: argparse.Namespace, out: Path) -> dict[str, Any]:
     runs: dict[str, Any] = {}
     for cut in (5, 0):
         label = f"degrade_ttl_by = {cut}"
-        chain: list[tuple[subprocess.Popen[bytes], int, Path, str]] = []
-        try:
+        chain: dict[str, Router] = {}
+        with contextlib.ExitStack() as stack:  # stopped r1 first, as they were started
             seeds = ""
             for hop in (3, 2):
                 name = f"degrade-{cut}-r{hop}"
                 text = config_text(shedding("backpressure"), delay=False, seeds=seeds)
-                process, port, state = start(out / name, text)
-                chain.append((process, port, state, name))
-                seeds = f'"127.0.0.1:{port}"'
+                router = stack.enter_context(experiment_router(out / name, text))
+                chain[name] = router
+                seeds = f'"127.0.0.1:{router.port}"'
             extra = "response_time_classes = true\n" + (f"degrade_ttl_by = {cut}\n" if cut else "")
             name = f"degrade-{cut}-r1"
             text = config_text(shedding("response-time", extra), seeds=seeds)
-            process, port, state = start(out / name, text)
-            chain.append((process, port, state, name))
+            router = stack.enter_context(experiment_router(out / name, text))
+            chain[name] = router
             time.sleep(3.0)  # the chain links up (each router dials its seed at once)
-            run_load(port, step_arrivals(100, 1000, at), duration, respond=False)
-        finally:
-            profiles = {n: finish(p, s, out, n) for p, _, s, n in reversed(chain)}
+            run_load(router.port, step_arrivals(100, 1000, at), duration, respond=False)
+        profiles = {n: kept_profile(r, out, n) for n, r in reversed(chain.items())}
         first = profiles[f"degrade-{cut}-r1"]
         runs[label] = {
             "cut": [(s["at"], s.get("ttl_cut") or 0) for s in first["samples"]],

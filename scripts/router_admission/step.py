@@ -25,22 +25,24 @@ from __future__ import annotations
 
 import argparse
 import csv
-import datetime
 import json
 from pathlib import Path
 from typing import Any
 
 import matplotlib
 
-from gnutella_router.run_folder import script_run
-
 matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt
-from benchdocs import machine, replace_section, save_figure
-from fig14.runs import DOC, FIGURES, summary
 
-from router_admission.common import TARGET_MS, config_text, finish, run_load, shedding, start
+from scripts.benchdocs import save_figure
+from scripts.fig14.runs import experiment_router, kept_profile, summary
+from scripts.router_admission.common import (
+    TARGET_MS,
+    config_text,
+    run_load,
+    shedding,
+)
 from traffic_models.arrival_text import parse_arrivals
 
 RUNS: tuple[tuple[str, str], ...] = (
@@ -54,17 +56,22 @@ RUNS: tuple[tuple[str, str], ...] = (
     ),
 )
 COLOURS = ("tab:grey", "tab:brown", "tab:blue", "tab:green", "tab:purple")
+STEP = {"low": 100.0, "high": 1000.0, "before": 15.0, "after": 35.0}
+"""The load step by default: msgs/s before and after it, seconds before and after it."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--low", type=float, default=100.0, help="msgs/s before the step")
-    parser.add_argument("--high", type=float, default=1000.0, help="msgs/s after it")
-    parser.add_argument("--before", type=float, default=15.0, help="seconds before the step")
-    parser.add_argument("--after", type=float, default=35.0, help="seconds after it (> 10)")
+    parser.add_argument("--low", type=float, default=STEP["low"], help="msgs/s before the step")
+    parser.add_argument("--high", type=float, default=STEP["high"], help="msgs/s after it")
+    parser.add_argument(
+        "--before", type=float, default=STEP["before"], help="seconds before the step"
+    )
+    parser.add_argument(
+        "--after", type=float, default=STEP["after"], help="seconds after it (> 10)"
+    )
     parser.add_argument(
         "--only", action="append", choices=[key for key, _ in RUNS], help="run only these"
     )
-    parser.add_argument("--from-results", type=Path, help="redraw from an earlier --out")
 
 
 def check_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
@@ -76,19 +83,17 @@ def check_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -
 
 def one_run(key: str, shedding_lines: str, args: argparse.Namespace, out: Path) -> dict[str, Any]:
     name = key.replace(" + ", "-")
-    process, port, state = start(out / name, config_text(shedding_lines))
     steps = f"steps:{args.before:g}s@{args.low:g},{args.after:g}s@{args.high:g}"
-    try:
+    with experiment_router(out / name, config_text(shedding_lines)) as router:
         _, report = run_load(
-            port,
+            router.port,
             parse_arrivals(steps, seed=1),
             args.before + args.after,
             respond=True,
             warmup=args.before + 10,
             drain=5.0,
         )
-    finally:
-        profile = finish(process, state, out, name)
+    profile = kept_profile(router, out, name)
     series = [
         {
             "at": s["at"],
@@ -162,7 +167,9 @@ def table(results: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
-def plot(results: list[dict[str, Any]], args: argparse.Namespace, figures: Path) -> list[Path]:
+def plot(results: list[dict[str, Any]], load: dict[str, Any], figures: Path) -> list[Path]:
+    """``admission-step.png`` and ``admission-rate.png`` in ``figures``; ``load``: the
+    step's ``low``, ``high`` and ``before``."""
     paths = []
     figure, (queue_axes, p90_axes) = plt.subplots(2, 1, figsize=(8, 6.5), sharex=True)
     for r, colour in zip(results, COLOURS, strict=False):
@@ -172,12 +179,12 @@ def plot(results: list[dict[str, Any]], args: argparse.Namespace, figures: Path)
         if p90:
             p90_axes.plot(*zip(*p90, strict=True), color=colour, label=r["key"])
     for axes in (queue_axes, p90_axes):
-        axes.axvline(args.before, color="black", linestyle=":", linewidth=1)
+        axes.axvline(load["before"], color="black", linestyle=":", linewidth=1)
         axes.grid(alpha=0.3)
     p90_axes.axhline(TARGET_MS, color="red", linestyle="--", linewidth=1, label="target")
     queue_axes.set_ylabel("router queue (events)")
     p90_axes.set_ylabel("controller's p90 (ms)")
-    p90_axes.set_xlabel(f"time (s); the load steps from {args.low:g} to {args.high:g} msgs/s")
+    p90_axes.set_xlabel(f"time (s); the load steps from {load['low']:g} to {load['high']:g} msgs/s")
     queue_axes.legend(fontsize=8)
     p90_axes.legend(fontsize=8)
     queue_axes.set_title("One thread, 20 ms a query, a load step: the router queue and p90")
@@ -196,56 +203,66 @@ def plot(results: list[dict[str, Any]], args: argparse.Namespace, figures: Path)
     cut_axes.set_ylabel("TTL cut (hops)")
     cut_axes.set_xlabel("time (s)")
     for axes in (rate_axes, cut_axes):
-        axes.axvline(args.before, color="black", linestyle=":", linewidth=1)
+        axes.axvline(load["before"], color="black", linestyle=":", linewidth=1)
         axes.grid(alpha=0.3)
-        axes.legend(fontsize=8)
+        if axes.get_legend_handles_labels()[0]:  # no TTL was cut: nothing to name
+            axes.legend(fontsize=8)
     rate_axes.set_title("The controller's admitted rate and the degradation it chose")
     paths.append(save_figure(figure, figures / "admission-rate.png", dpi=110))
     return paths
 
 
-def write_docs(results: list[dict[str, Any]], args: argparse.Namespace) -> None:
+def experiment_step(args: argparse.Namespace, out: Path) -> dict[str, Any]:
+    """Every policy of :data:`RUNS` (or those of ``--only``) through the step, in turn."""
+    results = []
+    for key, shedding_lines in RUNS:
+        if args.only and key not in args.only:
+            continue
+        result = one_run(key, shedding_lines, args, out)
+        print(
+            f"{key}: query {cell(result['query'])} ms, "
+            f"{result['queries_delivered_per_s']:.1f} queries/s, hits "
+            f"{cell(result['hit'])} ms, shed {result['shed']}",
+            flush=True,
+        )
+        results.append(result)
+    return {**{name: getattr(args, name) for name in STEP}, "runs": results}
+
+
+def earlier_step(out: Path, args: argparse.Namespace) -> dict[str, Any] | None:
+    """The result of a run written before the step's result had its own file (its runs
+    alone, in ``results.json``; the step as this invocation's flags say)."""
+    path = out / "results.json"
+    if not path.exists():
+        return None
+    return {**{name: getattr(args, name) for name in STEP}, "runs": json.loads(path.read_text())}
+
+
+def report_step(result: dict[str, Any], folder: Path) -> tuple[list[str], list[Path]]:
+    """The table, with the two figures drawn into ``folder`` and linked below it."""
+    runs = result["runs"]
+    paths = plot(runs, result, folder)
     lines = [
-        f"Measured {datetime.date.today().isoformat()} on {machine()}; "
-        f"`.venv/bin/python scripts/experiment_admission.py step --write` (one router per row, one "
-        f"after the other; the paper's mix at {args.low:g} msgs/s for {args.before:g} s, then "
-        f"{args.high:g} msgs/s for {args.after:g} s; `router.threads = 1`, "
-        "`router.query_delay_ms = 20`; sinks answer queries with hits). Latencies from "
-        f"each message's scheduled time, over the last {args.after - 10:g} s of overload.",
+        "One router per row, one after the other; the paper's mix at "
+        f"{result['low']:g} msgs/s for {result['before']:g} s, then {result['high']:g} "
+        f"msgs/s for {result['after']:g} s; `router.threads = 1`, "
+        "`router.query_delay_ms = 20`; sinks answer queries with hits. Latencies from "
+        f"each message's scheduled time, over the last {result['after'] - 10:g} s of overload.",
         "",
-        *table(results),
+        *table(runs),
         "",
         "![Router queue and the controller's p90 through the load step]"
         "(figures/admission-step.png)",
         "",
         "![The admitted query rate and the TTL cut](figures/admission-rate.png)",
     ]
-    replace_section("admission-step", lines, path=DOC)
+    return lines, paths
 
 
-def main(args: argparse.Namespace) -> int:
-    if args.from_results:
-        out = args.from_results
-        results = json.loads((out / "results.json").read_text())
-    else:
-        out = script_run("experiment-admission-step", args)
-        results = []
-        for key, shedding_lines in RUNS:
-            if args.only and key not in args.only:
-                continue
-            result = one_run(key, shedding_lines, args, out)
-            print(
-                f"{key}: query {cell(result['query'])} ms, "
-                f"{result['queries_delivered_per_s']:.1f} queries/s, hits "
-                f"{cell(result['hit'])} ms, shed {result['shed']}",
-                flush=True,
-            )
-            results.append(result)
-        (out / "results.json").write_text(json.dumps(results))
-    print("\n".join(table(results)))
-    for path in plot(results, args, FIGURES if args.write else out):
-        print(path)
-    if args.write:
-        write_docs(results, args)
-        print(DOC)
-    return 0
+def rerun_flags(args: argparse.Namespace) -> str:
+    """The flags of this run that differ from the defaults, for the rerun command."""
+    return "".join(
+        f" --{name} {getattr(args, name):g}"
+        for name, default in STEP.items()
+        if getattr(args, name) != default
+    )

@@ -9,17 +9,17 @@ import contextlib
 import zlib
 
 import trio
-from router_bench.peers import peer_headers
-from router_fuzz.wire import STREAM_ERRORS, Drain
 
 from protocol.codec import encode_message
 from protocol.constants import MessageType
 from protocol.header import encode_header
 from protocol.messages import Message, Ping, QueryHit, QueryHitResult, VendorMessage
-from router_attack.arena import Arena, Scenario, judge_offender, note_slots
-from router_attack.floods import caught_up, send_counted
-from router_attack.peers import knock, try_handshake
-from router_attack.settings import ATTACKER_SOURCE, CROWD_SOURCE, DRIPPER_SOURCE, Result
+from scripts.router_attack.arena import Arena, Scenario, judge_offender, note_slots
+from scripts.router_attack.floods import caught_up, send_counted
+from scripts.router_attack.peers import knock, try_handshake
+from scripts.router_attack.settings import ATTACKER_SOURCE, CROWD_SOURCE, DRIPPER_SOURCE, Result
+from scripts.router_bench.peers import peer_headers
+from scripts.router_fuzz.wire import STREAM_ERRORS, Drain
 
 # --- 4. one address after every slot; idle and half-sent connections -----------------
 

@@ -9,7 +9,11 @@ import statistics
 from collections.abc import Awaitable, Callable
 
 import trio
-from bench_dump_stall import (
+
+from protocol.messages import Message, Ping, Query
+from scripts.router_attack.arena import Arena, Scenario
+from scripts.router_attack.settings import ATTACKER_SOURCE, Result
+from scripts.router_bench.dumps import (
     LIMIT,
     Flooder,
     handshaken,
@@ -18,12 +22,8 @@ from bench_dump_stall import (
     sigusr1,
     table_sizes,
 )
-from router_bench.peers import BenchError
-from router_fuzz.wire import STREAM_ERRORS, RouterTarget, close_quietly, open_from
-
-from protocol.messages import Message, Ping, Query
-from router_attack.arena import Arena, Scenario
-from router_attack.settings import ATTACKER_SOURCE, Result
+from scripts.router_bench.peers import BenchError
+from scripts.router_fuzz.wire import STREAM_ERRORS, RouterTarget, close_quietly, open_from
 
 # --- 5. admin dumps during routing ---------------------------------------------------
 

@@ -27,15 +27,11 @@ from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 
 import trio
-from router_bench.peers import BenchError
-from router_fuzz.runs import leaf_exceptions
-from router_fuzz.wire import Drain, close_quietly
 
-from gnutella_router.lab.testnet.process import RouterProcessError
 from gnutella_router.observe.profiler import read_peak_rss_bytes, read_rss_bytes
 from protocol.errors import HandshakeError, RemoteProtocolError
-from router_attack.peers import HonestPeer, PendingQueries, Pinger, Refused, handshake
-from router_attack.settings import (
+from scripts.router_attack.peers import HonestPeer, PendingQueries, Pinger, Refused, handshake
+from scripts.router_attack.settings import (
     BASELINE_SECONDS,
     PENDING_QUERIES,
     SAMPLE_SECONDS,
@@ -44,7 +40,10 @@ from router_attack.settings import (
     Result,
     Settings,
 )
-from router_attack.target import Router, connections_from, delta, started, stats
+from scripts.router_attack.target import Router, connections_from, delta, started, stats
+from scripts.router_bench.peers import BenchError
+from scripts.router_fuzz.wire import Drain, close_quietly
+from scripts.runner import leaf_exceptions
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -147,12 +146,12 @@ def run_scenario(scenario: Scenario, settings: Settings, workdir: Path) -> Resul
             try:
                 trio.run(measure, scenario, router, settings, result)
             except BaseExceptionGroup as group:
-                leaves = list(leaf_exceptions(group))
+                leaves = leaf_exceptions(group)
                 for leaf in leaves:
                     if isinstance(leaf, KeyboardInterrupt):
                         raise leaf from None
                 raise leaves[0] from group
-    except (AttackError, BenchError, RouterProcessError, trio.TooSlowError) as exc:
+    except (AttackError, BenchError, trio.TooSlowError) as exc:
         text = (
             f"the scenario took longer than {settings.timeout:g} s"
             if isinstance(exc, trio.TooSlowError)

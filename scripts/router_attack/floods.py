@@ -9,16 +9,16 @@ import contextlib
 from collections.abc import Callable
 
 import trio
-from bench_dump_stall import messages
-from router_bench.peers import Blast, Wire, peer_headers
-from router_fuzz.wire import STREAM_ERRORS, Drain
 
 from protocol.codec import encode_message
 from protocol.messages import Message, Ping, Query
 from protocol.qrp import MAX_TABLE_SLOTS, QrpTable, table_messages
-from router_attack.arena import Arena, Scenario, judge_offender
-from router_attack.peers import HonestPeer, leaf_headers, try_handshake
-from router_attack.settings import ATTACKER_SOURCE, Result
+from scripts.router_attack.arena import Arena, Scenario, judge_offender
+from scripts.router_attack.peers import HonestPeer, leaf_headers, try_handshake
+from scripts.router_attack.settings import ATTACKER_SOURCE, Result
+from scripts.router_bench.dumps import messages
+from scripts.router_bench.peers import Blast, Wire, peer_headers
+from scripts.router_fuzz.wire import STREAM_ERRORS, Drain
 
 SEND_SLICE = 64 * 1024
 CATCH_UP_SECONDS = 30.0

@@ -12,8 +12,6 @@ import contextlib
 from collections.abc import Callable, Sequence
 
 import trio
-from router_bench.peers import GTK_LIKE_HEADERS, peer_headers
-from router_fuzz.wire import STREAM_ERRORS, RouterTarget, close_quietly, open_from, trailing_bye
 
 from gnutella_router.net.handshaking import next_handshake_event
 from protocol.codec import encode_message
@@ -22,12 +20,20 @@ from protocol.errors import HandshakeError, RemoteProtocolError
 from protocol.framing import Frame, FrameDecoder
 from protocol.handshake import HandshakeComplete, HandshakeRejected, HandshakeResponse, Initiator
 from protocol.messages import Message, Ping, Pong, Query, QueryHit, QueryHitResult, random_guid
-from router_attack.settings import (
+from scripts.router_attack.settings import (
     HANDSHAKE_TIMEOUT,
     HEARTBEAT_SECONDS,
     HIT_WAIT_SECONDS,
     HONEST_SOURCE,
     AttackError,
+)
+from scripts.router_bench.peers import GTK_LIKE_HEADERS, peer_headers
+from scripts.router_fuzz.wire import (
+    STREAM_ERRORS,
+    RouterTarget,
+    close_quietly,
+    open_from,
+    trailing_bye,
 )
 
 PING = MessageType.PING

@@ -4,13 +4,11 @@ section of docs/robustness.md."""
 from __future__ import annotations
 
 import datetime
-import subprocess
 from collections.abc import Sequence
 
-from benchdocs import machine, replace_section
-
-from router_attack.settings import DOC, ROOT, SECTION, STALL_FLOOR_MS, Floor, Result, Settings
-from router_attack.target import COMMON_CONFIG, config_text
+from scripts.benchdocs import ROBUSTNESS_DOC, commit, machine, replace_section
+from scripts.router_attack.settings import SECTION, STALL_FLOOR_MS, Floor, Result, Settings
+from scripts.router_attack.target import COMMON_CONFIG, config_text
 
 MIB = 1 << 20
 
@@ -83,16 +81,6 @@ def all_met(results: Sequence[Result], checked: dict[str, bool]) -> bool:
     return all(f.met is not False for r in results for f in floors(r, checked[r.key]))
 
 
-def head_commit() -> str:
-    def git(*args: str) -> str:
-        return subprocess.run(
-            ["git", *args], cwd=ROOT, capture_output=True, text=True, check=False
-        ).stdout.strip()
-
-    commit = git("rev-parse", "--short", "HEAD")
-    return commit + (" with uncommitted changes" if git("status", "--porcelain") else "")
-
-
 def _cell(met: bool | None, text: str) -> str:
     return text if met is not False else f"**{text}**"
 
@@ -132,7 +120,7 @@ def section(
     lines = [
         "## Hostile peers",
         "",
-        f"`scripts/attack_router.py`, {datetime.date.today().isoformat()}, at {head_commit()}, "
+        f"`scripts/attack_router.py`, {datetime.date.today().isoformat()}, at {commit()}, "
         f"on {machine()}; load average before the run {load:.2f}. Each scenario has a "
         "`gnutella-router run` process of its own on 127.0.0.1, on its defaults except the "
         "settings below and the scenario's own. Beside the attacker, three honest "
@@ -199,4 +187,4 @@ def section(
 def write(
     results: Sequence[Result], checked: dict[str, bool], settings: Settings, load: float
 ) -> str:
-    return str(replace_section(SECTION, section(results, checked, settings, load), DOC))
+    return str(replace_section(SECTION, section(results, checked, settings, load), ROBUSTNESS_DOC))

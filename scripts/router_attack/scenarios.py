@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from router_attack.abuse import DEFLATE_BOMB, LARGE_HITS_BYES, SLOT_HOG
-from router_attack.admin import ADMIN_DUMPS, SLOW_ADMIN
-from router_attack.arena import Scenario
-from router_attack.floods import (
+from scripts.router_attack.abuse import DEFLATE_BOMB, LARGE_HITS_BYES, SLOT_HOG
+from scripts.router_attack.admin import ADMIN_DUMPS, SLOW_ADMIN
+from scripts.router_attack.arena import Scenario
+from scripts.router_attack.floods import (
     DYNAMIC_QUERIES,
     GUID_SPRAY,
     GUID_SPRAY_UNLIMITED,

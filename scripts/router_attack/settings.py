@@ -5,10 +5,7 @@ floors, the run's settings and the figures one scenario fills in.
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-DOC = ROOT / "docs" / "robustness.md"
 SECTION = "attacks"
 
 HONEST_SOURCE = "127.0.0.1"
@@ -16,6 +13,8 @@ HONEST_SOURCE = "127.0.0.1"
 TRUSTED_NETWORKS = ("127.0.0.1/32",)
 """``network.trusted`` for every scenario. By default all of loopback is trusted (exempt
 from the per-address share, the query rate and bans by IP), so an attacker on loopback
+from scripts import ROOT
+from scripts.benchdocs import ROBUSTNESS_DOC
 would be judged as a crowd of hosts; narrowed, every other 127/8 address is one host."""
 ATTACKER_SOURCE = "127.0.0.2"
 CROWD_SOURCE = "127.0.0.3"

@@ -14,14 +14,13 @@ from pathlib import Path
 from typing import Any
 
 import trio
-from bench_dump_stall import http_get
-from fuzz_router import interrupts_deferred
-from router_bench.peers import BenchError
-from router_fuzz.router import error_lines, scan_log, stop_router
-from router_fuzz.wire import RouterTarget, free_ports
 
-from gnutella_router.lab.testnet.process import RouterProcess, start_router_process
-from router_attack.settings import ROOT, STATS_PATIENCE, TRUSTED_NETWORKS, AttackError
+from scripts import runner
+from scripts.router_attack.settings import STATS_PATIENCE, TRUSTED_NETWORKS, AttackError
+from scripts.router_bench.dumps import http_get
+from scripts.router_bench.peers import BenchError
+from scripts.router_fuzz.router import error_lines, scan_log
+from scripts.router_fuzz.wire import RouterTarget
 
 COMMON_CONFIG: Mapping[str, Mapping[str, object]] = {
     "network": {"trusted": list(TRUSTED_NETWORKS)},
@@ -66,19 +65,22 @@ def config_text(tables: Mapping[str, Mapping[str, object]]) -> str:
 class Router:
     """A router process started for one scenario (see :func:`started`)."""
 
-    def __init__(self, process: RouterProcess, port: int, admin_port: int, workdir: Path):
+    def __init__(self, process: runner.Router):
         self.process = process
         self.pid = process.pid
-        self.target = RouterTarget(("127.0.0.1", port), spread_sources=True)
-        self.address = ("127.0.0.1", port)
-        self.admin = ("127.0.0.1", admin_port)
-        self.state = workdir / "state"
-        self.log_path = workdir / "router.log"
-        self.exit_status: int | None = None
+        self.target = RouterTarget(process.address, spread_sources=True)
+        self.address = process.address
+        self.admin = process.admin
+        self.state = process.state
+        self.log_path = process.log_path
+
+    @property
+    def exit_status(self) -> int | None:
         """After the ``with`` block: the exit status on SIGTERM (None: it was killed)."""
+        return self.process.exit_status
 
     def alive(self) -> bool:
-        return self.process.process.poll() is None
+        return self.process.alive()
 
     def problems(self) -> list[str]:
         """Error lines and tracebacks in its log."""
@@ -93,27 +95,14 @@ class Router:
 def started(workdir: Path, scenario_config: Mapping[str, Mapping[str, object]]) -> Iterator[Router]:
     """A router on free loopback ports for the ``with`` block; stopped (SIGTERM, then
     SIGKILL) on every way out, an interrupt during its start included."""
-    port, admin_port = free_ports(2)
+    port, admin_port = runner.free_ports(2)
     tables = merged(
         COMMON_CONFIG, {"admin": {"listen": f"127.0.0.1:{admin_port}"}}, scenario_config
     )
-    config = workdir / "router.toml"
-    config.write_text(config_text(tables))
-    state = workdir / "state"
-    state.mkdir()
-    with interrupts_deferred():
-        process = start_router_process(
-            state,
-            ["--config", str(config), "--listen", f"127.0.0.1:{port}"],
-            log_path=workdir / "router.log",
-            wait_for=(port, admin_port),
-            cwd=ROOT,
-        )
-    router = Router(process, port, admin_port, workdir)
-    try:
-        yield router
-    finally:
-        router.exit_status = stop_router(process)
+    with runner.router_started(
+        workdir, config_text(tables), port=port, admin_port=admin_port, wait_for_admin=True
+    ) as router:
+        yield Router(router)
 
 
 # --- the admin interface -------------------------------------------------------------

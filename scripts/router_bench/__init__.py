@@ -1,2 +1,6 @@
-"""The parts of ``scripts/bench_router.py``, from the wire up: peers, the processes under
-test, timed runs, the report. The script itself reads its flags and runs them."""
+"""The loopback benchmarks' parts, from the wire up: peers and floods (:mod:`.peers`,
+:mod:`.replies`), the servers as the benchmarks judge them (:mod:`.servers`; the
+processes themselves are :mod:`scripts.runner`'s), timed runs (:mod:`.runs`,
+:mod:`.interleaved`), the report (:mod:`.report`), other versions of the router
+(:mod:`.trees`) and a router's tables filled and dumped (:mod:`.dumps`). The
+``bench_*.py`` scripts read their flags and run them."""

@@ -1,5 +1,6 @@
 """Several servers under the same flood, their runs interleaved: the side-by-side method
-of ``scripts/bench_query_flood.py`` and ``scripts/bench_deflate.py``.
+of ``scripts/bench_query_flood.py`` and ``scripts/bench_deflate.py``, and two versions of the
+router under the same loads (``scripts/bench_compiled.py``, ``scripts/bench_commits.py``).
 
 Each server is started once, on its own free loopback port; then run after run goes to
 each in turn, so a machine that gets busier during the benchmark slows every server
@@ -12,16 +13,26 @@ import argparse
 import contextlib
 import tempfile
 from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
 import trio
 
-from router_bench.peers import PEER_KINDS, Blast, Wire, use_peers
-from router_bench.processes import Problems, Server, describe_cpu, free_port, started, stop_server
-from router_bench.replies import Answers, LeafPlan
-from router_bench.report import cpu_per_message
-from router_bench.runs import ThroughputRun, attempt, median_of, throughput_run
+from scripts.router_bench.peers import (
+    BLAST_MESSAGES,
+    PEER_KINDS,
+    SINKS,
+    Blast,
+    Wire,
+    message_kinds,
+    use_peers,
+)
+from scripts.router_bench.replies import Answers, LeafPlan
+from scripts.router_bench.report import cpu_per_message
+from scripts.router_bench.runs import ThroughputRun, attempt, median_of, throughput_run
+from scripts.router_bench.servers import Problems, describe_cpu, stop_server
+from scripts.runner import Server, free_port, started
 
 ServerCommand = Callable[[int, Path], list[str]]
 """A server's command line, given its port and a folder of its own."""
@@ -139,3 +150,55 @@ def rates_and_costs(
     }
     costs = {name: median_of(server_runs, cpu_per_message) for name, server_runs in runs.items()}
     return rates, costs
+
+
+LOADS = (
+    ("mixed flood (85 % pings, 15 % queries), 3 sinks", 0.15, SINKS),
+    ("query flood, 2 sinks", 1.0, 2),
+)
+"""Each load: its name, the share of queries and the number of sinks."""
+
+
+@dataclass(frozen=True)
+class SideBySide:
+    """Two routers under one load: the first's and the second's median messages per
+    sink and µs of CPU per message (None where no run gave a figure)."""
+
+    load: str
+    before: float | None
+    after: float | None
+    costs: tuple[float | None, float | None]
+
+    @property
+    def ratio(self) -> str:
+        """The second's messages per sink over the first's."""
+        return f"{self.after / self.before:.2f}x" if self.before and self.after else "n/a"
+
+    @property
+    def cost_change(self) -> str:
+        """µs of CPU per message, first -> second."""
+        return " -> ".join("n/a" if cost is None else f"{cost:.2f}" for cost in self.costs)
+
+
+def side_by_side(
+    commands: Mapping[str, ServerCommand],
+    loads: Sequence[tuple[str, float, int]],
+    args: argparse.Namespace,
+    problems: Problems,
+) -> list[SideBySide]:
+    """The two routers of ``commands`` (before, then after) under each of ``loads`` (as
+    in :data:`LOADS`), their runs interleaved. Raises BenchError when it cannot."""
+    first, second = commands
+    compared = []
+    for load_name, query_share, sinks in loads:
+        wire = Wire.build()
+        blast = Blast(wire, message_kinds(BLAST_MESSAGES, query_share, 1))
+        print(f"\n{load_name}; {args.repeats} runs per router")
+        runs = interleaved_runs(
+            commands, wire=wire, blast=blast, args=args, sinks=sinks, problems=problems
+        )
+        rates, costs = rates_and_costs(runs)
+        compared.append(
+            SideBySide(load_name, rates[first], rates[second], (costs[first], costs[second]))
+        )
+    return compared

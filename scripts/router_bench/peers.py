@@ -31,6 +31,7 @@ from protocol.handshake import (
 )
 from protocol.header import HEADER_STRUCT
 from protocol.messages import Message, Ping, Query, random_guid
+from scripts.runner import RunError
 
 SINKS = 3
 SEND_CHUNK = 64 * 1024
@@ -49,8 +50,8 @@ LATENCY_HIGHEST_US = 60_000_000
 BYE = MessageType.BYE
 
 
-class BenchError(Exception):
-    """A run could not be measured; the message says why."""
+BenchError = RunError
+"""A run could not be measured (or its server not started); the message says why."""
 
 
 PROBE_MARK = os.urandom(6)

@@ -48,7 +48,7 @@ from protocol.messages import (
     make_guid,
 )
 from protocol.qrp import query_words
-from router_bench.peers import (
+from scripts.router_bench.peers import (
     GTK_LIKE_HEADERS,
     RECEIVE_SIZE,
     SEARCH,

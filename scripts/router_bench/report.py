@@ -6,12 +6,11 @@ import argparse
 import os
 from collections.abc import Sequence
 
-from benchdocs import machine, provenance, replace_section
-
 from protocol.constants import HEADER_SIZE
-from router_bench.peers import SEND_TTL, SINKS, Wire, peer_kind, pings_answered
-from router_bench.processes import Problems
-from router_bench.runs import Figures, LatencyRun, MemoryRun, ThroughputRun, median_of
+from scripts.benchdocs import machine, provenance, replace_section
+from scripts.router_bench.peers import SEND_TTL, SINKS, Wire, peer_kind, pings_answered
+from scripts.router_bench.runs import Figures, LatencyRun, MemoryRun, ThroughputRun, median_of
+from scripts.router_bench.servers import Problems
 
 THROUGHPUT_FLOOR = 250_000
 """Routed messages per second, for the router on one core: with peers that cache pongs,

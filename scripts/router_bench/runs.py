@@ -16,7 +16,7 @@ from hdrh.histogram import HdrHistogram
 
 from protocol.constants import MessageType
 from protocol.framing import FrameDecoder
-from router_bench.peers import (
+from scripts.router_bench.peers import (
     LATENCY_HIGHEST_US,
     MAX_BURST,
     PROBE_MARK,
@@ -35,23 +35,15 @@ from router_bench.peers import (
     probe_until_reached,
     reach,
 )
-from router_bench.processes import (
-    Cpu,
-    CpuMeter,
-    Problems,
-    cpu_seconds,
-    describe_cpu,
-    rss_bytes,
-    started,
-    stop_server,
-)
-from router_bench.replies import (
+from scripts.router_bench.replies import (
     Answers,
     LeafPlan,
     ReplyCounts,
     answer_and_count,
     count_returned,
 )
+from scripts.router_bench.servers import Cpu, CpuMeter, Problems, describe_cpu, stop_server
+from scripts.runner import cpu_seconds, rss_bytes, started
 
 SETTLE_SECONDS = 0.5
 PING = int(MessageType.PING)

@@ -29,7 +29,7 @@ from protocol.messages import (
     QueryHitResult,
     random_guid,
 )
-from router_fuzz.settings import (
+from scripts.router_fuzz.settings import (
     FAILED_CHECKS_NAMED,
     GOOD_SOURCES,
     READ_SIZE,
@@ -38,7 +38,7 @@ from router_fuzz.settings import (
     FuzzError,
     Settings,
 )
-from router_fuzz.wire import STREAM_ERRORS, RouterTarget, close_quietly, open_from
+from scripts.router_fuzz.wire import STREAM_ERRORS, RouterTarget, close_quietly, open_from
 
 GOOD_HEADERS = (
     ("User-Agent", "fuzz-good-peer/1.0"),

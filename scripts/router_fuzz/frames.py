@@ -26,7 +26,7 @@ from protocol.messages import (
     Message,
     random_guid,
 )
-from router_fuzz.mutations import (
+from scripts.router_fuzz.mutations import (
     DEFLATE_ENDINGS,
     ENDINGS,
     FrameFuzzer,
@@ -34,8 +34,8 @@ from router_fuzz.mutations import (
     oversized_header,
     wrong_length_frames,
 )
-from router_fuzz.payloads import Template, random_host, random_ip
-from router_fuzz.settings import (
+from scripts.router_fuzz.payloads import Template, random_host, random_ip
+from scripts.router_fuzz.settings import (
     BOMB_BYTES,
     ENDING_PAUSE,
     ENDING_WAIT,
@@ -49,7 +49,14 @@ from router_fuzz.settings import (
     Figures,
     Settings,
 )
-from router_fuzz.wire import STREAM_ERRORS, Drain, RouterTarget, close_quietly, open_from, reset
+from scripts.router_fuzz.wire import (
+    STREAM_ERRORS,
+    Drain,
+    RouterTarget,
+    close_quietly,
+    open_from,
+    reset,
+)
 
 SESSION_HEADER_CHOICES: tuple[tuple[str, Callable[[random.Random], str]], ...] = (
     ("Bye-Packet", lambda rng: rng.choice(("0.1", "1.0", "nope"))),

@@ -19,10 +19,10 @@ from protocol.handshake import (
     Initiator,
 )
 from protocol.messages import random_guid
-from router_fuzz.frames import session_headers
-from router_fuzz.mutations import FrameFuzzer
-from router_fuzz.payloads import Template
-from router_fuzz.settings import (
+from scripts.router_fuzz.frames import session_headers
+from scripts.router_fuzz.mutations import FrameFuzzer
+from scripts.router_fuzz.payloads import Template
+from scripts.router_fuzz.settings import (
     ATTEMPTS_PER_IP_PER_MINUTE,
     CROWD_SOURCE,
     FLOOD_CONCURRENCY,
@@ -37,7 +37,7 @@ from router_fuzz.settings import (
     Figures,
     Settings,
 )
-from router_fuzz.wire import (
+from scripts.router_fuzz.wire import (
     STREAM_ERRORS,
     RouterTarget,
     close_quietly,

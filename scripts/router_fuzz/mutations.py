@@ -16,8 +16,8 @@ from collections.abc import Callable
 
 from protocol.constants import DEFAULT_MAX_PAYLOAD, HEADER_SIZE, MessageType
 from protocol.header import HEADER_STRUCT
-from router_fuzz.payloads import HOSTILE_KINDS, KIND_WEIGHTS, KNOWN_TYPES, Template
-from router_fuzz.settings import BOMB_BYTES, REPLAY_KEPT
+from scripts.router_fuzz.payloads import HOSTILE_KINDS, KIND_WEIGHTS, KNOWN_TYPES, Template
+from scripts.router_fuzz.settings import BOMB_BYTES, REPLAY_KEPT
 
 
 @dataclasses.dataclass(slots=True)

@@ -49,7 +49,7 @@ from protocol.vendor import (
     hops_flow,
     messages_supported,
 )
-from router_fuzz.settings import QRP_TABLES, TEMPLATES_PER_KIND
+from scripts.router_fuzz.settings import QRP_TABLES, TEMPLATES_PER_KIND
 
 WORDS = (
     b"jazz", b"free", b"ogg", b"seda", b"router", b"holiday", b"mp3", b"linux", b"iso",

@@ -13,9 +13,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from benchdocs import machine, replace_section
-
-from router_fuzz.settings import SECTION, Figures, Settings
+from scripts.benchdocs import machine, replace_section
+from scripts.router_fuzz.settings import SECTION, Figures, Settings
 
 
 def late_lines(checks: dict[str, Any]) -> list[str]:

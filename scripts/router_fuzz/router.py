@@ -1,5 +1,6 @@
-"""The router process under test: its generated configuration, stopping it, reading
-its log for fatal lines and watching its resident set while it runs.
+"""The router process under test: its generated configuration, reading its log for
+fatal lines and watching its resident set while it runs (the process itself is
+:func:`scripts.runner.router_started`'s).
 """
 
 from __future__ import annotations
@@ -10,16 +11,16 @@ from pathlib import Path
 import trio
 
 from gnutella_router.config.sections import NetworkConfig
-from gnutella_router.lab.testnet.process import RouterProcess
 from gnutella_router.observe.profiler import read_rss_bytes
-from router_fuzz.report import mib
-from router_fuzz.settings import (
+from scripts.router_fuzz.report import mib
+from scripts.router_fuzz.settings import (
     ATTEMPTS_PER_IP_PER_MINUTE,
     RSS_SAMPLE_SECONDS,
     TRUSTED_NETWORKS,
     Figures,
     Settings,
 )
+from scripts.runner import Router
 
 
 def router_has_trusted_networks() -> bool:
@@ -28,7 +29,7 @@ def router_has_trusted_networks() -> bool:
     return "trusted" in NetworkConfig.__struct_fields__
 
 
-def router_config(path: Path, settings: Settings, admin_port: int) -> str:
+def router_config(settings: Settings, admin_port: int) -> str:
     trusted = ", ".join(f'"{network}"' for network in TRUSTED_NETWORKS)
     text = (
         "# Written by scripts/fuzz_router.py for one run.\n"
@@ -44,7 +45,6 @@ def router_config(path: Path, settings: Settings, admin_port: int) -> str:
         'format = "json"\n'
         'level = "info"\n'
     )
-    path.write_text(text)
     return text
 
 
@@ -70,20 +70,10 @@ def error_lines(path: Path) -> list[str]:
     return []
 
 
-def stop_router(router: RouterProcess) -> int | None:
-    """SIGTERM, wait, SIGKILL on timeout; a second Ctrl-C during the wait kills at once."""
-    try:
-        return router.close(grace=15.0)
-    except BaseException:
-        router.process.kill()
-        router.process.wait()
-        raise
-
-
 class RssWatch:
     """Samples the router's resident set and whether it is alive."""
 
-    def __init__(self, router: RouterProcess, settings: Settings, figures: Figures) -> None:
+    def __init__(self, router: Router, settings: Settings, figures: Figures) -> None:
         self.router = router
         self.limit = settings.rss_limit_mb * 2**20
         self.figures = figures

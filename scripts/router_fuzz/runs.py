@@ -7,21 +7,18 @@ admin interface.
 from __future__ import annotations
 
 import collections
-import os
-import signal
 from collections.abc import Iterator
 from typing import Any
 
 import trio
 
-from gnutella_router.lab.testnet.process import RouterProcess
 from gnutella_router.observe.admin_client import FetchError, fetch
-from router_fuzz.checks import RoutingChecks
-from router_fuzz.frames import FrameFuzzing
-from router_fuzz.handshakes import HandshakeFuzzing
-from router_fuzz.payloads import Template
-from router_fuzz.router import RssWatch
-from router_fuzz.settings import (
+from scripts.router_fuzz.checks import RoutingChecks
+from scripts.router_fuzz.frames import FrameFuzzing
+from scripts.router_fuzz.handshakes import HandshakeFuzzing
+from scripts.router_fuzz.payloads import Template
+from scripts.router_fuzz.router import RssWatch
+from scripts.router_fuzz.settings import (
     CROWD_AFTER,
     FLOOD_AFTER_CROWD,
     PROGRESS_SECONDS,
@@ -29,7 +26,8 @@ from router_fuzz.settings import (
     FuzzError,
     Settings,
 )
-from router_fuzz.wire import RouterTarget, close_quietly
+from scripts.router_fuzz.wire import RouterTarget, close_quietly
+from scripts.runner import Router, leaf_exceptions
 
 
 async def progress(figures: Figures) -> None:
@@ -49,7 +47,7 @@ async def progress(figures: Figures) -> None:
 
 
 async def fuzz(
-    router: RouterProcess,
+    router: Router,
     target: RouterTarget,
     templates: dict[str, list[Template]],
     settings: Settings,
@@ -122,15 +120,8 @@ async def stop_if_died(watch: RssWatch, scope: trio.CancelScope) -> None:
     scope.cancel()
 
 
-def interrupt_instead(signum: int, frame: object) -> None:
-    """SIGTERM and SIGHUP become SIGINT: inside trio, trio turns that into a
-    KeyboardInterrupt at a safe point; outside, Python raises it at once. Either way the
-    run unwinds like a Ctrl-C and the router is stopped on the way out."""
-    os.kill(os.getpid(), signal.SIGINT)
-
-
 def run_trio(
-    router: RouterProcess,
+    router: Router,
     target: RouterTarget,
     templates: dict[str, list[Template]],
     settings: Settings,
@@ -141,20 +132,12 @@ def run_trio(
     try:
         trio.run(fuzz, router, target, templates, settings, figures)
     except BaseExceptionGroup as group:
-        leaves = list(leaf_exceptions(group))
+        leaves = leaf_exceptions(group)
         for kind in (KeyboardInterrupt, FuzzError):
             for leaf in leaves:
                 if isinstance(leaf, kind):
                     raise leaf from None
         raise
-
-
-def leaf_exceptions(group: BaseExceptionGroup[BaseException]) -> Iterator[BaseException]:
-    for exc in group.exceptions:
-        if isinstance(exc, BaseExceptionGroup):
-            yield from leaf_exceptions(exc)
-        else:
-            yield exc
 
 
 def router_counters(admin: tuple[str, int], figures: Figures) -> dict[str, Any]:

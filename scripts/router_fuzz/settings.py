@@ -7,9 +7,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
 SECTION = "fuzzing"
 LOOPBACK = "127.0.0.1"
 

@@ -16,7 +16,7 @@ from protocol.compression import DeflateDecompressor
 from protocol.constants import HEADER_SIZE, MessageType
 from protocol.errors import CompressionError
 from protocol.header import HEADER_STRUCT
-from router_fuzz.settings import LOOPBACK, READ_SIZE, TAIL_KEPT
+from scripts.router_fuzz.settings import LOOPBACK, READ_SIZE, TAIL_KEPT
 
 
 class RouterTarget:
@@ -28,16 +28,6 @@ class RouterTarget:
 
     def source(self, wanted: str) -> str:
         return wanted if self.spread_sources else LOOPBACK
-
-
-def free_ports(count: int) -> list[int]:
-    """Distinct free loopback ports: all held open while they are picked, so that no two
-    are the same (picking them one after another can give the same port twice)."""
-    with contextlib.ExitStack() as stack:
-        probes = [stack.enter_context(socket.socket()) for _ in range(count)]
-        for probe in probes:
-            probe.bind((LOOPBACK, 0))
-        return [int(probe.getsockname()[1]) for probe in probes]
 
 
 def can_bind(address: str) -> bool:

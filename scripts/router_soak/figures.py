@@ -16,13 +16,12 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from benchdocs import machine
-
-from router_soak.probes import counter_increase, counter_total, proc_status
-from router_soak.processes import LOOPBACK
-from router_soak.report import fmt_count, fmt_minutes, fmt_percent
-from router_soak.runs import Settings, Soak
-from router_soak.samples import Sample
+from scripts.benchdocs import machine
+from scripts.router_soak.probes import counter_increase, counter_total, proc_status
+from scripts.router_soak.processes import LOOPBACK
+from scripts.router_soak.report import fmt_count, fmt_minutes, fmt_percent
+from scripts.router_soak.runs import Settings, Soak
+from scripts.router_soak.samples import Sample
 
 
 def median(values: Sequence[float]) -> float | None:

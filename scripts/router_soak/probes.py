@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from gnutella_router.observe.admin_client import FetchError, fetch
-from router_soak.processes import ADMIN_TIMEOUT, LOOPBACK, Router
+from scripts.router_soak.processes import ADMIN_TIMEOUT, LOOPBACK, Router
 
 
 def proc_status(pid: int | str) -> dict[str, int]:

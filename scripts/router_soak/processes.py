@@ -1,25 +1,19 @@
 """The three router processes of a soak: their constants, starting each on free
-loopback ports with a configuration of its own (and with the soak as its parent, so that
-none outlives it), stopping them, and the tail of a log for an error message.
+loopback ports with a configuration of its own (as children of :mod:`scripts.runner`
+that do not outlive the soak), stopping them, and the tail of a log for an error
+message.
 """
 
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import dataclasses
-import os
-import signal
-import socket
-import subprocess
-import sys
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 from gnutella_router.observe.admin_client import FetchError, fetch
+from scripts.runner import RunError, Server, router_command, stop_all
 
-ROOT = Path(__file__).resolve().parents[2]
 LOOPBACK = "127.0.0.1"
 ROUTERS = 3
 TOPOLOGIES: dict[str, tuple[tuple[int, ...], ...]] = {
@@ -38,7 +32,6 @@ STOP_GRACE = 15.0
 ADMIN_TIMEOUT = 5.0
 WINDOW_SECONDS = 60.0
 """The minute whose samples' median stands for "at minute 5" and "at the end"."""
-PR_SET_PDEATHSIG = 1
 
 
 class SoakError(Exception):
@@ -58,9 +51,7 @@ class Router:
     seeds: tuple[int, ...]
     state_dir: Path
     log_path: Path
-    process: subprocess.Popen[bytes] | None = None
-    exit_status: int | None = None
-    killed: bool = False
+    process: Server | None = None
     died_at: float | None = None
     """perf_counter() when a sample first found it gone before we stopped it."""
 
@@ -77,39 +68,26 @@ class Router:
         assert self.process is not None
         return self.process.pid
 
+    @property
+    def exit_status(self) -> int | None:
+        """Once stopped: its exit status (None if it had to be killed)."""
+        return None if self.process is None else self.process.exit_status
+
+    @property
+    def killed(self) -> bool:
+        """Whether it was killed after the grace period rather than exiting."""
+        return self.process is not None and self.process.killed
+
     def alive(self) -> bool:
-        return self.process is not None and self.process.poll() is None
-
-
-def free_ports(count: int) -> list[int]:
-    """Ports the system hands out as free, all bound at once so they differ."""
-    sockets = []
-    try:
-        for _ in range(count):
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            sockets.append(sock)
-            sock.bind((LOOPBACK, 0))
-        return [int(s.getsockname()[1]) for s in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
-
-
-def _die_with_parent(parent: int) -> Callable[[], None]:
-    """Runs in the child before exec: the kernel sends it SIGTERM when this script's
-    main thread ends, however it ends (even SIGKILL), so no router is left behind."""
-
-    def prepare() -> None:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM))
-        if os.getppid() != parent:  # the parent died before prctl took effect
-            os.kill(os.getpid(), signal.SIGTERM)
-
-    return prepare
+        return self.process is not None and self.process.alive()
 
 
 def start_router(router: Router, peers: Sequence[Router], workdir: Path) -> None:
-    """Start ``router`` (dialling ``peers``) and return once its admin interface answers."""
+    """Start ``router`` (dialling ``peers``) and return once its admin interface answers.
+
+    It runs in a session of its own (a Ctrl-C in the terminal reaches the soak, which
+    stops the routers in order) and hears SIGHUP if the soak dies without stopping it,
+    so none outlives it."""
     config = workdir / f"{router.name}.toml"
     config.write_text(
         "# Written by scripts/soak.py: the admin interface on a port of its own, and\n"
@@ -118,39 +96,34 @@ def start_router(router: Router, peers: Sequence[Router], workdir: Path) -> None
         f"[catcher]\nmin_connections = {len(router.seeds)}\n"
     )
     router.state_dir.mkdir(parents=True)
-    argv = [sys.executable, "-m", "gnutella_router", "run", "--config", str(config)]
-    argv += ["--listen", f"{LOOPBACK}:{router.port}", "--state-dir", str(router.state_dir)]
-    argv += ["--log-format", "json"]
+    arguments = ["--config", str(config), "--listen", f"{LOOPBACK}:{router.port}"]
+    arguments += ["--log-format", "json"]
     for peer in peers:
-        argv += ["--seed", f"{LOOPBACK}:{peer.port}"]
-    with router.log_path.open("wb") as log:
-        router.process = subprocess.Popen(
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            cwd=ROOT,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
-            start_new_session=True,
-            preexec_fn=_die_with_parent(os.getpid()),
-        )
+        arguments += ["--seed", f"{LOOPBACK}:{peer.port}"]
+    router.process = Server(
+        router.name,
+        router_command(router.state_dir, *arguments),
+        router.port,
+        router.log_path,
+        env={"PYTHONUNBUFFERED": "1"},
+        own_session=True,
+        die_with_parent=True,
+    )
     # Ready once the admin interface answers: the router starts it after its listener,
     # and asking it costs no peer slot (a bare connect to the peer port would be
     # counted, and logged, as a broken handshake).
-    deadline = time.monotonic() + START_TIMEOUT
-    while True:
-        if not router.alive():
-            raise SoakError(f"{router.name} exited at start{log_tail(router.log_path)}")
-        try:
-            fetch(router.admin, "/healthz", timeout=1.0)
-            return
-        except FetchError:
-            if time.monotonic() > deadline:
-                raise SoakError(
-                    f"{router.name} did not answer within {START_TIMEOUT:g} s"
-                    f"{log_tail(router.log_path)}"
-                ) from None
-            time.sleep(0.05)
+    try:
+        router.process.wait_until(lambda: _answers(router.admin), START_TIMEOUT, "answer")
+    except RunError as exc:
+        raise SoakError(str(exc)) from None
+
+
+def _answers(admin: tuple[str, int]) -> bool:
+    try:
+        fetch(admin, "/healthz", timeout=1.0)
+    except FetchError:
+        return False
+    return True
 
 
 def stop_routers(routers: Sequence[Router], grace: float = STOP_GRACE) -> None:
@@ -159,28 +132,7 @@ def stop_routers(routers: Sequence[Router], grace: float = STOP_GRACE) -> None:
     Safe to call twice and on routers never started; an interruption while waiting
     kills the rest at once before it goes on, so nothing is left running.
     """
-    running = [r for r in routers if r.process is not None and r.process.returncode is None]
-    try:
-        for router in running:
-            assert router.process is not None
-            if router.process.poll() is None:
-                router.process.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + grace
-        for router in running:
-            assert router.process is not None
-            try:
-                router.exit_status = router.process.wait(max(0.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                router.process.kill()
-                router.process.wait()
-                router.killed = True
-    finally:
-        for router in running:
-            assert router.process is not None
-            if router.process.poll() is None:
-                router.process.kill()
-                router.process.wait()
-                router.killed = True
+    stop_all([r.process for r in routers if r.process is not None], grace)
 
 
 def log_tail(path: Path, lines: int = 5) -> str:

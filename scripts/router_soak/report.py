@@ -13,8 +13,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from router_soak.probes import counter_total
-from router_soak.runs import Settings
+from scripts.router_soak.probes import counter_total
+from scripts.router_soak.runs import Settings
 
 BEGIN = "<!-- soak:begin -->"
 END = "<!-- soak:end -->"

@@ -19,14 +19,14 @@ import trio
 from gnutella_router.lab.testnet.spread_load import SpreadLoadRun
 from gnutella_router.lab.traffic.load import LoadError, LoadSettings
 from gnutella_router.observe.admin_client import FetchError
-from router_soak.probes import (
+from scripts.router_soak.probes import (
     admin_get,
     connection_count,
     load_average,
     outgoing_link_up,
     proc_status,
 )
-from router_soak.processes import (
+from scripts.router_soak.processes import (
     FORM_TIMEOUT,
     INJECTOR_ROUTERS,
     ROUTERS,
@@ -36,12 +36,12 @@ from router_soak.processes import (
     WINDOW_SECONDS,
     Router,
     SoakError,
-    free_ports,
     log_tail,
     start_router,
     stop_routers,
 )
-from router_soak.samples import OtherProcesses, Sample, SoakLoad, take_sample
+from scripts.router_soak.samples import OtherProcesses, Sample, SoakLoad, take_sample
+from scripts.runner import free_ports
 from traffic_models.arrivals import ConstantRate
 from traffic_models.generator import TrafficGenerator
 from traffic_models.latency import LoadReport

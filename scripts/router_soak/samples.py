@@ -14,7 +14,7 @@ from typing import Any
 
 from gnutella_router.lab.testnet.spread_load import SpreadLoadRun
 from gnutella_router.observe.admin_client import FetchError
-from router_soak.probes import (
+from scripts.router_soak.probes import (
     admin_get,
     counter_total,
     cpu_seconds,
@@ -23,7 +23,7 @@ from router_soak.probes import (
     open_fds,
     proc_status,
 )
-from router_soak.processes import Router
+from scripts.router_soak.processes import Router
 
 
 class SoakLoad(SpreadLoadRun):

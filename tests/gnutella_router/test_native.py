@@ -13,11 +13,10 @@ from pathlib import Path
 
 import pytest
 
+import hatch_build
 from gnutella_router import native
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
-import hatch_build  # noqa: E402
 
 COMPILER = shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc")
 

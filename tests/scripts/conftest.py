@@ -10,11 +10,6 @@ from pathlib import Path
 import pytest
 
 SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
-if str(SCRIPTS) not in sys.path:
-    # The scripts import their shared parts (router_bench, benchdocs) as top-level
-    # packages, as Python does for a script's own folder; tests that use those parts
-    # directly import them the same way.
-    sys.path.insert(0, str(SCRIPTS))
 
 RunScript = Callable[..., subprocess.CompletedProcess[str]]
 

@@ -11,10 +11,7 @@ from pathlib import Path
 import pytest
 
 from gnutella_router.discovery.ranges import classify_address
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
-
-import attack_discovery
+from scripts import attack_discovery
 
 ROOT = Path(__file__).resolve().parents[2]
 

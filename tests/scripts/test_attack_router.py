@@ -22,12 +22,9 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
-
-from router_attack.abuse import BOMB_MESSAGES, ZLIB_HEADER, bomb_block, raw_block
-from router_attack.target import COMMON_CONFIG, config_text, delta, flatten, merged
-
 from protocol.framing import FrameDecoder
+from scripts.router_attack.abuse import BOMB_MESSAGES, ZLIB_HEADER, bomb_block, raw_block
+from scripts.router_attack.target import COMMON_CONFIG, config_text, delta, flatten, merged
 
 RunScript = Callable[..., subprocess.CompletedProcess[str]]
 """The ``run_script`` fixture (tests/scripts/conftest.py)."""

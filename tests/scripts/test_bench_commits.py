@@ -5,16 +5,14 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "scripts"))
+from scripts.router_bench.peers import BenchError
+from scripts.router_bench.trees import WORKING_TREE, export
 
-from bench_commits import WORKING_TREE, export  # noqa: E402
-from router_bench.peers import BenchError  # noqa: E402
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _in_a_git_checkout() -> bool:

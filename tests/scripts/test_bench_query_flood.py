@@ -5,16 +5,14 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "scripts"))
+from scripts.profile_budget import budget
 
-from profile_budget import budget  # noqa: E402
+ROOT = Path(__file__).resolve().parents[2]
 
 RunScript = Callable[..., subprocess.CompletedProcess[str]]
 """The ``run_script`` fixture (tests/scripts/conftest.py)."""
@@ -73,10 +71,10 @@ def test_a_short_deflate_benchmark_runs_both_routers_to_its_ratio(run_script: Ru
 
 
 def test_the_written_section_says_which_runs_failed_and_how_many_each_median_counts() -> None:
-    from bench_query_flood import _failure_notes
-    from router_bench.processes import Cpu, Problems
-    from router_bench.report import CLOSED_BY_THE_SERVER
-    from router_bench.runs import ThroughputRun
+    from scripts.bench_query_flood import _failure_notes
+    from scripts.router_bench.report import CLOSED_BY_THE_SERVER
+    from scripts.router_bench.runs import ThroughputRun
+    from scripts.router_bench.servers import Cpu, Problems
 
     run = ThroughputRun(per_sink=1.0, slowest_sink=1.0, accepted=1.0, cpu=Cpu(None, 0.0, None))
     problems = Problems()

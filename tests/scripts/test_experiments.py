@@ -1,13 +1,17 @@
 """The experiment scripts as a user runs them: they finish, and they leave docs/ alone
-unless told to write."""
+unless told to write; the admission experiment redraws any subcommand from a kept
+result."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from scripts import experiment_admission
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -116,4 +120,66 @@ def test_the_unbounded_queue_grows_past_the_default_bound(tmp_path: Path) -> Non
     # One thread serves about 330 messages/s here; at 1000/s the backlog passes the
     # default bound of 1000 within a few seconds.
     assert max(int(row.split(",")[4]) for row in rows) > 1000
+    assert _tracked_figures() == before
+
+
+MEASURED = {
+    "date": "2026-11-25",
+    "machine": "a test machine",
+    "load_average": [0.5, 0.25],
+    "rerun": ".venv/bin/python scripts/experiment_admission.py floor",
+}
+
+
+@pytest.mark.parametrize(
+    ("delivered", "status", "verdict"), [(44.4, 0, "held"), (10.0, 1, "MISSED")]
+)
+def test_a_kept_floor_result_is_reported_again_with_when_it_was_measured(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    delivered: float,
+    status: int,
+    verdict: str,
+) -> None:
+    result = {"duration": 30.0, "delivered_per_second": delivered, "p90_ms": 219.0, "shed": 4673}
+    (tmp_path / "result-floor.json").write_text(json.dumps({**result, "measured": MEASURED}))
+    experiments_doc = (ROOT / "docs" / "experiments.md").read_bytes()
+    assert experiment_admission.main(["floor", "--from-results", str(tmp_path)]) == status
+    out = capsys.readouterr().out
+    assert "Measured 2026-11-25 on a test machine" in out
+    assert "load average 0.50 at the start, 0.25 at the end" in out
+    assert "`.venv/bin/python scripts/experiment_admission.py floor --write`" in out
+    assert f"| {delivered:.1f}/s | 219 ms | 4,673 queries | {verdict} |" in out
+    assert (ROOT / "docs" / "experiments.md").read_bytes() == experiments_doc
+
+
+def test_a_kept_step_result_is_drawn_again_into_its_folder(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    sample = {"at": 0.1, "queue": 3, "admission_rate": 50.0, "admission_p90_ms": 90.0}
+    run = {
+        "key": "response-time",
+        **{kind: {"mean_ms": 80.0, "p99_ms": 190.0, "max_ms": 200.0} for kind in ("ping", "query")},
+        "hit": None,
+        "queries_delivered_per_s": 44.1,
+        "hits_per_s": 12.6,
+        "shed": {"shed-admission": 3687},
+        "degraded": 0,
+        "max_ttl_cut": 0,
+        "peak_queue": 1000,
+        "median_queue_overloaded": 270,
+        "series": [{**sample, "ttl_cut": 0}, {**sample, "at": 0.2, "ttl_cut": None}],
+    }
+    step = {"low": 100.0, "high": 1000.0, "before": 15.0, "after": 35.0, "runs": [run]}
+    (tmp_path / "result-step.json").write_text(json.dumps({**step, "measured": MEASURED}))
+    before = _tracked_figures()
+    assert experiment_admission.main(["step", "--from-results", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "over the last 25 s of overload" in out
+    assert (
+        "| response-time | 80.0 / 190 | 80.0 / 190 | - | 44.1 | 12.6 | shed-admission 3,687 |"
+        in out
+    )
+    assert (tmp_path / "admission-step.png").stat().st_size > 0
+    assert (tmp_path / "admission-rate.png").stat().st_size > 0
     assert _tracked_figures() == before

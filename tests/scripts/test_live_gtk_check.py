@@ -7,15 +7,12 @@ The live run itself needs a gtk-gnutella build and root; it is not part of the s
 from __future__ import annotations
 
 import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
-
-from live_gtk.network import drops_from_router, parse_drop_stats, router_flags
+from scripts.live_gtk.network import drops_from_router, parse_drop_stats, router_flags
 
 RunScript = Callable[..., subprocess.CompletedProcess[str]]
 """The ``run_script`` fixture (tests/scripts/conftest.py)."""
@@ -79,8 +76,8 @@ def test_a_failed_check_inside_trio_keeps_its_verdict_and_folder(
 ) -> None:
     """trio hands a check's failure out of its nursery as an ExceptionGroup: the verdict
     must still be reported (FAILED, with the reason) and the run's folder kept."""
-    import live_gtk_check
-    from live_gtk.network import CheckFailed
+    from scripts import live_gtk_check
+    from scripts.live_gtk.network import CheckFailed
 
     stopped: list[bool] = []
 
@@ -107,8 +104,8 @@ def test_a_failed_check_inside_trio_keeps_its_verdict_and_folder(
     work.mkdir()
     monkeypatch.setattr(live_gtk_check, "Network", Network)
     monkeypatch.setattr(live_gtk_check, "run_checks", failing_checks)
-    monkeypatch.setattr("live_gtk_check.os.geteuid", lambda: 0)
-    monkeypatch.setattr("live_gtk_check.tempfile.mkdtemp", lambda prefix: str(work))
+    monkeypatch.setattr("scripts.live_gtk_check.os.geteuid", lambda: 0)
+    monkeypatch.setattr("scripts.live_gtk_check.tempfile.mkdtemp", lambda prefix: str(work))
     status = live_gtk_check.main(["--gtk", str(wrapper), "--gtk-binary", str(wrapper)])
     out = capsys.readouterr().out
     assert status == 1
@@ -121,9 +118,10 @@ def test_a_failed_check_inside_trio_keeps_its_verdict_and_folder(
 
 def test_how_a_run_ended_is_read_through_exception_groups() -> None:
     import trio
-    from live_gtk.checks import Interrupted
-    from live_gtk.network import CheckFailed
-    from live_gtk_check import why_it_ended
+
+    from scripts.live_gtk.checks import Interrupted
+    from scripts.live_gtk.network import CheckFailed
+    from scripts.live_gtk_check import why_it_ended
 
     nested = ExceptionGroup("outer", [ExceptionGroup("inner", [CheckFailed("no hit")])])
     assert why_it_ended(nested) == (False, "no hit")

@@ -18,10 +18,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
-
-import soak
-
+from scripts import soak
 from traffic_models.latency import LoadReport
 
 ROOT = Path(__file__).resolve().parents[2]

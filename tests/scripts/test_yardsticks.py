@@ -1,29 +1,29 @@
 """The benchmarks' yardsticks act on what real servents announce: the naive router
 answers a Pong-Caching peer's ping instead of broadcasting it and passes a leaf the
 queries its QRP table matches; the plain forwarder broadcasts every ping and sends a
-leaf nothing; both deflate to a peer that asks."""
+leaf nothing; both deflate to a peer that asks. Their common part
+(``scripts/yardstick.py``) answers the handshake as each always has and frames a
+message cut across reads."""
 
 from __future__ import annotations
 
+import asyncio
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trio
-from router_bench.peers import Peer, Wire, connect, probe_until_reached, use_peers
-from router_bench.processes import (
-    baseline_argv,
-    free_port,
-    reference_argv,
-    started,
-)
-from router_bench.replies import LeafPlan
 
 from protocol.codec import encode_message
 from protocol.constants import MessageType
 from protocol.framing import FrameDecoder
 from protocol.messages import Message, Ping, Query
+from scripts import baseline_forwarder, reference_router, yardstick
+from scripts.router_bench.peers import Peer, Wire, connect, probe_until_reached, use_peers
+from scripts.router_bench.replies import LeafPlan
+from scripts.runner import baseline_argv, free_port, reference_argv, started
 
 Seen = dict[str, list[tuple[int, bytes]]]
 """Per peer name, the (type, GUID) of every message it received."""
@@ -98,3 +98,70 @@ def test_the_plain_forwarder_broadcasts_every_ping_and_sends_leaves_nothing() ->
     assert (PONG, b"p" * 16) not in seen.get("source", [])
     assert {(PING, b"p" * 16), (QUERY, b"j" * 16)} <= set(seen["sink"])  # inflated
     assert seen.get("leaf", []) == []
+
+
+def test_the_handshake_answer_says_what_it_is_and_deflates_for_who_asks() -> None:
+    plain = yardstick.Announced.read(b"GNUTELLA CONNECT/0.6\r\nPong-Caching: 0.1")
+    assert (plain.leaf, plain.pong_caching, plain.deflate) == (False, True, False)
+    assert plain.answer(b"baseline-forwarder/1.0") == (
+        b"GNUTELLA/0.6 200 OK\r\nUser-Agent: baseline-forwarder/1.0\r\nX-Ultrapeer: True\r\n\r\n"
+    )
+    leaf = yardstick.Announced.read(
+        b"GNUTELLA CONNECT/0.6\r\nX-Ultrapeer: False\r\nAccept-Encoding: deflate, gzip"
+    )
+    assert (leaf.leaf, leaf.pong_caching, leaf.deflate) == (True, False, True)
+    assert leaf.answer(b"reference-router/1.0").endswith(
+        b"X-Ultrapeer: True\r\nContent-Encoding: deflate\r\n\r\n"
+    )
+    assert leaf.deflater() is not None
+    assert plain.deflater() is None
+
+
+class Wires(asyncio.Transport):
+    """A transport that keeps what is written to it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.written = bytearray()
+        self.closed = False
+
+    def write(self, data: Any) -> None:
+        self.written += data
+
+    def close(self) -> None:
+        self.closed = True
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+
+HANDSHAKE = b"GNUTELLA CONNECT/0.6\r\nX-Ultrapeer: True\r\n\r\nGNUTELLA/0.6 200 OK\r\n\r\n"
+
+
+YARDSTICKS: dict[str, tuple[Any, Any]] = {
+    "plain forwarder": (baseline_forwarder.Forwarder, baseline_forwarder.Peer),
+    "naive router": (reference_router.Router, reference_router.Peer),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(YARDSTICKS))
+def test_a_message_cut_across_reads_is_forwarded_once_whole(kind: str) -> None:
+    hub_class, peer_class = YARDSTICKS[kind]
+    hub = hub_class()
+    source, sink = peer_class(hub), peer_class(hub)
+    wires = {}
+    for peer in (source, sink):
+        wires[peer] = Wires()
+        peer.connection_made(wires[peer])
+        peer.data_received(HANDSHAKE)
+        wires[peer].written.clear()
+    query = encode_message(Message(b"q" * 16, 3, 0, Query(b"blue")))
+    source.data_received(query[:20])  # the header cut short
+    assert wires[sink].written == b""  # not whole yet
+    source.data_received(query[20:])
+    assert wires[sink].written == query[:17] + bytes((2, 1)) + query[19:]  # TTL - 1, hops + 1
+    source.data_received(query)  # the same GUID again: a duplicate
+    assert wires[sink].written == query[:17] + bytes((2, 1)) + query[19:]
+    assert not wires[source].closed
+    source.data_received(b"x" * 16 + bytes((0x80, 3, 0)) + (65 * 1024).to_bytes(4, "little"))
+    assert wires[source].closed  # a payload over 64 KiB

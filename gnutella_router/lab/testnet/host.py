@@ -59,7 +59,8 @@ from gnutella_router.net.namespace_sockets import (
     install_socket_factory,
     use_namespace,
 )
-from gnutella_router.observe.admin import AdminServer, write_dump_file
+from gnutella_router.observe.admin import AdminServer
+from gnutella_router.observe.dump_files import write_dump_file
 from gnutella_router.observe.dumps import dump_connections, jsonable
 
 KILLED = -9

@@ -61,7 +61,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
-import json
 import signal
 import sys
 from collections.abc import Callable
@@ -72,7 +71,7 @@ import trio
 
 from gnutella_router import __version__
 from gnutella_router.lab.testnet.cache import HostCacheService
-from gnutella_router.lab.testnet.children import ChildNode, ServentNode, stop_children
+from gnutella_router.lab.testnet.children import ServentNode, stop_children
 from gnutella_router.lab.testnet.console import Console, run_console
 from gnutella_router.lab.testnet.file_sd import TARGETS_FILE, target_groups, write_targets
 from gnutella_router.lab.testnet.forks import ForkServer, ForkServerError, available
@@ -83,7 +82,6 @@ from gnutella_router.lab.testnet.measure import (
     LinkCounters,
     OverlayRecord,
     link_counters,
-    write_csv,
 )
 from gnutella_router.lab.testnet.namespaces import NamespaceError, NamespaceNetwork
 from gnutella_router.lab.testnet.nodes import (
@@ -91,7 +89,6 @@ from gnutella_router.lab.testnet.nodes import (
     NodeError,
     NodeFailure,
 )
-from gnutella_router.lab.testnet.plots import PlotUnavailableError, draw_run
 from gnutella_router.lab.testnet.record import (
     RECORD_FILE,
     record_of,
@@ -101,15 +98,14 @@ from gnutella_router.lab.testnet.record import (
 from gnutella_router.lab.testnet.report import (
     TABLE_ROWS,
     _owed_pings_only_at_node0,
-    _write_json,
     final_text,
-    node_summary,
     prepare_results,
 )
+from gnutella_router.lab.testnet.results import Collected, collect, summarize, write_results
 from gnutella_router.lab.testnet.servents import ServentSet, resolve_seeds, unconnected_seeds
 from gnutella_router.lab.testnet.settings import STOP_TIMEOUT, NetworkError, NetworkSettings
-from gnutella_router.lab.testnet.shared import SharedNode
 from gnutella_router.lab.testnet.spread_load import SpreadLoadRun
+from gnutella_router.lab.testnet.status import READS_PER_SECOND, StatusLine
 from gnutella_router.lab.testnet.timeseries import SeriesRecorder
 from gnutella_router.lab.testnet.topology import sink_nodes
 from gnutella_router.lab.traffic.load import LoadError, LoadSettings
@@ -127,21 +123,15 @@ LOOPBACK = "127.0.0.1"
 SETTLE_SECONDS = 2.0
 """Longest wait, after the traffic, for the load client's connections to leave the
 nodes, so that the collected state shows the network itself."""
-STATUS_INTERVAL = 1.0
 SERVENT_LINK_SECONDS = 10.0
 CHURN_IDLE_HORIZON = 24 * 3600.0
 """With ``duration=0`` (up until Ctrl-C), churn is scheduled this far ahead."""
-ROUTES_READ = 100_000
-"""Query route entries read per node at the end (the admin interface's most per page)."""
 POLL_SECONDS = {"in-process": 0.05, "processes": 1.0, "shared": 0.25}
 """How often formation and settling read the nodes' connection tables: for a router
 process every read is an HTTP request the router answers and the controller parses, CPU
 that 200 routers read four times a second would take from their own start-up and
 handshakes; a shared router's is one small request to its host (:mod:`.shared`)."""
 FORK_SERVER_LOG = "fork-server.log"
-READS_PER_SECOND = 50
-"""Nodes whose counters the status line reads per second at most: a network larger than
-that is read in full every ``nodes / READS_PER_SECOND`` seconds instead of every one."""
 
 
 @dataclasses.dataclass(slots=True)
@@ -219,11 +209,9 @@ class LocalNetwork:
             if settings.leaves is not None
             else None
         )
-        self._stats_pages: dict[int, Any] = {}
         self._targets_written = False
         """Whether the Prometheus targets file was written (:mod:`.file_sd`)."""
         self.churn_log: list[dict[str, Any]] = []
-        self._connection_pages: dict[int, Any] = {}
         self.phase = "starting"
         self.load_run: SpreadLoadRun | None = None
         self.report: LoadReport | None = None
@@ -235,13 +223,12 @@ class LocalNetwork:
         """Seconds from the run's start until every node had been started."""
         self.formation: Formation | None = None
         """The snapshot taken when formation ended, formed or not."""
-        self._started = 0.0
+        self.started = 0.0
+        """When the run began, on trio's clock."""
         self._stop = trio.Event()
         self._work: trio.CancelScope | None = None
-        self._read_totals: tuple[float, int] | None = None
-        """When the routers' totals were last read in full, and the messages routed then."""
-        self._routed_rate = 0.0
-        """Messages routed per second between the last two full reads."""
+        self.status = StatusLine(self)
+        """The one-line state printed about once a second (:mod:`.status`)."""
 
     @property
     def nodes(self) -> list[NetworkNode]:
@@ -276,9 +263,9 @@ class LocalNetwork:
 
     async def run(self, *, handle_signals: bool = False) -> NetworkOutcome:
         settings = self.settings
-        self._started = trio.current_time()
+        self.started = trio.current_time()
         results = settings.results
-        collected: tuple[list[dict[str, Any]], list[dict[str, Any]]] | None = None
+        collected: Collected | None = None
         stopped_in: float | None = None
         try:
             if self.namespaces is not None:
@@ -314,20 +301,20 @@ class LocalNetwork:
                     problems = await trio.to_thread.run_sync(self.namespaces.remove)
                 for problem in problems:
                     self._note(f"warning: {problem}; `gnutella-router testnet --cleanup` retries")
-        summary = self._summary(collected, stopped_in)
+        summary = summarize(self, collected, stopped_in)
         if settings.results.is_dir():
-            self._write(summary, collected[1] if collected is not None else [])
+            write_results(self, summary, collected.states if collected is not None else [])
         outcome = NetworkOutcome(summary, self.report, self.error, self.interrupted, results)
         self._print_final(outcome)
         return outcome
 
     async def _run_nodes(
         self, handle_signals: bool, lifeline: trio.Nursery
-    ) -> tuple[tuple[list[dict[str, Any]], list[dict[str, Any]]] | None, float | None]:
+    ) -> tuple[Collected | None, float | None]:
         """Start, form, drive, collect and stop: the run proper, once the network's
         addresses exist; what was collected and how long stopping took. The fork server
         runs in ``lifeline``."""
-        collected: tuple[list[dict[str, Any]], list[dict[str, Any]]] | None = None
+        collected: Collected | None = None
         stopped_in: float | None = None
         async with trio.open_nursery() as nursery:
             if handle_signals:
@@ -336,7 +323,7 @@ class LocalNetwork:
             try:
                 self.phase = "starting"
                 self._prepare_results()
-                nursery.start_soon(self._show_status)
+                nursery.start_soon(self.status.show)
                 with trio.CancelScope() as self._work:
                     if self._stop.is_set():
                         self._work.cancel()
@@ -348,7 +335,7 @@ class LocalNetwork:
                     join = None if self.leaves is None else functools.partial(self._join, nursery)
                     await self.launcher.start_nodes(nursery, before_open=join)
                     self._write_targets()
-                    self.started_after = trio.current_time() - self._started
+                    self.started_after = trio.current_time() - self.started
                     self.phase = "forming"
                     await self._form()
                     self._write_record()
@@ -364,7 +351,7 @@ class LocalNetwork:
                     with trio.move_on_after(SETTLE_SECONDS):
                         await self._poll_until(self._settled)
                     with trio.move_on_after(self.settings.collect_timeout):
-                        collected = await self._collect()
+                        collected = await collect(self)
                     stopped_in = await self._stop_nodes()
                 self.console.end_status()
                 nursery.cancel_scope.cancel()
@@ -412,7 +399,7 @@ class LocalNetwork:
 
     def snapshot(self) -> Formation:
         """The network against its plan now, from the nodes' last views (:mod:`.formation`)."""
-        return formation(trio.current_time() - self._started, self.topology, self.nodes)
+        return formation(trio.current_time() - self.started, self.topology, self.nodes)
 
     def missing_links(self) -> list[tuple[int, int]]:
         """Planned links that are not up, between nodes that are running."""
@@ -499,7 +486,7 @@ class LocalNetwork:
                     self.settings.churn,
                     steady,
                     self.settings.duration or CHURN_IDLE_HORIZON,
-                    self._started,
+                    self.started,
                     self.churn_log,
                     nursery,
                     self._write_targets,
@@ -639,37 +626,6 @@ class LocalNetwork:
             if n.running()
         )
 
-    async def _collect(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-        """Per-node summaries and full states, read while the nodes still run."""
-        summaries: list[dict[str, Any]] = [{} for _ in self.nodes]
-        states: list[dict[str, Any]] = [{} for _ in self.nodes]
-
-        async def read(node: NetworkNode) -> None:
-            planned = self.topology.out_neighbours(node.index)
-            try:
-                stats = self._stats_pages[node.index] = await node.get("/stats")
-                connections = await node.get("/connections")
-                self.overlay.after[node.index] = link_counters(trio.current_time(), connections)
-                self._connection_pages[node.index] = connections
-                summaries[node.index] = node_summary(node, planned, stats, connections)
-                if self.load_run is not None:
-                    self.overlay.route_pages[node.index] = await node.get(
-                        f"/routes?table=query&limit={ROUTES_READ}"
-                    )
-            except (NodeError, KeyError, TypeError, ValueError) as exc:
-                summaries[node.index] = node_summary(node, planned, None, None, str(exc))
-            try:
-                states[node.index] = await node.get("/dump")
-            except NodeError as exc:  # a broken dump must not lose the rest
-                states[node.index] = {"error": str(exc)}
-
-        async with trio.open_nursery() as nursery:
-            for node in self.nodes:
-                nursery.start_soon(read, node)
-            if self.servents is not None:
-                nursery.start_soon(self.servents.read_drops)
-        return summaries, states
-
     async def _stop_nodes(self) -> float:
         """Routers first (they say Bye to everyone, servents included), then servents."""
         started = trio.current_time()
@@ -684,146 +640,10 @@ class LocalNetwork:
     def _servent_nodes(self) -> list[ServentNode]:
         return [] if self.servents is None else self.servents.nodes
 
-    def _summary(
-        self,
-        collected: tuple[list[dict[str, Any]], list[dict[str, Any]]] | None,
-        stopped_in: float | None,
-    ) -> dict[str, Any]:
-        settings = self.settings
-        load: dict[str, Any] | None = None
-        if self.report is not None:
-            load = json.loads(self.report.to_json())
-        elif self.load_counters is not None:
-            load = {"interrupted": True, **self.load_counters}
-        rows = collected[0] if collected else []
-        for row in rows:
-            node = self.nodes[row["node"]]
-            if isinstance(node, ChildNode | SharedNode):  # read now: exits came after collection
-                row["exit_status"] = node.exit_status
-            row["links"] = self.overlay.rates(node.index)
-        hits = self.load_run.query_hits if self.load_run is not None else {}
-        return {
-            "settings": {"mode": self.mode, **settings.describe()},
-            "topology": {
-                "kind": self.topology.kind,
-                "file": None if settings.topology_file is None else str(settings.topology_file),
-                **self.topology.describe(),
-                "leaves": sorted(self.topology.leaves),
-                "links": [list(link) for link in self.topology.links],
-                "sinks_on": [0, *sink_nodes(self.topology)] if settings.duration else [],
-            },
-            "formed_after_seconds": _rounded(self.formed_after),
-            "started_after_seconds": _rounded(self.started_after),
-            "formation": None if self.formation is None else self.formation.describe(),
-            "fork_server": self.forks is not None,
-            "namespaces": None
-            if self.namespaces is None
-            else {"prefix": self.namespaces.prefix, "subnet": str(self.namespaces.subnet)},
-            "emulated_links": self.link_plan.describe(),
-            "nodes": rows,
-            "failures": [dataclasses.asdict(f) for f in self.failures],
-            "overlay": self.overlay.conclude(hits) if self.load_run is not None else None,
-            "servents": None
-            if self.servents is None
-            else self.servents.report(
-                [self._connection_pages.get(n) for n in range(settings.nodes)], self.failures
-            ),
-            "churn": None
-            if settings.churn is None
-            else {**dataclasses.asdict(settings.churn), "events": self.churn_log},
-            "load": load,
-            "leaves": None
-            if self.leaves is None
-            else self.leaves.summary(
-                list(self._stats_pages.values()),
-                0 if self.report is None else self.report.sent.get("query", 0),
-            ),
-            "interrupted": self.interrupted,
-            "error": self.error,
-            "stopped": not any(n.running() for n in self.nodes),
-            "stop_seconds": _rounded(stopped_in),
-        }
-
-    def _write(self, summary: dict[str, Any], states: list[dict[str, Any]]) -> None:
-        try:
-            for index, state in enumerate(states):
-                _write_json(self.node_dir(index) / "state.json", state)
-            _write_json(self.settings.results / "summary.json", summary)
-            self.overlay.write(self.settings.results)
-            write_csv(self.settings.results / "churn.csv", self.churn_log)
-            if self.leaves is not None:
-                write_csv(self.settings.results / "leaf-queries.csv", self.leaves.rows())
-        except (OSError, TypeError, ValueError) as exc:
-            self._note(f"warning: results not written: {exc}")
-            return
-        try:
-            draw_run(self.settings.results, summary)
-        except PlotUnavailableError as exc:
-            self._note(f"no pictures: {exc}")
-        except Exception as exc:  # a picture that fails must not cost the results
-            self._note(f"warning: pictures not drawn: {exc.__class__.__name__}: {exc}")
-
     # ------------------------------------------------------------------ output
 
     def _note(self, text: str) -> None:
         self.console.note(text)
-
-    def status_line(self, state: Formation | None = None) -> str:
-        """The one-line state of the run; ``state`` is the snapshot to count links from
-        (taken now when not given)."""
-        now = trio.current_time()
-        elapsed = now - self._started
-        if state is None:
-            state = self.snapshot()
-        running = [n for n in self.nodes if n.running()]
-        connections = sum(len(n.view.open_connections()) for n in running)
-        routed = sum(n.view.received for n in self.nodes)
-        dropped = sum(n.view.dropped for n in self.nodes)
-        rate = self._routed_rate
-        line = (
-            f"[{elapsed:6.1f} s] {self.phase:<8} nodes {len(running)}/{self.settings.nodes}  "
-            f"{state.counts()}  conns {connections}  "
-            f"routed {routed:,} ({rate:,.0f}/s)  dropped {dropped:,}"
-        )
-        if self.load_run is not None and self.phase == "traffic":
-            counters = self.load_run.counters()
-            line += (
-                f"  | sent {counters['sent']:,}  copies {counters['copies']:,}  "
-                f"late {counters['late']:,}"
-            )
-        return line
-
-    async def _show_status(self) -> None:
-        """The status line and a connectivity sample about once a second, from the
-        nodes' last views (read by the formation poll, then by :meth:`_read_views`)."""
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(self._read_views)
-            while True:
-                await trio.sleep(STATUS_INTERVAL)
-                state = self.overlay.sample(trio.current_time() - self._started, self.nodes)
-                if self.phase != "console":  # the console has the terminal
-                    self.console.status(self.status_line(state))
-
-    async def _read_views(self) -> None:
-        """Once the network has formed, read every node's connections and counters
-        about once a second; a large network less often (at most
-        :data:`READS_PER_SECOND` nodes a second), so the reads do not take the routers'
-        CPU. A read that is slow delays the next, never the status line."""
-        every = max(STATUS_INTERVAL, self.settings.nodes / READS_PER_SECOND)
-        while True:
-            began = trio.current_time()
-            if self.phase not in ("starting", "netns", "leaves", "forming"):
-                await self.refresh(totals=True)
-                self._note_routed(trio.current_time())
-            await trio.sleep_until(began + every)
-
-    def _note_routed(self, now: float) -> None:
-        """Keep the routed rate between this full read of the totals and the last."""
-        routed = sum(n.view.received for n in self.nodes)
-        if self._read_totals is not None and now > self._read_totals[0]:
-            then, before = self._read_totals
-            self._routed_rate = max(0, routed - before) / (now - then)
-        self._read_totals = (now, routed)
 
     def _print_final(self, outcome: NetworkOutcome) -> None:
         text = final_text(outcome.summary, self.report, outcome.results)
@@ -870,7 +690,3 @@ async def run_network(
 
 def _format(address: tuple[str, int]) -> str:
     return format_address(*address)
-
-
-def _rounded(value: float | None) -> float | None:
-    return None if value is None else round(value, 3)

@@ -26,7 +26,8 @@ import trio
 from gnutella_router.config import Config
 from gnutella_router.daemon import Daemon
 from gnutella_router.net.connection import format_address
-from gnutella_router.observe.admin import AdminServer, write_dump_file
+from gnutella_router.observe.admin import AdminServer
+from gnutella_router.observe.dump_files import write_dump_file
 
 LOCAL_PEER = "127.0.0.1"
 

@@ -117,7 +117,9 @@ def _plain(value: object) -> Any:
     return str(value)
 
 
-def _write_json(path: Path, data: object) -> None:
+def write_json_file(path: Path, data: object) -> None:
+    """``data`` as indented JSON at ``path``, through a temporary file renamed over it, so
+    that a reader never sees half a file."""
     text = json.dumps(_plain(data), indent=2, sort_keys=True, allow_nan=False)
     temporary = path.with_name(path.name + ".tmp")
     temporary.write_text(text + "\n")

@@ -19,7 +19,8 @@ import pytest
 import trio
 
 from gnutella_router.daemon import Daemon
-from gnutella_router.observe.admin import AdminServer, write_dump_file
+from gnutella_router.observe.admin import AdminServer
+from gnutella_router.observe.dump_files import write_dump_file
 from gnutella_router.observe.dump_stream import (
     SLICE_ENTRIES,
     JsonDocument,

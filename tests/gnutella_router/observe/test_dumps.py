@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import trio
 
-from gnutella_router.observe.admin import write_dump_file
+from gnutella_router.observe.dump_files import write_dump_file
 from gnutella_router.observe.dumps import (
     REDACTED,
     count_tasks,

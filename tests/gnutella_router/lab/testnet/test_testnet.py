@@ -280,7 +280,7 @@ async def test_a_link_outside_the_plan_is_counted_apart_everywhere(tmp_path: Pat
         state = network.snapshot()
         assert state.formed  # every planned link is still up ...
         assert state.outside_plan == ((1, 2),)  # ... and the stray is counted apart
-        assert "links 2/2 (+1 outside the plan)" in network.status_line()
+        assert "links 2/2 (+1 outside the plan)" in network.status.line()
         with trio.fail_after(10):  # a connectivity sample counts it too
             while not any(s.links_outside_plan for s in network.overlay.connectivity):
                 await trio.sleep(0.1)

@@ -11,7 +11,7 @@ to ``Bursts(10, 10 / rate)``: the same mean, all ten packets of a burst due at t
 instant.
 
 This module only builds the arrival process and reports: the runs themselves are
-:func:`fig14.runs.one_run` with ``arrivals="bursts"``. It takes the result
+:func:`scripts.fig14.runs.one_run` with ``arrivals="bursts"``. It takes the result
 dictionaries that function writes and makes the side-by-side table, the figure
 (fig14-bursts-latency.png: mean latency against offered load, constant and bursty, one
 panel per governor setting) and a CSV of every run (docs/figures/fig14-arrivals.csv).
@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any
 
 import matplotlib.pyplot as plt
-from benchdocs import save_figure
 
+from scripts.benchdocs import save_figure
 from traffic_models.arrivals import ArrivalProcess, Bursts, ConstantRate
 
 ARRIVALS = ("constant", "bursts")
@@ -197,7 +197,7 @@ def plot_side_by_side(results: list[dict[str, Any]], path: Path) -> Path:
 def write_section(results: list[dict[str, Any]], command: str, when: str, doc: Path) -> None:
     """The generated part of docs/experiments.md's bursty subsection; ``command`` is
     markdown (how to rerun it)."""
-    from benchdocs import machine, replace_section
+    from scripts.benchdocs import machine, replace_section
 
     durations = sorted({r["duration"] for r in results})
     warmups = sorted({r["warmup"] for r in results})
