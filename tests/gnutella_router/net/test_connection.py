@@ -12,6 +12,7 @@ import trio.testing
 
 from gnutella_router.net.connection import Connection
 from gnutella_router.net.deflate_pool import DeflatePool
+from gnutella_router.net.outqueue import Verdict
 from gnutella_router.net.threshold_queue import ThresholdQueue
 from protocol.capabilities import Capabilities
 from protocol.codec import encode_message
@@ -423,3 +424,34 @@ async def test_a_bye_follows_the_rest_of_a_write_the_socket_took_in_part() -> No
     finally:
         ours.close()
         theirs.close()
+
+
+async def test_a_dead_peer_closes_as_soon_as_the_router_has_finished_its_frames(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    ours, theirs = trio.testing.memory_stream_pair()
+    link = connection(ours, "incoming")
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(link.run, _ignore)
+        await theirs.send_all(encode_message(Message(random_guid(), 3, 0, Query(b"q"))))
+        await theirs.aclose()
+        await trio.sleep(1.0)
+        assert not link.closing
+        link.frames_done(1)
+        await trio.sleep(0.1)
+        assert link.closing  # at once, not after DRAIN_SECONDS
+    assert link.close_reason == "peer closed the connection"
+
+
+async def test_a_queue_verdict_that_ends_the_peer_ends_its_tasks() -> None:
+    ours, _theirs = trio.testing.memory_stream_pair()
+    queue = ThresholdQueue(max_messages=2)
+    link = link_over(ours, outgoing=queue)
+    with trio.fail_after(5):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(link.run, _ignore)
+            await trio.testing.wait_all_tasks_blocked()
+            verdicts = [queue.offer(data, 3, 0, 0.0) for data in queries(3, b"x")]
+            assert verdicts[-1] is Verdict.CLOSE
+            link.act_on(verdicts[-1])
+    assert link.close_reason == queue.close_reason
