@@ -19,7 +19,16 @@ class Broadcasts:
     """Copies to broadcast, in order, with who sent each stretch and, of the queries
     among them, what the fan-out must know."""
 
-    __slots__ = ("ancient", "datas", "last_hop", "not_leaves", "queries", "runs", "size")
+    __slots__ = (
+        "ancient",
+        "datas",
+        "highest_ttl",
+        "last_hop",
+        "not_leaves",
+        "queries",
+        "runs",
+        "size",
+    )
 
     def __init__(self) -> None:
         self.datas: list[bytes] = []
@@ -30,6 +39,9 @@ class Broadcasts:
         entry only where the source changes (a batch holds runs of one link's frames,
         so this is one entry per run, and nothing to write per message)."""
         self.queries = 0
+        self.highest_ttl = 0
+        """The highest TTL of any copy (a peer announcing a lower X-Max-TTL gets copies
+        trimmed to it), known from when they were made: no copy is read again for it."""
         self.ancient: set[bytes] = set()
         """Queries in the pre-0.6 form, kept from peers that drop them."""
         self.last_hop: set[bytes] = set()
@@ -49,6 +61,8 @@ class Broadcasts:
             runs.append((source, len(self.datas)))
         self.datas.extend(datas)
         self.size += copies.size
+        if copies.highest_ttl > self.highest_ttl:
+            self.highest_ttl = copies.highest_ttl
         if copies.count:
             self.queries += copies.count
             if copies.ancient:

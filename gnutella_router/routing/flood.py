@@ -125,14 +125,15 @@ class Copies:
 
 class RunCopies:
     """What the fan-out needs to know of a run's copies, found while building them:
-    their bytes in all, and of the queries among them how many, which are in the pre-0.6
-    form (flags 0, for peers that refuse it), which are at their last hop (TTL 0, for
-    leaves only) and which are relayed again (for ultrapeers only)."""
+    their bytes in all, the highest TTL of any, and of the queries among them how many,
+    which are in the pre-0.6 form (flags 0, for peers that refuse it), which are at their
+    last hop (TTL 0, for leaves only) and which are relayed again (for ultrapeers only)."""
 
-    __slots__ = ("ancient", "count", "last_hop", "not_leaves", "size")
+    __slots__ = ("ancient", "count", "highest_ttl", "last_hop", "not_leaves", "size")
 
     def __init__(self) -> None:
         self.size = 0
+        self.highest_ttl = 0
         self.count = 0
         self.ancient: list[bytes] = []
         self.last_hop: list[bytes] = []
@@ -343,6 +344,8 @@ class RunRouter:
         out = found.out
         copies = found.copies
         size = 0
+        highest: i64 = 0
+        copy_ttl: i64
         count = len(frames)
         end = start
         # The copies are built in the same pass, before it is known whether every frame
@@ -366,6 +369,9 @@ class RunRouter:
                     if data is not None:
                         out.append(data)
                         size += HEADER_SIZE + len(payload)
+                        copy_ttl = data[TTL_OFFSET]
+                        if copy_ttl > highest:
+                            highest = copy_ttl
             elif message_type == QUERY:
                 verdict = query_verdict(
                     ttl, hops, payload, hard, source_flow_controlled, allowance <= 0, drop_ancient
@@ -378,7 +384,10 @@ class RunRouter:
                 query_at.append(end)
                 data = self._query_copy(frame, max_ttl, degrade, last_hop, False, found)
                 if data is not None:
-                    copies.add(data, is_ancient(payload), data[TTL_OFFSET] == 0)
+                    copy_ttl = data[TTL_OFFSET]
+                    if copy_ttl > highest:
+                        highest = copy_ttl
+                    copies.add(data, is_ancient(payload), copy_ttl == 0)
                     out.append(data)
                     size += len(data)
                 if leaf:
@@ -408,6 +417,7 @@ class RunRouter:
             received[PING] += len(ping_guids)
             received[QUERY] += len(query_guids)
             copies.size = size
+            copies.highest_ttl = highest
         else:
             if routed < end:
                 self._take_back(found, repeats, frames, routed)
@@ -574,6 +584,7 @@ class RunRouter:
                     copies.not_leaves.append(data)
                 out.append(data)
         copies.size = sum(map(len, out))
+        copies.highest_ttl = max([data[TTL_OFFSET] for data in out], default=0)
         found.copies = copies
         return out
 

@@ -78,7 +78,7 @@ from protocol.constants import (
     message_type_name,
 )
 from protocol.framing import Frame
-from protocol.header import TTL_OFFSET, TYPE_OFFSET
+from protocol.header import TYPE_OFFSET
 from protocol.messages import (
     Message,
     Ping,
@@ -93,7 +93,6 @@ OVER_RATE_LOG_SECONDS = 10.0
 
 _TYPE_BYTE = operator.itemgetter(TYPE_OFFSET)
 """The payload type's offset in an encoded message."""
-_TTL_BYTE = operator.itemgetter(TTL_OFFSET)
 """The TTL's offset in an encoded message."""
 
 
@@ -449,13 +448,9 @@ class GnutellaRouter:
         senders = {source for source, _ in broadcasts.runs}
         queries = broadcasts.queries
         pings = len(datas) - queries
-        # Copies never leave with more than max_ttl - 1: only a peer announcing a
-        # lower X-Max-TTL needs the batch's highest TTL read from every copy.
-        max_ttl = self.max_ttl
-        if any(c.capabilities.max_ttl < max_ttl for c in connections):
-            highest_ttl = max(map(_TTL_BYTE, datas))
-        else:
-            highest_ttl = 0
+        # Known from when the copies were made: a peer announcing a lower X-Max-TTL than
+        # this gets copies trimmed to it (every real servent announces one).
+        highest_ttl = broadcasts.highest_ttl
         forwarded = self.forwarded
         for_destination = self._destinations.apply
         offer_many = self.outbox.offer_many
