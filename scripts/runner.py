@@ -14,8 +14,11 @@ Stopping is SIGTERM (or another signal: a test network takes SIGINT), a grace pe
 then SIGKILL; :func:`stop_all` stops several at once within one grace period. A child
 that runs in a session of its own (``own_session``: Ctrl-C in the terminal reaches only
 the script, which stops its children in order) is signalled as a whole process group,
-so what it started goes with it; one started with ``die_with_parent`` hears SIGHUP (a
-router's graceful stop) if the script dies without stopping it.
+so what it started goes with it. On Linux every child hears SIGHUP if the script dies
+without stopping it (``die_with_parent``, on unless asked otherwise: a router, finding
+itself reparented, takes it as its graceful stop; a yardstick or a load exits), so a
+script killed outright, by a SIGTERM it does not catch or a SIGKILL, leaves nothing
+running either.
 
 A :class:`Server` is a child that serves on a loopback port, ready once it accepts
 connections there (and on any other port named, e.g. an admin interface) or once a
@@ -25,8 +28,8 @@ folder, and its profiler export read back after it stopped (:func:`router_starte
 A load or flood process that runs to its end beside a trio run is :func:`run_to_end`'s
 (cancelled, it is killed).
 
-A script unwinds on SIGTERM and SIGHUP as on Ctrl-C, stopping its children on the way
-out, by running inside :func:`stopped_like_ctrl_c`; :func:`leaf_exceptions` opens the
+A script that runs inside :func:`stopped_like_ctrl_c` also unwinds on SIGTERM and
+SIGHUP as on Ctrl-C, stopping its children in order on the way out; :func:`leaf_exceptions` opens the
 exception groups trio's nurseries wrap what went wrong in.
 
 The command lines live here too, so that each kind of server is started the same way by
@@ -145,7 +148,7 @@ class Child:
         env: Mapping[str, str] | None = None,
         cwd: Path = ROOT,
         own_session: bool = False,
-        die_with_parent: bool = False,
+        die_with_parent: bool = True,
     ) -> None:
         self.name = name
         self.argv = list(argv)

@@ -5,8 +5,10 @@ says so."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -154,3 +156,33 @@ def test_a_load_process_that_fails_raises_and_one_that_ends_gives_its_output() -
     failing = [sys.executable, "-c", "raise SystemExit(3)"]
     with pytest.raises(RunError, match=r"a load failed \(exit status 3\)"):
         trio.run(runner.run_to_end, failing, "a load")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_a_script_killed_outright_leaves_no_child_running(tmp_path: Path) -> None:
+    """A script that dies without stopping its children (SIGKILL here, or a SIGTERM it
+    does not catch) takes them with it: each hears SIGHUP when its parent dies."""
+    pid_file = tmp_path / "child.pid"
+    script = (
+        "from pathlib import Path; import sys, time; from scripts.runner import Child; "
+        f"child = Child('sleeper', [sys.executable, '-c', {SLEEPER!r}], "
+        f"Path({str(tmp_path / 'c.log')!r})); "
+        f"Path({str(pid_file)!r}).write_text(str(child.pid)); time.sleep(60)"
+    )
+    parent = subprocess.Popen([sys.executable, "-c", script])
+    try:
+        deadline = time.monotonic() + 20
+        while not pid_file.exists() or not pid_file.read_text():
+            assert time.monotonic() < deadline, "the script never started its child"
+            time.sleep(0.05)
+        child_pid = int(pid_file.read_text())
+        assert not gone(child_pid, within=0.2)
+    finally:
+        parent.kill()
+        parent.wait()
+    try:
+        assert gone(child_pid)
+    finally:
+        if not gone(child_pid, within=0.05):  # when it failed: no sleeper left behind
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(child_pid, signal.SIGKILL)
