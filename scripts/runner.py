@@ -28,9 +28,9 @@ folder, and its profiler export read back after it stopped (:func:`router_starte
 A load or flood process that runs to its end beside a trio run is :func:`run_to_end`'s
 (cancelled, it is killed).
 
-A script that runs inside :func:`stopped_like_ctrl_c` also unwinds on SIGTERM and
-SIGHUP as on Ctrl-C, stopping its children in order on the way out; :func:`leaf_exceptions` opens the
-exception groups trio's nurseries wrap what went wrong in.
+A script that runs inside :func:`stopped_like_ctrl_c` also unwinds on SIGTERM and SIGHUP
+as on Ctrl-C, stopping its children in order on the way out; :func:`leaf_exceptions`
+opens the exception groups trio's nurseries wrap what went wrong in.
 
 The command lines live here too, so that each kind of server is started the same way by
 every script: :func:`router_argv` (the benchmarks' router: its console script, the

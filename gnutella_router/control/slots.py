@@ -72,7 +72,7 @@ IPV4_GROUP_PREFIX = 24
 IPV6_GROUP_PREFIX = 48
 """The networks that diversity counts peers by."""
 EVICTION_BYE_CODE = 202
-TRUSTED_LOOKUPS_KEPT = 4096
+TRUSTED_LOOKUPS_KEPT = 16_384
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -85,8 +85,9 @@ class Occupant:
     leaf: bool
     """Whether it holds a leaf slot (it announced ``X-Ultrapeer: False``)."""
     evictable: bool
-    """Whether it may lose its slot to diversity: accepted, from outside the trusted
-    networks."""
+    """Whether it may lose its slot to diversity: accepted, not dialled by us
+    (:meth:`SlotPolicy.admit` also spares the trusted networks, and looks that up only
+    when the node is full)."""
     since: float
     """When it connected: of a group's members, the newest goes first."""
 
@@ -221,7 +222,16 @@ class SlotPolicy:
         same_kind = [o for o in occupants if o.leaf == leaf]
         if len(same_kind) + len(admitting) < (self.max_leaves if leaf else self.max_connections):
             return ACCEPT
-        victim = None if self.trusted(host) else choose_eviction(host, same_kind)
+        if self.trusted(host):
+            return Admission(503, "Too many leaves" if leaf else "Too many connections")
+        # Only a full node asks which occupants are trusted: asked at every handshake,
+        # that was a lookup per live connection per handshake.
+        trusted = self.trusted
+        candidates = [
+            o if not o.evictable or not trusted(o.host) else dataclasses.replace(o, evictable=False)
+            for o in same_kind
+        ]
+        victim = choose_eviction(host, candidates)
         if victim is None:
             return Admission(503, "Too many leaves" if leaf else "Too many connections")
         return Admission(200, evict=victim)

@@ -510,7 +510,7 @@ class GnutellaServer:
                     s.id,
                     s.peer[0],
                     leaf=s.capabilities.ultrapeer is False,
-                    evictable=s.role == "incoming" and not self.slots.trusted(s.peer[0]),
+                    evictable=s.role == "incoming",
                     since=s.connected_at,
                 )
                 for s in (c.session for c in self.connections.snapshot())

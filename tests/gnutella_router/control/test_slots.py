@@ -115,6 +115,18 @@ def test_dialled_and_trusted_connections_are_never_evicted_nor_counted() -> None
     assert choose_eviction("10.7.7.7", mixed) == mixed[-1]
 
 
+def test_a_full_node_never_evicts_a_peer_from_a_trusted_network() -> None:
+    """The server hands every accepted connection in as evictable; the policy itself
+    spares the trusted networks (looking them up only when the node is full)."""
+    crowd = [occupant(n, f"127.0.0.{n}") for n in range(1, 4)]
+    crowd.append(occupant(4, "10.0.0.1"))
+    refused = policy().admit("10.9.9.9", leaf=False, occupants=crowd, admitting=[])
+    assert (refused.code, refused.evict) == (503, None)
+    crowd[3:] = [occupant(4, "10.0.0.1"), occupant(5, "10.0.0.2")]
+    taken = policy(max_connections=5).admit("10.9.9.9", leaf=False, occupants=crowd, admitting=[])
+    assert taken.evict == crowd[-1]  # the untrusted crowd of two gives way
+
+
 def test_a_trusted_newcomer_evicts_nobody() -> None:
     """Behind a trusted address stand many peers whose networks cannot be told apart."""
     crowd = [occupant(n, f"10.0.0.{n}") for n in range(1, 5)]
