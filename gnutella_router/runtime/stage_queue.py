@@ -125,6 +125,21 @@ class StageQueue(Generic[T]):
             self._events.extend(events[:count])
         else:
             self._events.extend(events)
+        self._admitted(count)
+        return count
+
+    def admit_one(self, event: T) -> bool:
+        """Queue one event if there is room."""
+        if len(self._events) >= self.threshold:
+            self.refused += 1
+            return False
+        self._events.append(event)
+        self._admitted(1)
+        return True
+
+    def _admitted(self, count: int) -> None:
+        """``count`` events were just queued: note when, the peak, a queue now full, and
+        wake a worker."""
         self._mark(count)
         self.admitted += count
         length = len(self._events)
@@ -134,24 +149,6 @@ class StageQueue(Generic[T]):
             self._closing()
         if self._consumers:
             self._consumers.unpark()
-        return count
-
-    def admit_one(self, event: T) -> bool:
-        """Queue one event if there is room."""
-        if len(self._events) >= self.threshold:
-            self.refused += 1
-            return False
-        self._events.append(event)
-        self._mark(1)
-        self.admitted += 1
-        length = len(self._events)
-        if length > self.peak:
-            self.peak = length
-        if length >= self.threshold:
-            self._closing()
-        if self._consumers:
-            self._consumers.unpark()
-        return True
 
     def _mark(self, count: int) -> None:
         if count:

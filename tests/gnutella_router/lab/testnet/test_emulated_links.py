@@ -17,8 +17,12 @@ from gnutella_router.lab.testnet.namespaces import NamespaceNetwork, abandoned_l
 from gnutella_router.lab.testnet.network import run_network
 from gnutella_router.lab.testnet.settings import NetworkSettings
 from gnutella_router.lab.testnet.topology import LinkShape, Topology, load_topology
-from gnutella_router.net.namespace_sockets import Namespace, install_socket_factory, use_namespace
-from tests.gnutella_router.lab.testnet.test_namespaces import leftovers, needs_root, running
+from gnutella_router.net.namespace_sockets import use_namespace
+from tests.gnutella_router.lab.testnet.test_namespaces import (
+    namespaces_open,
+    needs_root,
+    running,
+)
 
 GRAPHML = """<?xml version="1.0" encoding="UTF-8"?>
 <graphml xmlns="http://graphml.graphdrawing.org/xmlns">
@@ -132,8 +136,7 @@ async def test_tbf_holds_a_link_to_its_rate() -> None:
     plan = LinkPlan(pair, bandwidth_kbps=800.0)
     network = NamespaceNetwork(2, pairs=[(0, 1)], after_create=plan.shape_namespaces)
     size = 200_000
-    try:
-        await trio.to_thread.run_sync(network.create)
+    async with namespaces_open(network, 2) as spaces:
         shown = (
             await trio.run_process(
                 ["tc", "-n", network.namespace(1), "qdisc", "show", "dev", "eth0"],
@@ -142,34 +145,24 @@ async def test_tbf_holds_a_link_to_its_rate() -> None:
         ).stdout.decode()
         assert "tbf" in shown
         assert "800Kbit" in shown
-        install_socket_factory()
-        spaces = [Namespace.open(network.namespace(i)) for i in range(2)]
-        try:
-            use_namespace(spaces[0])
-            listeners = await trio.open_tcp_listeners(7100, host=network.address(0))
-            use_namespace(spaces[1])
-            sender = await trio.open_tcp_stream(network.address(0), 7100)
-            use_namespace(None)
-            receiver = await listeners[0].accept()
-            begun = time.monotonic()
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(sender.send_all, b"x" * size)
-                got = 0
-                with trio.fail_after(60):
-                    while got < size:
-                        got += len(await receiver.receive_some(65536))
-            elapsed = time.monotonic() - begun
-            # The burst is 1514 bytes at this rate (a frame: 10 ms of it is less).
-            assert elapsed >= (size - 1514) / 100_000
-            for stream in (sender, receiver, *listeners):
-                await stream.aclose()
-        finally:
-            for space in spaces:
-                space.close()
-    finally:
-        problems = network.remove()
-    assert problems == []
-    assert leftovers(network) == []
+        use_namespace(spaces[0])
+        listeners = await trio.open_tcp_listeners(7100, host=network.address(0))
+        use_namespace(spaces[1])
+        sender = await trio.open_tcp_stream(network.address(0), 7100)
+        use_namespace(None)
+        receiver = await listeners[0].accept()
+        begun = time.monotonic()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(sender.send_all, b"x" * size)
+            got = 0
+            with trio.fail_after(60):
+                while got < size:
+                    got += len(await receiver.receive_some(65536))
+        elapsed = time.monotonic() - begun
+        # The burst is 1514 bytes at this rate (a frame: 10 ms of it is less).
+        assert elapsed >= (size - 1514) / 100_000
+        for stream in (sender, receiver, *listeners):
+            await stream.aclose()
 
 
 @pytest.mark.e2e

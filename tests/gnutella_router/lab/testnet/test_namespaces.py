@@ -6,6 +6,7 @@ bridge, all named for the run, and remove them); elsewhere they are skipped.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import ipaddress
 import json
@@ -13,6 +14,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -30,6 +32,7 @@ from gnutella_router.lab.testnet.namespaces import (
 )
 from gnutella_router.lab.testnet.network import run_network
 from gnutella_router.lab.testnet.settings import NetworkSettings
+from gnutella_router.net.namespace_sockets import Namespace, install_socket_factory, use_namespace
 from gnutella_router.ready_file import read_ready_file
 
 
@@ -63,6 +66,27 @@ def ours(prefix: str) -> set[str]:
 def leftovers(run: NamespaceNetwork) -> list[str]:
     found, links = list_leftovers()
     return [name for name in found + links if name.startswith(run.prefix)]
+
+
+@contextlib.asynccontextmanager
+async def namespaces_open(network: NamespaceNetwork, count: int) -> AsyncIterator[list[Namespace]]:
+    """``network`` made, and its first ``count`` namespaces open for sockets made in them
+    (:func:`use_namespace`), for the block; then each closed, the network removed, and
+    nothing of it left behind (checked)."""
+    try:
+        await trio.to_thread.run_sync(network.create)
+        install_socket_factory()
+        spaces = [Namespace.open(network.namespace(i)) for i in range(count)]
+        try:
+            yield spaces
+        finally:
+            use_namespace(None)
+            for space in spaces:
+                space.close()
+    finally:
+        problems = network.remove()
+    assert problems == []
+    assert leftovers(network) == []
 
 
 # --- without root ----------------------------------------------------------------------

@@ -21,9 +21,14 @@ from gnutella_router.lab.testnet.host_wire import MAX_LINE, MessageReader, WireE
 from gnutella_router.lab.testnet.namespaces import NamespaceNetwork, abandoned_leftovers
 from gnutella_router.lab.testnet.network import run_network
 from gnutella_router.lab.testnet.settings import NetworkSettings
-from gnutella_router.net.namespace_sockets import Namespace, install_socket_factory, use_namespace
+from gnutella_router.net.namespace_sockets import use_namespace
 from gnutella_router.ready_file import read_ready_file
-from tests.gnutella_router.lab.testnet.test_namespaces import leftovers, needs_root, running
+from tests.gnutella_router.lab.testnet.test_namespaces import (
+    leftovers,
+    namespaces_open,
+    needs_root,
+    running,
+)
 
 # --- the wire ----------------------------------------------------------------------------
 
@@ -193,27 +198,16 @@ def test_removal_stops_a_process_that_holds_a_namespace_open() -> None:
 @needs_root
 async def test_a_socket_made_in_a_namespace_has_its_address() -> None:
     network = NamespaceNetwork(2, pairs=[(0, 1)])
-    try:
-        await trio.to_thread.run_sync(network.create)
-        install_socket_factory()
-        spaces = [Namespace.open(network.namespace(i)) for i in range(2)]
-        try:
-            use_namespace(spaces[0])
-            listeners = await trio.open_tcp_listeners(7200, host=network.address(0))
-            use_namespace(spaces[1])
-            dialled = await trio.open_tcp_stream(network.address(0), 7200)
-            use_namespace(None)  # the process's own namespace again
-            accepted = await listeners[0].accept()
-            assert accepted.socket.getpeername()[0] == network.address(1)
-            # Node 0's address is not in the process's own namespace.
-            with pytest.raises(OSError, match=r"cannot listen|assign requested address"):
-                await trio.open_tcp_listeners(7201, host=network.address(0))
-            for stream in (dialled, accepted, *listeners):
-                await stream.aclose()
-        finally:
-            for space in spaces:
-                space.close()
-    finally:
-        problems = network.remove()
-    assert problems == []
-    assert leftovers(network) == []
+    async with namespaces_open(network, 2) as spaces:
+        use_namespace(spaces[0])
+        listeners = await trio.open_tcp_listeners(7200, host=network.address(0))
+        use_namespace(spaces[1])
+        dialled = await trio.open_tcp_stream(network.address(0), 7200)
+        use_namespace(None)  # the process's own namespace again
+        accepted = await listeners[0].accept()
+        assert accepted.socket.getpeername()[0] == network.address(1)
+        # Node 0's address is not in the process's own namespace.
+        with pytest.raises(OSError, match=r"cannot listen|assign requested address"):
+            await trio.open_tcp_listeners(7201, host=network.address(0))
+        for stream in (dialled, accepted, *listeners):
+            await stream.aclose()
