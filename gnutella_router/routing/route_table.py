@@ -16,12 +16,18 @@ Rotations fall on a fixed grid of ``generation_seconds``, so with time as the on
 trigger an entry is kept for more than one and at most two generations. Memory is
 bounded as well: when the current generation holds ``capacity`` entries it is rotated
 early (and the grid restarts from that moment), so the table never holds more than
-``2 * capacity`` entries. Under a flood that shortens lifetimes instead of growing
+``2 * capacity`` entries, and at most two dropped dicts waiting to be freed: a dropped
+generation is freed two entries per insert rather than at once, because freeing tens of
+thousands of cache-cold entries in one go is a stall of milliseconds for every message
+queued behind it. Under a flood that shortens lifetimes instead of growing
 memory, which is the right trade for a router: a lost reverse route costs one reply, an
 unbounded table costs the process. But a full generation is first looked at by who
 filled it: when one connection holds far more than its share (a peer spraying unique
 GUIDs), its own oldest entries make the room instead, so one peer cannot rotate the
-routes of everyone else's pending queries out (:meth:`RouteTable._make_room`).
+routes of everyone else's pending queries out (:meth:`RouteTable._make_room`). That
+eviction is a pass over the generation, so it too is spread over the inserts that follow
+(a few entries each, :meth:`RouteTable._sift`), during which lookups see the generation
+as it was.
 
 Time is passed in as ``now`` (seconds on any monotonic clock); nothing here reads a
 clock, so tests can drive time directly.
@@ -77,6 +83,13 @@ VALUE_SHIFT: Final = 40
 OWN: Final = 0
 """The value of routes to the router itself (connection ids start at 1)."""
 _OFFSET_LIMIT: Final = 0xFFFF_FFFF  # 49 days of milliseconds
+SIFTED_PER_INSERT: Final = 8
+"""Entries of an eviction sifted per insert by default (see :meth:`RouteTable._sift`): at
+eight, an eviction of a full generation is over within an eighth of a generation of
+inserts, before another can begin."""
+FREED_PER_INSERT: Final = 2
+"""Entries of a dropped generation freed per insert (see :meth:`RouteTable._let_go`):
+at two, a generation is freed within half a generation of inserts."""
 
 
 def pack_detail(ttl: int, hops: int) -> int:
@@ -162,6 +175,7 @@ class RouteTable:
         "_evicted",
         "_expired",
         "_forgotten",
+        "_freeing",
         "_generation_seconds",
         "_hits",
         "_lookups",
@@ -173,14 +187,30 @@ class RouteTable:
         "_refreshed",
         "_rotations",
         "_rotations_for_capacity",
+        "_sift_drop",
+        "_sift_heavy",
+        "_sift_items",
+        "_sift_left",
+        "_sifted_per_insert",
+        "_sifting",
     )
 
-    def __init__(self, name: str, generation_seconds: float, capacity: int, now: float = 0.0):
+    def __init__(
+        self,
+        name: str,
+        generation_seconds: float,
+        capacity: int,
+        now: float = 0.0,
+        sifted_per_insert: int = SIFTED_PER_INSERT,
+    ):
         if not generation_seconds > 0.0:
             raise ValueError(f"generation_seconds must be positive, not {generation_seconds!r}")
         if capacity < 1:
             raise ValueError(f"capacity must be at least 1, not {capacity!r}")
+        if sifted_per_insert < 1:
+            raise ValueError(f"sifted_per_insert must be at least 1, not {sifted_per_insert!r}")
         self._name = name
+        self._sifted_per_insert = sifted_per_insert
         self._generation_seconds = float(generation_seconds)
         self._capacity = capacity
         # Each generation: GUID -> pack_entry(value, time since the generation began,
@@ -190,9 +220,26 @@ class RouteTable:
         self._previous: dict[bytes, int] = {}
         self._counts: dict[int, int] = {}
         """Entries of the current generation by value (connection), for its shares."""
+
         self._current_since = now
         self._previous_since = now
         self._hits: dict[bytes, int] = {}
+        self._sifting: dict[bytes, int] = {}
+        """The current generation as it was when an eviction began (see
+        :meth:`_make_room`): its entries are copied into the current one, oldest first,
+        a few per insert, but for the evicted ones. Every lookup sees it until the
+        eviction is over; then it is let go (:meth:`_let_go`)."""
+        self._sift_items: Iterator[tuple[bytes, int]] = iter(())
+        """Where the eviction under way has got to in ``_sifting``."""
+        self._sift_left = 0
+        """Entries of ``_sifting`` not yet copied or dropped."""
+        self._sift_heavy = 0
+        """The connection whose oldest entries the eviction under way drops."""
+        self._sift_drop = 0
+        """How many more of its entries, the next ones met, are to be dropped."""
+        self._freeing: list[dict[bytes, int]] = []
+        """Dicts let go and not yet freed, oldest first: freed a few entries per insert
+        (:meth:`_free_some`), so that no single message pays for a whole generation."""
         self._deadline = now + self._generation_seconds
         self._recorded = 0
         self._duplicates = 0
@@ -229,12 +276,13 @@ class RouteTable:
         """
         if now >= self._deadline:
             self._rotate_for_time(now)
-        if guid in self._previous:
+        sifting = self._sifting
+        if guid in self._previous or (sifting and guid in sifting):
             self._duplicates += 1
             return False
         current = self._current
         size = len(current)
-        if size >= self._capacity:
+        if size + self._sift_left - self._sift_drop >= self._capacity:
             if guid in current:  # only checked here, at the rare rotation point
                 self._duplicates += 1
                 return False
@@ -251,6 +299,10 @@ class RouteTable:
         self._recorded += 1
         counts = self._counts
         counts[value] = counts.get(value, 0) + 1
+        if self._sift_left:
+            self._sift(self._sifted_per_insert)
+        if self._freeing:
+            self._free_some(FREED_PER_INSERT)
         return True
 
     def record_many(
@@ -269,9 +321,10 @@ class RouteTable:
         if now >= self._deadline:
             self._rotate_for_time(now)  # what the first of the calls would do first
         current = self._current
+        sifting = self._sifting
         count = len(guids)
         repeats: list[int] = []
-        if len(current) + count > self._capacity:
+        if len(current) + self._sift_left - self._sift_drop + count > self._capacity:
             # A generation fills within the run (once per ``capacity`` GUIDs): one by one.
             for index in range(count):
                 detail = details[index]
@@ -280,6 +333,7 @@ class RouteTable:
             return repeats
         previous = self._previous
         check_previous = bool(previous) and not previous.keys().isdisjoint(guids)
+        check_sifting = bool(sifting) and not sifting.keys().isdisjoint(guids)
         base = pack_entry(value, now - self._current_since, 0)
         # The entries as objects, so that GUIDs with the same TTL and hops (under a flood,
         # nearly all of a run) share one: an int made per GUID would be an allocation
@@ -289,7 +343,7 @@ class RouteTable:
         entry: object = None
         size = len(current)
         for index, guid in enumerate(guids):
-            if check_previous and guid in previous:
+            if (check_previous and guid in previous) or (check_sifting and guid in sifting):
                 repeats.append(index)
                 continue
             if details[index] != detail:
@@ -307,6 +361,10 @@ class RouteTable:
             counts = self._counts
             counts[value] = counts.get(value, 0) + recorded
         self._duplicates += len(repeats)
+        if self._sift_left:
+            self._sift(self._sifted_per_insert * count)
+        if self._freeing:
+            self._free_some(FREED_PER_INSERT * count)
         return repeats
 
     def unrecord(self, guids: list[bytes]) -> None:
@@ -332,6 +390,8 @@ class RouteTable:
             self._rotate_for_time(now)
         self._lookups += 1
         entry = self._current.get(guid)
+        if entry is None and self._sifting:
+            entry = self._sifting.get(guid)
         if entry is None:
             entry = self._previous.get(guid)
             if entry is None:
@@ -344,6 +404,8 @@ class RouteTable:
         for telling a peer's own repeats from the network's duplicates. Not counted as
         a lookup."""
         entry = self._current.get(guid)
+        if entry is None and self._sifting:
+            entry = self._sifting.get(guid)
         if entry is None:
             entry = self._previous.get(guid)
             if entry is None:
@@ -354,7 +416,7 @@ class RouteTable:
         """Remember a higher TTL for ``guid`` (a copy that came with more room to go),
         so that only a copy with still more is relayed again."""
         capped = ttl if ttl < 15 else 15
-        for table in (self._current, self._previous):
+        for table in (self._current, self._sifting, self._previous):
             entry = table.get(guid)
             if entry is not None:
                 table[guid] = entry & ~0xF0 | capped << 4
@@ -371,6 +433,7 @@ class RouteTable:
         """
         if now >= self._deadline:
             self._rotate_for_time(now)
+        self._finish_sift()
         self._refreshed += 1
         current = self._current
         counts = self._counts
@@ -395,6 +458,7 @@ class RouteTable:
         rather than handed to a dead object. Linear in the table size, which is fine
         for an event that happens once per connection.
         """
+        self._finish_sift()
         removed = 0
         for table in (self._current, self._previous):
             doomed = [guid for guid, entry in table.items() if entry >> VALUE_SHIFT == value]
@@ -407,12 +471,12 @@ class RouteTable:
         return removed
 
     def __len__(self) -> int:
-        return len(self._current) + len(self._previous)
+        return len(self._current) + self._sift_left - self._sift_drop + len(self._previous)
 
     def __contains__(self, guid: object) -> bool:
         # Without a ``now`` this cannot apply a due rotation: it answers for the table
         # as of the last call that carried the time.
-        return guid in self._current or guid in self._previous
+        return guid in self._current or guid in self._sifting or guid in self._previous
 
     def entries(
         self, now: float, limit: int | None = None, offset: int = 0
@@ -478,7 +542,7 @@ class RouteTable:
 
     def _generations(self) -> tuple[tuple[dict[bytes, int], float, _Generation], ...]:
         return (
-            (self._current, self._current_since, "current"),
+            (self._current_view(), self._current_since, "current"),
             (self._previous, self._previous_since, "previous"),
         )
 
@@ -500,14 +564,18 @@ class RouteTable:
         if now >= self._deadline:
             self._rotate_for_time(now)
         oldest_age = None
-        for table, since, _ in reversed(self._generations()):
+        for table, since in (
+            (self._previous, self._previous_since),
+            (self._sifting if self._sift_left else {}, self._current_since),
+            (self._current, self._current_since),
+        ):
             if table:
                 oldest_age = now - _recorded_at(next(iter(table.values())), since)
                 break
         return RouteTableStatistics(
             name=self._name,
             size=len(self),
-            current_size=len(self._current),
+            current_size=len(self._current) + self._sift_left - self._sift_drop,
             previous_size=len(self._previous),
             capacity=self._capacity,
             generation_seconds=self._generation_seconds,
@@ -529,10 +597,12 @@ class RouteTable:
     def _rotate(self, since: float) -> None:
         """Drop the previous generation; the current one becomes it, and a new one
         begins at ``since``."""
-        self._expired += len(self._previous)
+        self._finish_sift()
+        dropped = self._previous
+        self._expired += len(dropped)
         if self._hits:
-            dropped = self._previous
             self._hits = {g: n for g, n in self._hits.items() if g not in dropped}
+        self._let_go(dropped)
         self._previous = self._current
         self._previous_since = self._current_since
         self._current = {}
@@ -564,13 +634,13 @@ class RouteTable:
         connections in it): that one is the cause, and its oldest entries go, down to
         half a share, with no rotation, so the others' routes live out their time.
         Otherwise (the generation is shared about evenly, or one connection is all
-        there is) it rotates, as it always did. The router's own entries (value
-        :data:`OWN`: its pings and queries) are nobody's share: a peer alone beside
-        them is all there is. Counting and evicting are passes over
-        the generation at C speed, made at most once per eighth of a generation of
-        inserts, so a spraying peer pays for its own evictions and nobody else's routes
-        go.
+        there is) it rotates, as it always did. The router's own entries
+        (value :data:`OWN`: its pings and queries) are nobody's share: a peer alone
+        beside them is all there is. Counting and evicting are passes over the
+        generation at C speed, made at most once per eighth of a generation of inserts,
+        so a spraying peer pays for its own evictions and nobody else's routes go.
         """
+        self._finish_sift()
         current = self._current
         counts = self._counts
         if len(counts) >= 2:
@@ -585,29 +655,104 @@ class RouteTable:
                         most = count
             share = self._capacity // max(1, holders)
             if holders >= 2 and most - share >= max(1, self._capacity // 8):
-                # The generation made again without the holder's oldest, down to half a
-                # share: one sequential pass, and the old dict freed whole, as a rotation
-                # frees one (deleting entry by entry would be a probe of a cache-cold
-                # dict per entry), once per more than an eighth of a generation.
+                # The generation sifted without the holder's oldest, down to half a
+                # share, a few entries per insert from now on (see :meth:`_sift`): at
+                # once it would be a pass over tens of thousands of cache-cold entries,
+                # milliseconds for every message queued behind this one.
                 cut: int = most - share // 2
-                kept: dict[bytes, int] = {}
-                seen: int = 0
-                for guid, entry in current.items():
-                    if entry >> VALUE_SHIFT == heaviest:
-                        seen += 1
-                        if seen <= cut:
-                            continue
-                    kept[guid] = entry
-                self._current = kept
+                self._sifting = current
+                self._sift_items = iter(current.items())
+                self._sift_left = len(current)
+                self._current = {}
+                self._sift_heavy = heaviest
+                self._sift_drop = cut
                 counts[heaviest] = most - cut
                 self._evicted += cut
-                hits = self._hits
-                if hits:
-                    previous = self._previous
-                    self._hits = {g: n for g, n in hits.items() if g in kept or g in previous}
-                if len(kept) < self._capacity:
-                    return
+                return
         self._rotate_for_capacity(now)
+
+    def _current_view(self) -> dict[bytes, int]:
+        """The current generation as it will be once the eviction under way is over
+        (the entries recorded since it began, then those it keeps), without moving it
+        on: what dumps show, so that looking at a table never changes what it does. A
+        pass over the generation, for dumps only."""
+        left = self._sift_left
+        if not left:
+            return self._current
+        view = self._current.copy()
+        sifting = self._sifting
+        heavy = self._sift_heavy
+        drop = self._sift_drop
+        for guid, entry in islice(sifting.items(), len(sifting) - left, None):
+            if drop and entry >> VALUE_SHIFT == heavy:
+                drop -= 1
+                continue
+            view.setdefault(guid, entry)
+        return view
+
+    def _sift(self, count: int) -> None:
+        """Copy up to ``count`` more entries of the eviction under way into the current
+        generation, oldest first, dropping the evicted connection's until its oldest
+        ``cut`` are gone. Spread over the inserts that follow the eviction, the pass
+        over a full generation (an object per GUID, mostly cache-cold by now) costs
+        each message a few entries' worth instead of milliseconds for the one that
+        filled the generation and every message queued behind it. Meanwhile lookups
+        see the generation being sifted whole, so no route is missing for a moment; an
+        evicted one is only kept a little longer. Entries recorded during the eviction
+        come before the older ones still to be copied, so the current generation is in
+        recording order only to within the few thousand inserts an eviction lasts."""
+        items = self._sift_items
+        current = self._current
+        heavy = self._sift_heavy
+        left = self._sift_left
+        steps = count if count < left else left
+        for _ in range(steps):
+            guid, entry = next(items)
+            if self._sift_drop and entry >> VALUE_SHIFT == heavy:
+                self._sift_drop -= 1
+                continue
+            current.setdefault(guid, entry)
+        self._sift_left = left - steps
+        if self._sift_left == 0:
+            self._let_go(self._sifting)
+            self._sifting = {}
+            self._sift_items = iter(())
+            self._sift_drop = 0
+            hits = self._hits
+            if hits:
+                previous = self._previous
+                self._hits = {g: n for g, n in hits.items() if g in current or g in previous}
+
+    def _finish_sift(self) -> None:
+        """Complete the eviction under way at once: before a rotation or another
+        eviction, and before what rewrites the generation as a whole."""
+        if self._sift_left:
+            self._sift(self._sift_left)
+
+    def _let_go(self, table: dict[bytes, int]) -> None:
+        """Free ``table``, a dict no lookup will see again, a few entries per insert
+        from now on rather than all at once: freeing tens of thousands of entries (each
+        GUID an object, most of them cache-cold by now) takes milliseconds, which the
+        message that caused it, and every message queued behind it, would wait. At
+        :data:`FREED_PER_INSERT` entries per insert a generation is freed before the
+        next one fills; at most two wait (a generation dropped and an eviction's old
+        dict), and a third frees the oldest at once."""
+        if not table:
+            return
+        freeing = self._freeing
+        if len(freeing) >= 2:
+            freeing.pop(0).clear()
+        freeing.append(table)
+
+    def _free_some(self, count: int) -> None:
+        """Free up to ``count`` entries of the dicts let go (see :meth:`_let_go`)."""
+        freeing = self._freeing
+        table = freeing[0]
+        left = len(table)
+        for _ in range(count if count < left else left):
+            table.popitem()
+        if count >= left:
+            freeing.pop(0)
 
     def _rotate_for_capacity(self, now: float) -> None:
         self._rotate(now)
