@@ -16,10 +16,7 @@ Rotations fall on a fixed grid of ``generation_seconds``, so with time as the on
 trigger an entry is kept for more than one and at most two generations. Memory is
 bounded as well: when the current generation holds ``capacity`` entries it is rotated
 early (and the grid restarts from that moment), so the table never holds more than
-``2 * capacity`` entries, and at most two dropped dicts waiting to be freed: a dropped
-generation is freed two entries per insert rather than at once, because freeing tens of
-thousands of cache-cold entries in one go is a stall of milliseconds for every message
-queued behind it. Under a flood that shortens lifetimes instead of growing
+``2 * capacity`` entries. Under a flood that shortens lifetimes instead of growing
 memory, which is the right trade for a router: a lost reverse route costs one reply, an
 unbounded table costs the process. But a full generation is first looked at by who
 filled it: when one connection holds far more than its share (a peer spraying unique
@@ -87,9 +84,6 @@ SIFTED_PER_INSERT: Final = 8
 """Entries of an eviction sifted per insert by default (see :meth:`RouteTable._sift`): at
 eight, an eviction of a full generation is over within an eighth of a generation of
 inserts, before another can begin."""
-FREED_PER_INSERT: Final = 2
-"""Entries of a dropped generation freed per insert (see :meth:`RouteTable._let_go`):
-at two, a generation is freed within half a generation of inserts."""
 
 
 def pack_detail(ttl: int, hops: int) -> int:
@@ -175,7 +169,6 @@ class RouteTable:
         "_evicted",
         "_expired",
         "_forgotten",
-        "_freeing",
         "_generation_seconds",
         "_hits",
         "_lookups",
@@ -228,7 +221,7 @@ class RouteTable:
         """The current generation as it was when an eviction began (see
         :meth:`_make_room`): its entries are copied into the current one, oldest first,
         a few per insert, but for the evicted ones. Every lookup sees it until the
-        eviction is over; then it is let go (:meth:`_let_go`)."""
+        eviction is over."""
         self._sift_items: Iterator[tuple[bytes, int]] = iter(())
         """Where the eviction under way has got to in ``_sifting``."""
         self._sift_left = 0
@@ -237,9 +230,6 @@ class RouteTable:
         """The connection whose oldest entries the eviction under way drops."""
         self._sift_drop = 0
         """How many more of its entries, the next ones met, are to be dropped."""
-        self._freeing: list[dict[bytes, int]] = []
-        """Dicts let go and not yet freed, oldest first: freed a few entries per insert
-        (:meth:`_free_some`), so that no single message pays for a whole generation."""
         self._deadline = now + self._generation_seconds
         self._recorded = 0
         self._duplicates = 0
@@ -301,8 +291,6 @@ class RouteTable:
         counts[value] = counts.get(value, 0) + 1
         if self._sift_left:
             self._sift(self._sifted_per_insert)
-        if self._freeing:
-            self._free_some(FREED_PER_INSERT)
         return True
 
     def record_many(
@@ -363,8 +351,6 @@ class RouteTable:
         self._duplicates += len(repeats)
         if self._sift_left:
             self._sift(self._sifted_per_insert * count)
-        if self._freeing:
-            self._free_some(FREED_PER_INSERT * count)
         return repeats
 
     def unrecord(self, guids: list[bytes]) -> None:
@@ -602,7 +588,6 @@ class RouteTable:
         self._expired += len(dropped)
         if self._hits:
             self._hits = {g: n for g, n in self._hits.items() if g not in dropped}
-        self._let_go(dropped)
         self._previous = self._current
         self._previous_since = self._current_since
         self._current = {}
@@ -714,7 +699,6 @@ class RouteTable:
             current.setdefault(guid, entry)
         self._sift_left = left - steps
         if self._sift_left == 0:
-            self._let_go(self._sifting)
             self._sifting = {}
             self._sift_items = iter(())
             self._sift_drop = 0
@@ -728,31 +712,6 @@ class RouteTable:
         eviction, and before what rewrites the generation as a whole."""
         if self._sift_left:
             self._sift(self._sift_left)
-
-    def _let_go(self, table: dict[bytes, int]) -> None:
-        """Free ``table``, a dict no lookup will see again, a few entries per insert
-        from now on rather than all at once: freeing tens of thousands of entries (each
-        GUID an object, most of them cache-cold by now) takes milliseconds, which the
-        message that caused it, and every message queued behind it, would wait. At
-        :data:`FREED_PER_INSERT` entries per insert a generation is freed before the
-        next one fills; at most two wait (a generation dropped and an eviction's old
-        dict), and a third frees the oldest at once."""
-        if not table:
-            return
-        freeing = self._freeing
-        if len(freeing) >= 2:
-            freeing.pop(0).clear()
-        freeing.append(table)
-
-    def _free_some(self, count: int) -> None:
-        """Free up to ``count`` entries of the dicts let go (see :meth:`_let_go`)."""
-        freeing = self._freeing
-        table = freeing[0]
-        left = len(table)
-        for _ in range(count if count < left else left):
-            table.popitem()
-        if count >= left:
-            freeing.pop(0)
 
     def _rotate_for_capacity(self, now: float) -> None:
         self._rotate(now)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass, field
 
 import pytest
@@ -129,53 +128,6 @@ def test_a_full_generation_rotates_early() -> None:
     stats = table.statistics(3.0)
     assert (stats.rotations_for_capacity, stats.expired, stats.size) == (2, 3, 4)
     assert [table.lookup(guid(n), 3.0) for n in range(3)] == [None, None, None]
-
-
-def _references(keys: list[bytes]) -> list[int]:
-    """How many references each of ``keys`` has, all counted the same way."""
-    return [sys.getrefcount(key) for key in keys]
-
-
-def _freed(keys: list[bytes], before: list[int]) -> int:
-    """How many of ``keys`` lost a reference since ``before`` was counted."""
-    return sum(1 for now, then in zip(_references(keys), before, strict=True) if now < then)
-
-
-def test_a_dropped_generation_is_freed_a_few_entries_per_insert() -> None:
-    # Freeing a whole generation at once stalls every message queued behind the insert
-    # that dropped it; the table frees it two entries per later insert instead.
-    capacity = 100
-    table: RouteTable = RouteTable("query", 100.0, capacity)
-    oldest = [guid(n) for n in range(capacity)]
-    table.record_many(oldest, 1, 1.0, [0] * capacity)
-    table.record_many([guid(n) for n in range(100, 200)], 1, 1.0, [0] * capacity)
-    before = _references(oldest)  # each also held by the previous generation
-    assert table.record(guid(200), 1, 1.0)  # a third generation: the oldest is dropped
-    assert oldest[0] not in table
-    assert table.lookup(oldest[0], 1.0) is None
-    assert _freed(oldest, before) == 2  # two freed by that insert, the rest not yet
-    table.record_many([guid(n) for n in range(201, 226)], 1, 1.0, [0] * 25)
-    assert _freed(oldest, before) == 2 + 50
-    table.record_many([guid(n) for n in range(226, 251)], 1, 1.0, [0] * 25)
-    assert _freed(oldest, before) == capacity
-    stats = table.statistics(1.0)
-    assert (stats.expired, stats.size) == (capacity, capacity + 51)
-
-
-def test_a_third_dict_let_go_frees_the_oldest_waiting_at_once() -> None:
-    # At most two dicts wait to be freed, so memory stays bounded when rotations by
-    # time come after too few inserts to free what the last one dropped.
-    table: RouteTable = RouteTable("query", 10.0, 1000)
-    first = [guid(n) for n in range(10)]
-    table.record_many(first, 1, 0.0, [0] * 10)
-    table.record(guid(10), 1, 10.5)  # a rotation by time: the first ten are previous
-    before = _references(first)
-    table.record(guid(11), 1, 20.5)  # the first ten dropped, two of them freed
-    assert _freed(first, before) == 2
-    # Two rotations by time let go two more dicts, one too many: the first ten go at once.
-    table.record(guid(12), 1, 40.5)
-    assert _freed(first, before) == 10
-    assert len(table) == 1
 
 
 def test_a_capacity_rotation_restarts_the_generation_clock() -> None:
