@@ -9,7 +9,8 @@ from __future__ import annotations
 import argparse
 import math
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from gnutella_router.config import ConfigError, parse_host_port
 from gnutella_router.lab.traffic.replay import ReplayError, parse_target
@@ -82,6 +83,13 @@ def _number(text: str) -> float:
     if not math.isfinite(value):
         raise argparse.ArgumentTypeError(f"{text!r}: expected a number")
     return value
+
+
+def option_values(args: argparse.Namespace, dests: Iterable[str]) -> dict[str, Any]:
+    """The parsed values of the options ``dests``, by dest: the keyword arguments of
+    settings whose fields are named after the options that set them, so that each such
+    name is written once, in its command's table, rather than as ``name=args.name``."""
+    return {dest: getattr(args, dest) for dest in dests}
 
 
 def add_run_folder_arguments(parser: argparse.ArgumentParser) -> None:

@@ -6,11 +6,13 @@ import argparse
 import ipaddress
 import signal
 import sys
+from collections.abc import Callable
 from functools import partial
+from typing import NamedTuple
 
 import trio
 
-from gnutella_router.cli.arguments import count, non_negative, positive
+from gnutella_router.cli.arguments import count, non_negative, option_values, positive
 from gnutella_router.cli.interrupt import INTERRUPTED
 from gnutella_router.config import ConfigError, parse_host_port
 from gnutella_router.discovery.gwebcache_server import (
@@ -19,6 +21,69 @@ from gnutella_router.discovery.gwebcache_server import (
     MAX_CONNECTIONS,
     REQUEST_SECONDS,
 )
+
+
+class _Limit(NamedTuple):
+    """A numeric option that sets the field of its own name (its dest): declared once,
+    in :data:`_SERVICE_LIMITS` or :data:`_SERVER_LIMITS`, for both the parser and what
+    the command builds from it."""
+
+    flag: str
+    parse: Callable[[str], object]
+    default: object
+    metavar: str
+    help: str
+
+    @property
+    def dest(self) -> str:
+        return self.flag.removeprefix("--").replace("-", "_")
+
+
+_SERVICE_LIMITS = (
+    _Limit("--max-hosts", count(1, 100_000), 200, "N",
+           "hosts kept, the stalest dropped first (default 200)"),
+    _Limit("--host-max-age", positive, 3600.0, "S",
+           "seconds a host is kept without a new update (default 3600)"),
+    _Limit("--answer-hosts", count(1, 1000), 20, "N",
+           "hosts in one answer, the freshest first (default 20)"),
+    _Limit("--client-interval", non_negative, 0.0, "S",
+           "least seconds between two host requests from one address; sooner gets "
+           "'You came back too early' (default 0: no limit)"),
+    _Limit("--hosts-per-address", count(1, 100_000), 2, "N",
+           "hosts one client address (IPv6: /64) may have registered at once; a new one "
+           "replaces its oldest (default 2)"),
+    _Limit("--hosts-per-group", count(1, 100_000), 10, "N",
+           "hosts one /16 (IPv6: /32) may hold; a new one replaces its stalest (default 10)"),
+    _Limit("--update-interval", non_negative, 300.0, "S",
+           "least seconds between two updates from one client address (default 300; 0: "
+           "no limit)"),
+)  # fmt: skip
+"""The service's limits: each sets the `ServiceSettings` field of its name."""
+_SERVER_LIMITS = (
+    _Limit("--max-connections", count(1, 100_000), MAX_CONNECTIONS, "N",
+           f"connections served at once; more get 503 (default {MAX_CONNECTIONS})"),
+    _Limit("--connections-per-address", count(1, 100_000), CONNECTIONS_PER_ADDRESS, "N",
+           "connections served at once from one client address (IPv6: /64); more get 503 "
+           f"(default {CONNECTIONS_PER_ADDRESS})"),
+    _Limit("--idle-seconds", positive, IDLE_SECONDS, "S",
+           f"seconds a client may send nothing while sending its request (default "
+           f"{IDLE_SECONDS:g})"),
+    _Limit("--request-seconds", positive, REQUEST_SECONDS, "S",
+           f"seconds a client has for its whole request (default {REQUEST_SECONDS:g})"),
+)  # fmt: skip
+"""The server's limits: each sets the `GWebCacheServer` argument of its name."""
+
+
+def _add_limits(parser: argparse.ArgumentParser, limits: tuple[_Limit, ...]) -> None:
+    for limit in limits:
+        parser.add_argument(
+            limit.flag,
+            dest=limit.dest,
+            type=limit.parse,
+            default=limit.default,
+            metavar=limit.metavar,
+            help=limit.help,
+        )
 
 
 def listen_address(text: str) -> tuple[str, int]:
@@ -70,40 +135,10 @@ def add_gwebcache_parser(commands: argparse._SubParsersAction[argparse.ArgumentP
         metavar="HOST:PORT",
         help="where to serve (default 127.0.0.1:8080; 0.0.0.0:8080 for other machines)",
     )
-    parser.add_argument(
-        "--max-hosts", type=count(1, 100_000), default=200, metavar="N",
-        help="hosts kept, the stalest dropped first (default 200)",
-    )  # fmt: skip
-    parser.add_argument(
-        "--host-max-age", type=positive, default=3600.0, metavar="S",
-        help="seconds a host is kept without a new update (default 3600)",
-    )  # fmt: skip
-    parser.add_argument(
-        "--answer-hosts", type=count(1, 1000), default=20, metavar="N",
-        help="hosts in one answer, the freshest first (default 20)",
-    )  # fmt: skip
-    parser.add_argument(
-        "--client-interval", type=non_negative, default=0.0, metavar="S",
-        help="least seconds between two host requests from one address; sooner gets "
-        "'You came back too early' (default 0: no limit)",
-    )  # fmt: skip
+    _add_limits(parser, _SERVICE_LIMITS)
     parser.add_argument(
         "--trust-updates", action="store_true",
         help="accept updates naming any address, not only the requester's own",
-    )  # fmt: skip
-    parser.add_argument(
-        "--hosts-per-address", type=count(1, 100_000), default=2, metavar="N",
-        help="hosts one client address (IPv6: /64) may have registered at once; a new one "
-        "replaces its oldest (default 2)",
-    )  # fmt: skip
-    parser.add_argument(
-        "--hosts-per-group", type=count(1, 100_000), default=10, metavar="N",
-        help="hosts one /16 (IPv6: /32) may hold; a new one replaces its stalest (default 10)",
-    )  # fmt: skip
-    parser.add_argument(
-        "--update-interval", type=non_negative, default=300.0, metavar="S",
-        help="least seconds between two updates from one client address (default 300; 0: "
-        "no limit)",
     )  # fmt: skip
     parser.add_argument(
         "--trusted", type=network_list, action="append", metavar="NETWORK",
@@ -115,25 +150,7 @@ def add_gwebcache_parser(commands: argparse._SubParsersAction[argparse.ArgumentP
         help="keep cache URLs naming loopback, private or link-local addresses or local names "
         "(a test network)",
     )  # fmt: skip
-    parser.add_argument(
-        "--max-connections", type=count(1, 100_000), default=MAX_CONNECTIONS, metavar="N",
-        help=f"connections served at once; more get 503 (default {MAX_CONNECTIONS})",
-    )  # fmt: skip
-    parser.add_argument(
-        "--connections-per-address", type=count(1, 100_000), default=CONNECTIONS_PER_ADDRESS,
-        metavar="N",
-        help="connections served at once from one client address (IPv6: /64); more get 503 "
-        f"(default {CONNECTIONS_PER_ADDRESS})",
-    )  # fmt: skip
-    parser.add_argument(
-        "--idle-seconds", type=positive, default=IDLE_SECONDS, metavar="S",
-        help=f"seconds a client may send nothing while sending its request (default "
-        f"{IDLE_SECONDS:g})",
-    )  # fmt: skip
-    parser.add_argument(
-        "--request-seconds", type=positive, default=REQUEST_SECONDS, metavar="S",
-        help=f"seconds a client has for its whole request (default {REQUEST_SECONDS:g})",
-    )  # fmt: skip
+    _add_limits(parser, _SERVER_LIMITS)
     parser.add_argument(
         "--seed-host", type=literal_host, action="append", default=[], metavar="IP:PORT",
         help="a host to list from the start, never expired; it fills answers that have "
@@ -162,14 +179,8 @@ def cmd_gwebcache(args: argparse.Namespace) -> int:
 
     configure_logging(args.log_format, "info")
     settings = ServiceSettings(
-        max_hosts=args.max_hosts,
-        host_max_age=args.host_max_age,
-        answer_hosts=args.answer_hosts,
-        client_interval=args.client_interval,
+        **option_values(args, (limit.dest for limit in _SERVICE_LIMITS)),
         trust_updates=args.trust_updates,
-        hosts_per_address=args.hosts_per_address,
-        hosts_per_group=args.hosts_per_group,
-        update_interval=args.update_interval,
         trusted=DEFAULT_TRUSTED
         if args.trusted is None
         else tuple(n for networks in args.trusted for n in networks),
@@ -182,11 +193,7 @@ def cmd_gwebcache(args: argparse.Namespace) -> int:
         for seed in args.seed_host:
             service.add_seed(seed)
         server = GWebCacheServer(
-            service,
-            max_connections=args.max_connections,
-            connections_per_address=args.connections_per_address,
-            idle_seconds=args.idle_seconds,
-            request_seconds=args.request_seconds,
+            service, **option_values(args, (limit.dest for limit in _SERVER_LIMITS))
         )
         async with trio.open_nursery() as nursery:
             where = await nursery.start(partial(server.serve, host, port))

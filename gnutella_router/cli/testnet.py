@@ -10,7 +10,7 @@ from pathlib import Path
 
 import trio
 
-from gnutella_router.cli.arguments import add_random_seed
+from gnutella_router.cli.arguments import add_random_seed, option_values
 from gnutella_router.cli.interrupt import INTERRUPTED
 from gnutella_router.config import ConfigError, parse_host_port
 from gnutella_router.lab.testnet.churn import ChurnSettings
@@ -24,6 +24,28 @@ from gnutella_router.lab.testnet.settings import (
 )
 from gnutella_router.lab.testnet.topology import TOPOLOGIES, load_topology
 from gnutella_router.run_folder import Manifest, RunFolderError, start_run
+
+_AS_GIVEN = (
+    "topology_file",
+    "topology",
+    "degree",
+    "traffic",
+    "rate",
+    "arrivals",
+    "duration",
+    "base_port",
+    "form_timeout",
+    "mode",
+    "routers_per_process",
+    "netns",
+    "servent",
+    "servents",
+    "servent_timeout",
+    "on_node_failure",
+    "console_script",
+)
+"""The options that set the `NetworkSettings` field of their own name, value as parsed;
+:func:`cmd_testnet` works out the other fields."""
 
 
 def add_testnet_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -322,33 +344,17 @@ def cmd_testnet(args: argparse.Namespace) -> int:
         for seed in args.seed:
             parse_host_port(seed, key="--seed", allow_port_zero=False)
         settings = NetworkSettings(
+            **option_values(args, _AS_GIVEN),
             nodes=nodes,
-            topology_file=args.topology_file,
-            topology=args.topology,
-            degree=args.degree,
-            traffic=args.traffic,
-            rate=args.rate,
-            arrivals=args.arrivals,
-            duration=args.duration,
             seeds=tuple(args.seed),
-            base_port=args.base_port,
             seed=args.random_seed,
-            form_timeout=args.form_timeout,
-            mode=args.mode,
-            routers_per_process=args.routers_per_process,
-            netns=args.netns,
-            servent=args.servent,
-            servents=args.servents,
-            servent_timeout=args.servent_timeout,
             churn=None
             if args.churn is None
             else ChurnSettings.parse(args.churn, kill=args.churn_kill),
-            on_node_failure=args.on_node_failure,
             link_delay_ms=delay,
             link_jitter_ms=jitter,
             link_bandwidth_kbps=args.link_bandwidth,
             console=args.console or args.console_script is not None,
-            console_script=args.console_script,
             leaves=None
             if not args.leaves
             else LeafSettings(

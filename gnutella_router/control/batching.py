@@ -70,9 +70,9 @@ import math
 from typing import Protocol
 
 import structlog
-import trio
 
 from gnutella_router.config.sections import BatchingConfig
+from gnutella_router.control.sampling import SampledController
 from gnutella_router.runtime.meters import BatchMeter
 
 HISTORY = 600
@@ -136,7 +136,7 @@ class BatchingStatistics:
     """The last samples, oldest first (at most 60)."""
 
 
-class BatchingController:
+class BatchingController(SampledController[BatchedStage, BatchingConfig, BatchingSample]):
     """Adapts a stage's ``batch_size`` between ``min_batch`` and its initial value."""
 
     def __init__(
@@ -146,12 +146,9 @@ class BatchingController:
         *,
         log: structlog.typing.FilteringBoundLogger | None = None,
     ) -> None:
-        self.stage = stage
-        self.config = config
-        self.log = log or structlog.get_logger("batching")
+        super().__init__(stage, config, log or structlog.get_logger("batching"), HISTORY)
         self.max_batch = stage.batch_size
         self.min_batch = min(config.min_batch, self.max_batch)
-        self.samples: collections.deque[BatchingSample] = collections.deque(maxlen=HISTORY)
         self.decreased = 0
         self.increased = 0
         self.resets = 0
@@ -171,13 +168,8 @@ class BatchingController:
     def rate(self) -> float:
         return sum(self._rates) / len(self._rates) if self._rates else 0.0
 
-    async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Sample and act every ``interval`` seconds, until cancelled."""
-        self._last = self.stage.batch_meter(trio.current_time())
-        task_status.started()
-        while True:
-            await trio.sleep(self.config.interval)
-            self.step(trio.current_time())
+    def _start(self, now: float) -> None:
+        self._last = self.stage.batch_meter(now)
 
     def step(self, now: float) -> BatchingSample:
         """One sample and at most one change of the batch size (separate for tests)."""
@@ -294,5 +286,5 @@ class BatchingController:
             decreased=self.decreased,
             increased=self.increased,
             resets=self.resets,
-            recent=tuple(self.samples)[-60:],
+            recent=self.recent(),
         )

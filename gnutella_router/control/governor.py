@@ -86,15 +86,14 @@ keeps a bounded history for the profiler and dumps.
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import math
 from typing import Protocol
 
 import structlog
-import trio
 
 from gnutella_router.config.sections import GovernorConfig, GovernorSizing
+from gnutella_router.control.sampling import SampledController
 from gnutella_router.runtime.meters import StageMeter
 
 HISTORY = 600
@@ -193,7 +192,7 @@ class GovernorStatistics:
     """The last samples, oldest first (at most 60)."""
 
 
-class ThreadGovernor:
+class ThreadGovernor(SampledController[GovernedStage, GovernorConfig, GovernorSample]):
     """Grows and shrinks a stage's worker pool from its load, or from its queue length."""
 
     def __init__(
@@ -203,11 +202,8 @@ class ThreadGovernor:
         *,
         log: structlog.typing.FilteringBoundLogger | None = None,
     ) -> None:
-        self.stage = stage
-        self.config = config
-        self.log = log or structlog.get_logger("governor")
+        super().__init__(stage, config, log or structlog.get_logger("governor"), HISTORY)
         self.initial_pool_size = stage.pool_size
-        self.samples: collections.deque[GovernorSample] = collections.deque(maxlen=HISTORY)
         self.added = 0
         self.removed = 0
         self.reverted = 0
@@ -235,15 +231,9 @@ class ThreadGovernor:
         self._returned_load: float | None = None
         """The load when a backlog thread last went back (littles-law), for relapses."""
 
-    async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Sample and act every ``interval`` seconds, until cancelled."""
-        now = trio.current_time()
+    def _start(self, now: float) -> None:
         self._last = self.stage.meter(now)
         self._changed_at = self._needed_at = self._last_full_at = now
-        task_status.started()
-        while True:
-            await trio.sleep(self.config.interval)
-            self.step(trio.current_time())
 
     def step(self, now: float) -> GovernorSample:
         """One sample and at most one change of the pool (separate for tests)."""
@@ -440,5 +430,5 @@ class ThreadGovernor:
             reverted=self.reverted,
             best_pool_size=self.best_pool_size,
             best_rate=self.best_rate,
-            recent=tuple(list(self.samples)[-60:]),
+            recent=self.recent(),
         )

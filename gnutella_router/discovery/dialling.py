@@ -34,22 +34,14 @@ __all__ = ["Dialable", "choose"]
 
 
 class Dialable(Protocol):
-    """What the choice reads of a cached host (the host cache's ``HostRecord``)."""
+    """What the choice reads of a cached host: attributes, as the host cache's
+    ``HostRecord`` (a plain dataclass, its only kind) holds them."""
 
-    @property
-    def host(self) -> str: ...
-
-    @property
-    def port(self) -> int: ...
-
-    @property
-    def teller(self) -> str: ...
-
-    @property
-    def limited(self) -> bool: ...
-
-    @property
-    def last_connected(self) -> float | None: ...
+    host: str
+    port: int
+    teller: str
+    limited: bool
+    last_connected: float | None
 
 
 Record = TypeVar("Record", bound=Dialable)

@@ -206,7 +206,19 @@ class RunOwner(Protocol):
 
 
 class RepliesRouter(Protocol):
-    """Routes a run of pongs and query hits back (:class:`.reply_runs.ReplyRun`)."""
+    """Routes a run of pongs and query hits back (:class:`.reply_runs.ReplyRun`).
+
+    It holds what the run router shares with it, and the run router takes those from
+    it, so that the two cannot differ: replies follow the very tables their requests
+    were recorded in, leave by the same outbox and encoder, and arrive in the same
+    counts.
+    """
+
+    outbox: Outbox
+    ping_routes: RouteTable
+    query_routes: RouteTable
+    copies: Copies
+    received: list[int]
 
     def route(self, link: Link, frames: list[Frame], start: int, now: float) -> int:
         """Route the replies from ``start``; where their run ends."""
@@ -270,29 +282,24 @@ class RunRouter:
         self,
         *,
         owner: RunOwner,
-        outbox: Outbox,
         replies: RepliesRouter,
-        copies: Copies,
-        ping_routes: RouteTable,
-        query_routes: RouteTable,
         own_pong: OwnPong,
         cached_answers: CachedAnswers,
-        received: list[int],
         generated: list[int],
         query_rate: QueryRate,
     ) -> None:
         self.owner = owner
-        self.outbox = outbox
+        self.outbox = replies.outbox
         self.replies = replies
         """Routes the runs of pongs and query hits."""
         self.query_rate = query_rate
-        self.ping_routes = ping_routes
-        self.query_routes = query_routes
+        self.ping_routes = replies.ping_routes
+        self.query_routes = replies.query_routes
         self.own_pong = own_pong
         self.cached_answers = cached_answers
-        self.received = received
+        self.received = replies.received
         self.generated = generated
-        self.copies = copies
+        self.copies = replies.copies
         self.stretches = 0
         """Stretches routed in bulk (for tests and profiles)."""
         self.accepted_queries = 0

@@ -94,21 +94,29 @@ class ReplyRouting:
         dropped: collections.Counter[tuple[str, int]],
         on_host_learned: HostLearned | None = None,
     ) -> None:
+        self.runs = ReplyRun(
+            owner=self,
+            outbox=outbox,
+            ping_routes=ping_routes,
+            query_routes=query_routes,
+            push_routes=push_routes,
+            copies=copies,
+            received=received,
+            forwarded=forwarded,
+            consumed=consumed,
+            dropped=dropped,
+        )
+        """Routes the runs of pongs and query hits, calling back here for what is rare.
+        It holds the outbox, the route tables and the counts for both: this side reads
+        them from it, so the two cannot route by different tables or count apart."""
         self.settings = settings
         """The router's settings, read at each use (:mod:`.network_settings`)."""
         self.own_guid = own_guid
-        self.outbox = outbox
-        self.ping_routes = ping_routes
-        self.query_routes = query_routes
-        self.push_routes = push_routes
         self.push_seen = push_seen
         """Pushes seen, by message GUID: a push is routed once."""
         self.pong_cache = pong_cache
         self.query_routing = query_routing
         self.dynamic = dynamic
-        self.forwarded = forwarded
-        self.consumed = consumed
-        self.dropped = dropped
         self.on_host_learned = on_host_learned
         """Told of each host a pong names, when it is news (the catcher's; the profiler
         may wrap it while it runs)."""
@@ -131,19 +139,6 @@ class ReplyRouting:
             self._handlers[message_type] = self._on_hop_by_hop
         self._handlers[VENDOR] = self._on_vendor
         self._handlers[QRP] = self._on_qrp
-        self.runs = ReplyRun(
-            owner=self,
-            outbox=outbox,
-            ping_routes=ping_routes,
-            query_routes=query_routes,
-            push_routes=push_routes,
-            copies=copies,
-            received=received,
-            forwarded=forwarded,
-            consumed=consumed,
-            dropped=dropped,
-        )
-        """Routes the runs of pongs and query hits, calling back here for what is rare."""
 
     @property
     def hard_ttl_limit(self) -> int:
@@ -158,7 +153,7 @@ class ReplyRouting:
     def refuse(self, link: Link, frame: Frame, verdict: int, now: float) -> None:
         """Drop a frame for a rule's ``verdict`` (:mod:`.rules`): counted under its
         reason, and the sender's offence where it is one."""
-        self.dropped[DROP_REASONS[verdict], frame.payload_type] += 1
+        self.runs.dropped[DROP_REASONS[verdict], frame.payload_type] += 1
         offence = OFFENCES.get(verdict)
         if offence is not None:
             link.offended(offence, now)
@@ -176,21 +171,21 @@ class ReplyRouting:
         see :mod:`.reply_runs`)."""
         message_type = frame.payload_type
         if route_id == LOCAL:
-            self.consumed[message_type] += 1
+            self.runs.consumed[message_type] += 1
             return
-        route = self.outbox.link(route_id)
+        route = self.runs.outbox.link(route_id)
         if route is None or route.closing:
-            self.dropped["route-closed", message_type] += 1
+            self.runs.dropped["route-closed", message_type] += 1
             return
         ttl = frame.ttl - 1
         if ttl <= 0:
-            self.dropped["ttl-expired", message_type] += 1
+            self.runs.dropped["ttl-expired", message_type] += 1
             return
         data = self._copy(frame.guid, message_type, ttl, frame.hops + 1, frame.payload)
-        if self.outbox.offer(route_id, data, now):
-            self.forwarded[message_type] += 1
+        if self.runs.outbox.offer(route_id, data, now):
+            self.runs.forwarded[message_type] += 1
         else:
-            self.dropped["outgoing-queue", message_type] += 1
+            self.runs.dropped["outgoing-queue", message_type] += 1
 
     def pong_seen(self, connection: Link, frame: Frame, now: float) -> bool:
         """What a pong tells us, before it is routed back: its host goes into the pong
@@ -214,7 +209,7 @@ class ReplyRouting:
 
     def pong_without_route(self, connection: Link, frame: Frame, now: float) -> None:
         """A pong for no ping we routed: dropped, and the sender's offence."""
-        self.dropped["no-route", PONG] += 1
+        self.runs.dropped["no-route", PONG] += 1
         connection.offended(Offence.UNROUTABLE, now)
 
     def hit_without_route(self, connection: Link, frame: Frame, now: float) -> None:
@@ -223,7 +218,7 @@ class ReplyRouting:
         so that garbage sent as hits is the offence it is, not a lost route."""
         payload = frame.payload
         if len(payload) > LARGE_HIT:
-            self.dropped["no-route", QUERY_HIT] += 1
+            self.runs.dropped["no-route", QUERY_HIT] += 1
             connection.offended(Offence.UNROUTABLE_LARGE, now)
             return
         try:
@@ -231,7 +226,7 @@ class ReplyRouting:
         except MalformedPayloadError:
             self.malformed(connection, frame, now)
             return
-        self.dropped["no-route", QUERY_HIT] += 1
+        self.runs.dropped["no-route", QUERY_HIT] += 1
         connection.offended(Offence.UNROUTABLE, now)
 
     def dynamic_hit(self, guid: bytes, route: int, results: int) -> None:
@@ -287,25 +282,25 @@ class ReplyRouting:
             self.malformed(connection, frame, now)
             return
         if not self.push_seen.add(frame.guid, now):
-            self.dropped["duplicate", PUSH] += 1
+            self.runs.dropped["duplicate", PUSH] += 1
             return
         servent = payload[:GUID_SIZE]
         if servent == self.own_guid:
-            self.consumed[PUSH] += 1
+            self.runs.consumed[PUSH] += 1
             return
-        route = self.push_routes.lookup(servent, now)
+        route = self.runs.push_routes.lookup(servent, now)
         if route is None:
-            self.dropped["no-route", PUSH] += 1
+            self.runs.dropped["no-route", PUSH] += 1
             connection.offended(Offence.UNROUTABLE, now)
             return
-        self.push_routes.note_hit(servent)
+        self.runs.push_routes.note_hit(servent)
         self.forward_reply(route, frame, now)
 
     def _on_bye(self, connection: Link, frame: Frame, now: float) -> None:
         if frame.hops != 0 or frame.ttl > 1:
             # The spec asks receivers to ignore a Bye that was relayed: whatever its
             # payload, it is not this peer's goodbye, so it neither parses nor closes.
-            self.dropped["bye-relayed", BYE] += 1
+            self.runs.dropped["bye-relayed", BYE] += 1
             return
         try:
             bye = parse_payload(BYE, frame.payload)
@@ -314,21 +309,21 @@ class ReplyRouting:
         if not isinstance(bye, Bye):
             connection.close("peer sent a malformed Bye")
             return
-        self.consumed[BYE] += 1
+        self.runs.consumed[BYE] += 1
         connection.received_bye(bye.code, bye.reason)
 
     def _on_hop_by_hop(self, connection: Link, frame: Frame, now: float) -> None:
-        self.consumed[frame.payload_type] += 1
+        self.runs.consumed[frame.payload_type] += 1
 
     def _on_qrp(self, connection: Link, frame: Frame, now: float) -> None:
         """A leaf's table, or an ultrapeer's last-hop table, message by message."""
         message = self._parsed(connection, frame, now)
         if not isinstance(message, QrpReset | QrpPatch):
             return
-        if self.query_routing.receive(connection, message, len(self.outbox.links()), now):
-            self.consumed[QRP] += 1
+        if self.query_routing.receive(connection, message, len(self.runs.outbox.links()), now):
+            self.runs.consumed[QRP] += 1
         else:  # begun too soon after the peer's last table, or a patch of such a table
-            self.dropped["qrp-too-soon", QRP] += 1
+            self.runs.dropped["qrp-too-soon", QRP] += 1
 
     def _on_vendor(self, connection: Link, frame: Frame, now: float) -> None:
         message = self._parsed(connection, frame, now)
@@ -343,7 +338,7 @@ class ReplyRouting:
         except MalformedPayloadError:  # a body we act on that does not parse
             self.malformed(connection, frame, now)
             return
-        self.consumed[VENDOR] += 1
+        self.runs.consumed[VENDOR] += 1
 
     def _parsed(self, connection: Link, frame: Frame, now: float) -> Payload | None:
         """The frame's payload parsed whole, or None after counting it malformed."""
@@ -357,5 +352,5 @@ class ReplyRouting:
         self.refuse(connection, frame, MALFORMED, now)
 
     def _on_unknown(self, connection: Link, frame: Frame, now: float) -> None:
-        self.dropped["unknown-type", frame.payload_type] += 1
+        self.runs.dropped["unknown-type", frame.payload_type] += 1
         connection.offended(Offence.UNKNOWN_TYPE, now)

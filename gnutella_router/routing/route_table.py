@@ -49,6 +49,7 @@ from itertools import islice
 from typing import Final, Literal, cast
 
 from gnutella_router.routing.route_entry import RouteEntry
+from gnutella_router.snapshots import from_attributes
 
 __all__ = [
     "DEFAULT_CAPACITY",
@@ -558,23 +559,12 @@ class RouteTable:
             if table:
                 oldest_age = now - _recorded_at(next(iter(table.values())), since)
                 break
-        return RouteTableStatistics(
-            name=self._name,
+        return from_attributes(
+            RouteTableStatistics,
+            self,
             size=len(self),
             current_size=len(self._current) + self._sift_left - self._sift_drop,
             previous_size=len(self._previous),
-            capacity=self._capacity,
-            generation_seconds=self._generation_seconds,
-            recorded=self._recorded,
-            duplicates=self._duplicates,
-            refreshed=self._refreshed,
-            forgotten=self._forgotten,
-            lookups=self._lookups,
-            misses=self._misses,
-            rotations=self._rotations,
-            rotations_for_capacity=self._rotations_for_capacity,
-            evicted=self._evicted,
-            expired=self._expired,
             oldest_age=oldest_age,
         )
 

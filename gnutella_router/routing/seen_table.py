@@ -12,11 +12,13 @@ from dataclasses import dataclass
 
 from gnutella_router.routing.route_entry import RouteEntry
 from gnutella_router.routing.route_table import RouteTable
+from gnutella_router.snapshots import from_attributes
 
 
 @dataclass(frozen=True, slots=True)
 class SeenTableStatistics:
-    """A snapshot of a `SeenTable`; the fields mean what they mean for a route table."""
+    """A snapshot of a `SeenTable`: the fields of the route table it wraps that mean
+    something for it, under the same names (``added`` is the table's ``recorded``)."""
 
     name: str
     size: int
@@ -57,16 +59,5 @@ class SeenTable:
         return self._table.entries(now, limit)
 
     def statistics(self, now: float) -> SeenTableStatistics:
-        s = self._table.statistics(now)
-        return SeenTableStatistics(
-            name=s.name,
-            size=s.size,
-            capacity=s.capacity,
-            generation_seconds=s.generation_seconds,
-            added=s.recorded,
-            duplicates=s.duplicates,
-            rotations=s.rotations,
-            rotations_for_capacity=s.rotations_for_capacity,
-            expired=s.expired,
-            oldest_age=s.oldest_age,
-        )
+        table = self._table.statistics(now)
+        return from_attributes(SeenTableStatistics, table, added=table.recorded)

@@ -46,6 +46,7 @@ import trio
 from gnutella_router.runtime.histogram import HistogramSnapshot, SecondsHistogram
 from gnutella_router.runtime.meters import BatchMeter, StageMeter
 from gnutella_router.runtime.stage_queue import QueueStatistics, StageQueue
+from gnutella_router.snapshots import from_attributes
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -371,22 +372,13 @@ class Stage(Generic[T]):
 
     def statistics(self) -> StageStatistics:
         idle = 0.0 if self._busy else max(0.0, _now() - self._idle_since)
-        return StageStatistics(
-            name=self.name,
+        return from_attributes(
+            StageStatistics,
+            self,
             queue=self.queue.statistics(),
-            pool_size=self._pool_size,
-            batch_size=self.batch_size,
             workers=len(self._workers),
             busy_workers=self._busy,
             blocking_in_progress=self._blocking,
-            batches=self.batches,
-            events=self.events,
-            handler_errors=self.handler_errors,
-            busy_seconds=self._busy_seconds,
-            blocking_calls=self._blocking_calls,
-            thread_seconds=self._thread_seconds,
-            turn_wait_seconds=self._turn_wait_seconds,
-            batches_back_to_back=self.batches_back_to_back,
             idle_seconds=idle,
             queue_wait=self.queue_wait.snapshot(),
             service_time=self.service_time.snapshot(),

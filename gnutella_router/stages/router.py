@@ -209,14 +209,9 @@ class GnutellaRouter:
         (:mod:`gnutella_router.routing.replies`)."""
         self._runs = RunRouter(
             owner=self,
-            outbox=outbox,
             replies=self.replies.runs,
-            copies=copies,
-            ping_routes=self.ping_routes,
-            query_routes=self.query_routes,
             own_pong=self.own_pong,
             cached_answers=self.cached_answers,
-            received=self.received,
             generated=self.generated,
             query_rate=self.query_rate,
         )
