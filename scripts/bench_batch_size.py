@@ -39,7 +39,7 @@ from scripts.router_bench.servers import Problems
 from scripts.runner import router_argv
 
 QUERY_SHARE = 0.15
-BATCHES = (RouterConfig().batch_size, 500, 1000, 2000)
+BATCHES = (RouterConfig().batch_size, 250, 500, 2000)
 """The largest batches compared; the first is the default."""
 
 
@@ -98,14 +98,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             "|---|---:|---:|---:|",
             *(f"| {a} | {b} | {c} | {d} |" for a, b, c, d in rows),
             "",
-            "Why the default stays at 250: a batch's writes are made once the whole batch "
-            "is routed, so under saturation a message may wait the batch's routing time "
-            "before it is written (about 1 ms at 1000 against 0.35 ms at 250, from the CPU "
+            f"Why the default is {BATCHES[0]}: every batch costs the router its writes (one "
+            "per peer with something to send, each a syscall that on loopback also runs "
+            "the receiving side) and a round of the scheduler, whatever its size, so "
+            "small batches spend the core on them under a flood. A batch is only as "
+            "large as what is queued: at any load the router keeps up with, batches are "
+            "small and nothing waits for a batch to fill. Under saturation a message may "
+            "wait the batch's routing time before it is written (the batch times the CPU "
             "per message above), and a slow peer is closed only after twice the batch in "
             "queued messages (the slow-peer threshold must be at least that, or one batch "
-            "could close a healthy peer). Where throughput matters more than those, raise "
-            "both settings together; the batching controller then starts from the larger "
-            "batch.",
+            "could close a healthy peer). The batching controller (on by default) starts "
+            "from this largest batch and shrinks it while throughput allows.",
             "",
             "Rerun: `.venv/bin/python scripts/bench_batch_size.py --write` (about two minutes).",
         ]

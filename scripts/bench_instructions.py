@@ -58,9 +58,11 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from gnutella_router.config.sections import RouterConfig
+
 LOADS = ("query", "mixed")
 READ_SIZE = 64 * 1024
-BATCH = 250
+BATCH = RouterConfig().batch_size
 """Frames per router batch: the router stage's default ``batch_size``."""
 MIXED_QUERY_SHARE = 0.15
 """The mixed load's queries, as in ``scripts/bench_router.py``."""
@@ -333,7 +335,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"set to 8 MiB, 16-way); {described}. The router's own work, with no sockets: "
             "64 KiB reads of the loopback benchmarks' 30-byte queries (or 85 % pings, 15 % "
             "queries, of the same size), TTL 2, "
-            "every GUID unique, cut by the real decoder and routed 250 frames a batch from "
+            f"every GUID unique, cut by the real decoder and routed {BATCH} frames a batch from "
             "one ultrapeer to two, each sink's queue joined after every batch. The figure "
             f"is the difference between routing {args.messages:,} and {made:,} messages, "
             "per message, so startup cancels out. Unlike the loopback figures it does not "

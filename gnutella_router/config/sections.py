@@ -189,7 +189,7 @@ class SlowPeerConfig(Section, frozen=True):
     """What to do about a peer that reads more slowly than we write to it."""
 
     policy: SlowPeerPolicy = "threshold"
-    threshold_messages: Annotated[int, Meta(ge=0, le=10_000_000)] = 500
+    threshold_messages: Annotated[int, Meta(ge=0, le=10_000_000)] = 2000
     threshold_bytes: Annotated[int, Meta(ge=1, le=1 << 30)] = 4 * 1024 * 1024
     threshold_grace: Annotated[float, Meta(ge=0, le=3600)] = 10.0
     queue_bytes: Annotated[int, Meta(ge=1, le=1 << 30)] = 98304
@@ -219,7 +219,7 @@ class RouterConfig(Section, frozen=True):
     """The routing stage: its queue, its workers and its tables."""
 
     queue_threshold: Annotated[int, Meta(ge=0, le=1_000_000)] = 1000
-    batch_size: Annotated[int, Meta(ge=1, le=65536)] = 250
+    batch_size: Annotated[int, Meta(ge=1, le=65536)] = 1000
     threads: Annotated[int, Meta(ge=1, le=1024)] = 1
     max_threads: Annotated[int, Meta(ge=1, le=1024)] = 20
     query_delay_ms: Annotated[float, Meta(ge=0, le=60_000)] = 0.0

@@ -9,6 +9,7 @@ from __future__ import annotations
 import sys
 from typing import ClassVar
 
+from gnutella_router.config.sections import SlowPeerConfig
 from gnutella_router.net.outqueue import (
     _CLEARED,
     _OVERFLOW,
@@ -56,7 +57,7 @@ class ThresholdQueue(OutgoingQueue):
 
     def __init__(
         self,
-        max_messages: int = 500,
+        max_messages: int = SlowPeerConfig().threshold_messages,
         max_bytes: int = 4 * 1024 * 1024,
         *,
         unbounded_experiment: bool = False,

@@ -43,7 +43,7 @@ when it resizes, so a second dict doubled the misses per new GUID.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from itertools import islice
 from typing import Final, Literal, cast
@@ -172,6 +172,7 @@ class RouteTable:
         "_forgotten",
         "_generation_seconds",
         "_hits",
+        "_holder_alive",
         "_lookups",
         "_misses",
         "_name",
@@ -196,6 +197,7 @@ class RouteTable:
         capacity: int,
         now: float = 0.0,
         sifted_per_insert: int = SIFTED_PER_INSERT,
+        holder_alive: Callable[[int], bool] | None = None,
     ):
         if not generation_seconds > 0.0:
             raise ValueError(f"generation_seconds must be positive, not {generation_seconds!r}")
@@ -205,6 +207,10 @@ class RouteTable:
             raise ValueError(f"sifted_per_insert must be at least 1, not {sifted_per_insert!r}")
         self._name = name
         self._sifted_per_insert = sifted_per_insert
+        self._holder_alive = holder_alive
+        """Whether the connection of a value is still open (None: every value is): the
+        entries of a closed one stay until they expire, since a route to it simply no
+        longer resolves, but they are nobody's share (:meth:`_make_room`)."""
         self._generation_seconds = float(generation_seconds)
         self._capacity = capacity
         # Each generation: GUID -> pack_entry(value, time since the generation began,
@@ -610,8 +616,10 @@ class RouteTable:
         half a share, with no rotation, so the others' routes live out their time.
         Otherwise (the generation is shared about evenly, or one connection is all
         there is) it rotates, as it always did. The router's own entries
-        (value :data:`OWN`: its pings and queries) are nobody's share: a peer alone
-        beside them is all there is. Counting and evicting are passes over the
+        (value :data:`OWN`: its pings and queries) and those of closed connections are
+        nobody's share: a peer alone beside them is all there is (were a closed peer's
+        leftovers a share, every fill by the next peer would be an eviction that keeps
+        them, and the generation would never rotate). Counting and evicting are passes over the
         generation at C speed, made at most once per eighth of a generation of inserts,
         so a spraying peer pays for its own evictions and nobody else's routes go.
         """
@@ -619,11 +627,12 @@ class RouteTable:
         current = self._current
         counts = self._counts
         if len(counts) >= 2:
+            alive = self._holder_alive
             heaviest = 0
             most = 0
             holders = 0
             for value, count in counts.items():  # the largest; of equals, the highest value
-                if count > 0 and value != OWN:
+                if count > 0 and value != OWN and (alive is None or alive(value)):
                     holders += 1
                     if count > most or (count == most and value > heaviest):
                         heaviest = value

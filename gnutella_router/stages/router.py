@@ -133,15 +133,25 @@ class GnutellaRouter:
         """None when nothing can be shed: the admission path is then the plain one."""
         self.log = log or structlog.get_logger("router")
         capacity = config.route_table_capacity
+
         # Routes hold connection ids, not connections: ints and floats are invisible to
         # the cyclic garbage collector, so hundreds of thousands of routes cost its full
         # collections nothing (holding the connection objects made each one take 100 ms
         # and more). A closed connection's id simply no longer resolves.
-        self.ping_routes: RouteTable = RouteTable("ping", config.ping_route_seconds, capacity, now)
-        self.query_routes: RouteTable = RouteTable(
-            "query", config.query_route_seconds, capacity, now
+        # A closed connection's routes are nobody's share of a table (see
+        # RouteTable._make_room).
+        def open_link(link_id: int) -> bool:
+            return outbox.link(link_id) is not None
+
+        self.ping_routes: RouteTable = RouteTable(
+            "ping", config.ping_route_seconds, capacity, now, holder_alive=open_link
         )
-        self.push_routes: RouteTable = RouteTable("push", config.push_route_seconds, capacity, now)
+        self.query_routes: RouteTable = RouteTable(
+            "query", config.query_route_seconds, capacity, now, holder_alive=open_link
+        )
+        self.push_routes: RouteTable = RouteTable(
+            "push", config.push_route_seconds, capacity, now, holder_alive=open_link
+        )
         self.pong_cache = PongCache(capacity=200, lifetime=config.pong_cache_seconds)
         self.own_pong = OwnPong(own_address, now)
         self.cached_answers = CachedAnswers(self.pong_cache, config.pongs_per_ping)

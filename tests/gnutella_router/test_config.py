@@ -514,7 +514,7 @@ class TestBatching:
     def test_on_by_default_with_router_batch_size_as_its_maximum(self) -> None:
         config = load_config()
         assert config.batching.enabled
-        assert config.router.batch_size == 250
+        assert config.router.batch_size == 1000
 
     def test_min_batch_must_not_exceed_the_largest_batch(self) -> None:
         with pytest.raises(ConfigError) as caught:

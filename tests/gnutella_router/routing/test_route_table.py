@@ -630,6 +630,34 @@ def test_a_spray_from_one_connection_evicts_its_own_routes_not_the_others() -> N
     assert table.lookup(sprayed[-1], 2.0) == 9  # the newest of the spray still routes
 
 
+def test_a_closed_connections_leftovers_are_nobodys_share() -> None:
+    """The entries of a connection that has closed stay until they expire, but do not
+    make the next peer to fill the generation look like one taking more than its share:
+    the generation rotates, rather than being sifted again at every fill to keep them."""
+    open_links = {9}
+    table: RouteTable = RouteTable(
+        "query", 300.0, 1000, holder_alive=lambda value: value in open_links
+    )
+    for n in range(100):
+        assert table.record(b"c%015d" % n, 2, 0.0)  # connection 2, since closed
+    for start in range(0, 5000, 250):
+        keys = [b"s%015d" % n for n in range(start, start + 250)]
+        table.record_many(keys, 9, 1.0, [0] * 250)
+    stats = table.statistics(1.0)
+    assert stats.evicted == 0
+    assert stats.rotations_for_capacity == 5
+    assert table.lookup(b"c%015d" % 0, 1.0) is None  # rotated out in time
+    open_links.add(2)  # had it been open, its routes would have been kept
+    table = RouteTable("query", 300.0, 1000, holder_alive=lambda value: value in open_links)
+    for n in range(100):
+        table.record(b"c%015d" % n, 2, 0.0)
+    for start in range(0, 5000, 250):
+        keys = [b"s%015d" % n for n in range(start, start + 250)]
+        table.record_many(keys, 9, 1.0, [0] * 250)
+    assert table.statistics(1.0).evicted > 0
+    assert table.lookup(b"c%015d" % 0, 1.0) == 2
+
+
 def test_a_generation_shared_evenly_still_rotates_when_full() -> None:
     table: RouteTable = RouteTable("query", 300.0, 100)
     for n in range(300):
