@@ -10,7 +10,8 @@ default takes about 4 minutes):
 What is run. Three runs of the same setup, one per slow-peer setting of the router:
 
 1. ``slow_peer.policy = "threshold"`` with ``threshold_grace = 0``, the paper's policy
-   (close a connection as soon as its outgoing queue passes 500 messages);
+   (close a connection as soon as its outgoing queue passes ``threshold_messages``,
+   2,000 by default);
 2. the threshold lifted (``unbounded_experiment = true``, ``threshold_messages = 0``):
    the prototype's unbounded queues;
 3. ``slow_peer.policy = "flow-control"`` with its defaults except
@@ -63,6 +64,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import trio
 
+from gnutella_router.config.sections import SlowPeerConfig
 from gnutella_router.lab.traffic.load import LoadError, LoadRun, LoadSettings, open_client_peer
 from gnutella_router.observe.profiler import read_peak_rss_bytes, read_rss_bytes
 from gnutella_router.run_folder import add_out_arguments, script_run
@@ -83,7 +85,7 @@ RCVBUF = 4096
 SAMPLE_EVERY = 0.5
 POLICIES = ("threshold", "unbounded", "flow-control")
 LABELS = {
-    "threshold": "threshold (500 messages)",
+    "threshold": f"threshold ({SlowPeerConfig().threshold_messages:,} messages)",
     "unbounded": "no threshold",
     "flow-control": "flow control",
 }
@@ -400,7 +402,8 @@ def write_docs(
         "sinks (the load client), plus one slow peer that reads 360 bytes every 100 ms "
         "(3,600 bytes/s, a 28.8 kbit/s modem) with `SO_RCVBUF` = 4096. The router "
         "broadcasts every ping and query to the slow peer as well. Settings: `threshold` "
-        "is the default policy (close above 500 queued messages); `no threshold` is "
+        "is the default policy (close above "
+        f"{SlowPeerConfig().threshold_messages:,} queued messages); `no threshold` is "
         "`unbounded_experiment = true`, `threshold_messages = 0`; `flow control` is "
         f'`policy = "flow-control"` with its defaults except `flow_control_timeout = '
         f"{args.flow_control_timeout:g}` (180 s by default), so that its close falls "

@@ -125,7 +125,8 @@ class Flooder:
 
         The queries go at once (nothing answers them); the pings a burst at a time, the
         next once the last one's pongs are in: a router lets a peer's outgoing queue
-        hold 500 messages, and one read of a flood of pings would make more pongs.
+        hold a bounded number of messages (2,000 by default), and one read of a flood
+        of pings would make more pongs.
         """
         query, ping = Message(bytes(16), 1, 0, Query(b"dump")), Message(bytes(16), 1, 0, Ping())
         await self.stream.send_all(messages(queries, query))

@@ -31,10 +31,9 @@ OTHERS_NOTICEABLE = 0.1
 CLOSED_BY_THE_SERVER = (
     "In a separate flood of the same build, with its log at info level, gnutella-router "
     'closed sinks as in the runs "closed by the server" here, with the reason "outgoing '
-    'queue passed 500 messages", a fraction of a second into their connections: its '
-    'slow-peer policy at its default (`slow_peer.policy = "threshold"`, '
-    "`threshold_messages = 500`), which the benchmark leaves as it is. The naive router "
-    "and the forwarder have no such policy."
+    'queue passed N messages", a fraction of a second into their connections: its '
+    'slow-peer policy at its default (`slow_peer.policy = "threshold"`), which the '
+    "benchmark leaves as it is. The naive router and the forwarder have no such policy."
 )
 """Why a flood's peer may be "closed by the server", for the written sections."""
 
