@@ -43,7 +43,8 @@ def test_a_short_benchmark_runs_to_its_table() -> None:
 def test_with_gtk_like_peers_it_counts_what_the_router_routes_and_times_queries() -> None:
     """gtk-gnutella's handshake announces Pong-Caching: the router answers the pings and
     forwards the queries, so the figure is what it takes from the source, the queries are
-    timed, and all of them reach the timed sink (here at 50,000 msgs/s offered)."""
+    timed, and all of them reach the timed sink (here at 50,000 msgs/s offered, where the
+    p99 floor is judged)."""
     run = run_bench("--skip-memory", "--rate", "50000")
     assert run.returncode in (0, 1), run.stderr
     assert "Traceback" not in run.stderr
@@ -53,7 +54,8 @@ def test_with_gtk_like_peers_it_counts_what_the_router_routes_and_times_queries(
     assert "throughput: msgs/s forwarded per sink" in out
     p99 = re.search(r"latency p99 at 50,000 msgs/s \(queries timed\) +([\d,]+) µs", out)
     assert p99 is not None, out
-    assert "no floor at this rate (floor 1,000 µs at 10,000 msgs/s)" in out  # judged at 10,000
+    # Judged at any rate up to 50,000 msgs/s (met or not: a test machine is busy).
+    assert re.search(r"latency p99 at 50,000 msgs/s .* floor 1,000 µs", out), out
     delivered = re.search(r"latency runs: queries delivered to the timed sink +(\d+)%", out)
     assert delivered is not None, out
     assert int(delivered.group(1)) >= 90, out
