@@ -16,7 +16,11 @@ read in one pass that also builds their broadcast copies from kept header tails
 (:class:`Copies`). A stretch is routed at once:
 
 1. its GUIDs are recorded in bulk (:meth:`.RouteTable.record_many`, which also finds
-   the duplicates, exactly as recording one by one would);
+   the duplicates, exactly as recording one by one would), but for the pings of a peer
+   that caches pongs (or a leaf): those are answered here and never forwarded, so no
+   reply can come back along their route, and recording them would only let a flood of
+   them rotate the routes that can be used (our own pings', those of the pings we
+   forward) out of the table; a repeat is simply answered again, as gtk-gnutella does;
 2. our pongs answer its new pings, in one offer to the source's queue when the queue
    takes them without a decision; a peer that caches pongs (or a leaf) also gets
    cached pongs, at most once a second, after the ping that earned them;
@@ -257,6 +261,7 @@ class Stretch:
         "ping_at",
         "ping_details",
         "ping_guids",
+        "pings_recorded",
         "query_at",
         "query_details",
         "query_guids",
@@ -266,6 +271,9 @@ class Stretch:
         self.ping_guids: list[bytes] = []
         self.ping_details: list[int] = []
         self.ping_at: list[int] = []
+        self.pings_recorded = True
+        """False when the pings are answered and not forwarded (a peer that caches
+        pongs, a leaf): nothing is recorded for them (see the module)."""
         self.query_guids: list[bytes] = []
         self.query_details: list[int] = []
         self.query_at: list[int] = []
@@ -342,6 +350,7 @@ class RunRouter:
         last_hop = owner.has_leaves()
         allowance: i64 = self.query_rate.allowance(link.id, now)
         found = Stretch()
+        found.pings_recorded = not from_cache
         ping_guids = found.ping_guids
         ping_details = found.ping_details
         ping_at = found.ping_at
@@ -408,7 +417,7 @@ class RunRouter:
         self.stretches += 1
         link_id = link.id
         repeats: list[int] = []
-        if ping_guids:
+        if ping_guids and not from_cache:
             held = self.ping_routes.record_many(ping_guids, link_id, now, ping_details)
             repeats.extend([ping_at[index] for index in held])
         if query_guids:
@@ -542,9 +551,10 @@ class RunRouter:
         """Forget the routes recorded for frames from ``routed`` on: their link closed
         or went into flow control before they were routed."""
         held = set(repeats)
-        self.ping_routes.unrecord(
-            [frames[i].guid for i in found.ping_at if i >= routed and i not in held]
-        )
+        if found.pings_recorded:
+            self.ping_routes.unrecord(
+                [frames[i].guid for i in found.ping_at if i >= routed and i not in held]
+            )
         self.query_routes.unrecord(
             [frames[i].guid for i in found.query_at if i >= routed and i not in held]
         )

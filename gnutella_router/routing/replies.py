@@ -69,6 +69,14 @@ HOSTS_REMEMBERED = 4096
 """Addresses (and hosts) whose verdict, or news, the router remembers for pongs."""
 LEARN_AGAIN_SECONDS = 60.0
 """A host named in pongs is told to the catcher at most this often."""
+PONG_RELEARN_SECONDS = 1.0
+"""A pong the same as one learned from within this long teaches nothing new: a servent
+sends its own pong, unchanged, in answer to every ping, and learning from each copy
+(its address read, its verdict looked up, the pong cache and the catcher told) cost a
+quarter of the router's time under a flood of pings from peers that do not cache pongs.
+The pong cache keeps the first copy's hops for that long at most."""
+PONGS_REMEMBERED = 4096
+"""Pongs whose learning time the router remembers (see :data:`PONG_RELEARN_SECONDS`)."""
 
 
 class ReplyRouting:
@@ -130,8 +138,12 @@ class ReplyRouting:
             settings.allow_private,
             settings.local_networks,
         )
-        """The settings :attr:`_pong_verdicts` were worked out under."""
+        """The settings :attr:`_pong_verdicts` and :attr:`_pongs_learned` were worked out
+        under."""
         self._hosts_told: dict[tuple[str, int], float] = {}
+        self._pongs_learned: dict[bytes, float] = {}
+        """When each pong (its payload) was last learned from (see
+        :data:`PONG_RELEARN_SECONDS`)."""
         self._handlers: list[Callable[[Link, Frame, float], None]] = [self._on_unknown] * 256
         self._handlers[BYE] = self._on_bye
         self._handlers[PUSH] = self._on_push
@@ -191,10 +203,25 @@ class ReplyRouting:
         """What a pong tells us, before it is routed back: its host goes into the pong
         cache (unless its address may not be handed out) and, if news, to the catcher.
         False when its payload is malformed (counted, and the sender's offence)."""
-        address = self._pong_addresses.read(frame.payload)
+        settings = self.settings
+        under = self._verdicts_under
+        if settings.allow_private != under[0] or settings.local_networks is not under[1]:
+            # Changed while the router runs: what was worked out before no longer holds.
+            self._pong_verdicts = {}
+            self._pongs_learned = {}
+            self._verdicts_under = (settings.allow_private, settings.local_networks)
+        payload = frame.payload
+        learned = self._pongs_learned
+        when = learned.get(payload)
+        if when is not None and now - when < PONG_RELEARN_SECONDS:
+            return True  # the same pong, learned from a moment ago
+        address = self._pong_addresses.read(payload)
         if address is None:
             self.malformed(connection, frame, now)
             return False
+        if len(learned) >= PONGS_REMEMBERED:
+            learned.clear()
+        learned[payload] = now
         ip, port = address
         if port:
             problem = self._uncacheable(ip)
@@ -245,11 +272,6 @@ class ReplyRouting:
         settings = self.settings
         allow_private = settings.allow_private
         local_networks = settings.local_networks
-        under = self._verdicts_under
-        if allow_private != under[0] or local_networks is not under[1]:
-            # Changed while the router runs: what was worked out before no longer holds.
-            self._pong_verdicts = {}
-            self._verdicts_under = (allow_private, local_networks)
         verdicts = self._pong_verdicts
         if ip in verdicts:
             return verdicts[ip]

@@ -22,8 +22,8 @@ from protocol.codec import encode_message
 from protocol.constants import MessageType
 from protocol.framing import FrameDecoder
 from protocol.handshake import HandshakeComplete, HandshakeResponse, Initiator
-from protocol.messages import Message, Ping, Query
-from scripts.router_bench.peers import BenchError, peer_headers
+from protocol.messages import Message, Ping, Query, random_guid
+from scripts.router_bench.peers import MINIMAL_HEADERS, BenchError
 
 LIMIT = 100_000
 """Entries asked for per table: the admin interface's largest page."""
@@ -75,11 +75,14 @@ def messages(count: int, payload: Message) -> bytes:
 
 
 async def handshaken(address: tuple[str, int]) -> tuple[trio.SocketStream, FrameDecoder]:
-    """A peer, handshaken as an ultrapeer; its decoder holds what the router sent right
-    after the handshake."""
+    """A peer, handshaken as an ultrapeer that does not cache pongs (a router records
+    such a peer's pings, which fill its ping table; a caching peer's pings it answers
+    without recording them); its decoder holds what the router sent right after the
+    handshake."""
     stream = await trio.open_tcp_stream(*address)
     initiator = Initiator()
-    await stream.send_all(initiator.start(peer_headers()))
+    headers = [*MINIMAL_HEADERS, ("GUID", random_guid().hex())]
+    await stream.send_all(initiator.start(headers))
     response = await next_handshake_event(stream, initiator)
     if not isinstance(response, HandshakeResponse):
         raise BenchError(f"a handshake was refused: {response!r}")

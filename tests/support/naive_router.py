@@ -28,6 +28,7 @@ from gnutella_router.discovery.ranges import NON_PUBLIC_REASONS, classify_addres
 from gnutella_router.routing.dynamic_query import DynamicQuerying
 from gnutella_router.routing.pongs import CachedAnswers, OwnPong, PongCache
 from gnutella_router.routing.query_routing import QueryRouting
+from gnutella_router.routing.replies import PONG_RELEARN_SECONDS, PONGS_REMEMBERED
 from gnutella_router.routing.route_table import RouteTable
 from protocol.codec import parse_payload
 from protocol.constants import MessageType
@@ -87,6 +88,7 @@ class NaiveRouter:
         self.query_routes = RouteTable("query", config.router.query_route_seconds, capacity, now)
         self.push_routes = RouteTable("push", config.router.push_route_seconds, capacity, now)
         self.pong_cache = PongCache(capacity=200, lifetime=config.router.pong_cache_seconds)
+        self.pongs_learned: dict[bytes, float] = {}
         self.own_pong = OwnPong(lambda: ("192.0.2.1", 6346), now)
         self.cached_answers = CachedAnswers(self.pong_cache, config.router.pongs_per_ping)
         self.received = [0] * 256
@@ -159,13 +161,17 @@ class NaiveRouter:
         if frame.payload and frame.payload[0] != 0xC3:
             self.malformed(link, frame, now)
             return
-        if not self.ping_routes.record(frame.guid, link.id, now, frame.ttl, frame.hops):
+        caches = link.capabilities.pong_caching or link.capabilities.ultrapeer is False
+        # Answered and never forwarded, a caching peer's ping has no route to keep: it
+        # is not recorded, and a repeat is answered again.
+        if not caches and not self.ping_routes.record(
+            frame.guid, link.id, now, frame.ttl, frame.hops
+        ):
             self.duplicate(self.ping_routes, link, frame, now)
             return
         pong = self.own_pong.payload(link.capabilities.ggep, now)
         if link.send(encode(frame.guid, PONG, frame.hops + 1, 0, pong), now):
             self.generated[PONG] += 1
-        caches = link.capabilities.pong_caching or link.capabilities.ultrapeer is False
         if caches:
             links = tuple(self.links)
             if frame.ttl > 1 and self.cached_answers.due(link.id, now, links):
@@ -258,10 +264,15 @@ class NaiveRouter:
             self.malformed(link, frame, now)
             return
         assert isinstance(pong, Pong)
-        if pong.port:
-            _, problem = classify_address(pong.ip)
-            if problem is None or problem in NON_PUBLIC_REASONS:
-                self.pong_cache.add(pong.ip, pong.port, frame.payload, frame.hops, now)
+        learned = self.pongs_learned.get(frame.payload)
+        if learned is None or now - learned >= PONG_RELEARN_SECONDS:
+            if len(self.pongs_learned) >= PONGS_REMEMBERED:
+                self.pongs_learned.clear()
+            self.pongs_learned[frame.payload] = now
+            if pong.port:
+                _, problem = classify_address(pong.ip)
+                if problem is None or problem in NON_PUBLIC_REASONS:
+                    self.pong_cache.add(pong.ip, pong.port, frame.payload, frame.hops, now)
         route = self.ping_routes.lookup(frame.guid, now)
         if route is None:
             self.dropped["no-route", PONG] += 1

@@ -204,6 +204,28 @@ async def test_a_pong_caching_peer_is_answered_from_the_cache_once_a_second(
     assert [f.payload for f in a.sent()] == [own_payload, cached_payload]
 
 
+async def test_a_caching_peers_pings_are_answered_not_recorded(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A ping from a peer that caches pongs is answered and never forwarded: no reply
+    can come back along its route, so none is recorded (a flood of them cannot rotate
+    usable routes out), and a repeat is answered again, as gtk-gnutella does. A peer
+    that does not cache pongs has its pings recorded, and its repeat is a duplicate."""
+    caching = Network(pong_caching=True)
+    a = caching.links[0]
+    ping = message(Ping(), ttl=2)
+    await caching.send(a, ping, ping)
+    assert [f.payload_type for f in a.sent()] == [MessageType.PONG, MessageType.PONG]
+    assert ping.guid not in caching.router.ping_routes
+    assert caching.dropped("duplicate", MessageType.PING) == 0
+    plain = Network()
+    b = plain.links[0]
+    await plain.send(b, ping, ping)
+    assert [f.payload_type for f in b.sent()] == [MessageType.PONG]
+    assert ping.guid in plain.router.ping_routes
+    assert plain.dropped("duplicate", MessageType.PING) == 1
+
+
 async def test_every_frame_is_reported_done_to_its_link(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
