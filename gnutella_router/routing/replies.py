@@ -129,7 +129,8 @@ class ReplyRouting:
         """Told of each host a pong names, when it is news (the catcher's; the profiler
         may wrap it while it runs)."""
         self.pongs_not_cached: collections.Counter[str] = collections.Counter()
-        """Pongs routed but kept out of the pong cache, by reason (e.g. "private")."""
+        """Pongs routed but kept out of the pong cache, by reason (e.g. "private"); a
+        pong repeated within :data:`PONG_RELEARN_SECONDS` is counted once."""
         self._copy = copies.copy
         """The one encoder of what the router sends (:class:`.flood.Copies`)."""
         self._pong_addresses = PongAddresses()
