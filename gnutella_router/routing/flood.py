@@ -417,7 +417,7 @@ class RunRouter:
         self.stretches += 1
         link_id = link.id
         repeats: list[int] = []
-        if ping_guids and not from_cache:
+        if ping_guids and found.pings_recorded:
             held = self.ping_routes.record_many(ping_guids, link_id, now, ping_details)
             repeats.extend([ping_at[index] for index in held])
         if query_guids:

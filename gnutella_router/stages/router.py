@@ -137,21 +137,20 @@ class GnutellaRouter:
         # Routes hold connection ids, not connections: ints and floats are invisible to
         # the cyclic garbage collector, so hundreds of thousands of routes cost its full
         # collections nothing (holding the connection objects made each one take 100 ms
-        # and more). A closed connection's id simply no longer resolves.
-        # A closed connection's routes are nobody's share of a table (see
-        # RouteTable._make_room).
-        def open_link(link_id: int) -> bool:
-            return outbox.link(link_id) is not None
+        # and more). A closed connection's id simply no longer resolves, and its routes
+        # are nobody's share of a table (RouteTable._make_room).
+        def route_table(name: str, generation_seconds: float) -> RouteTable:
+            return RouteTable(
+                name,
+                generation_seconds,
+                capacity,
+                now,
+                holder_alive=lambda link_id: outbox.link(link_id) is not None,
+            )
 
-        self.ping_routes: RouteTable = RouteTable(
-            "ping", config.ping_route_seconds, capacity, now, holder_alive=open_link
-        )
-        self.query_routes: RouteTable = RouteTable(
-            "query", config.query_route_seconds, capacity, now, holder_alive=open_link
-        )
-        self.push_routes: RouteTable = RouteTable(
-            "push", config.push_route_seconds, capacity, now, holder_alive=open_link
-        )
+        self.ping_routes = route_table("ping", config.ping_route_seconds)
+        self.query_routes = route_table("query", config.query_route_seconds)
+        self.push_routes = route_table("push", config.push_route_seconds)
         self.pong_cache = PongCache(capacity=200, lifetime=config.pong_cache_seconds)
         self.own_pong = OwnPong(own_address, now)
         self.cached_answers = CachedAnswers(self.pong_cache, config.pongs_per_ping)
