@@ -124,7 +124,9 @@ class Copies:
                 tails[key] = tail
             self._last_key = key
             self._last_tail = tail
-        return guid + self._last_tail + payload
+        # One allocation (mypyc builds a ``%b`` format in one piece), where two
+        # concatenations would make and free an intermediate copy.
+        return b"%b%b%b" % (guid, self._last_tail, payload)
 
 
 class RunCopies:

@@ -44,11 +44,20 @@ when it resizes, so a second dict doubled the misses per new GUID.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from itertools import islice
-from typing import Final, Literal, cast
+from typing import Final, cast
 
-from gnutella_router.routing.route_entry import RouteEntry
+from gnutella_router.routing.route_entry import (
+    OFFSET_LIMIT,
+    VALUE_SHIFT,
+    Generation,
+    RouteEntry,
+    RoutePage,
+    RouteSnapshot,
+    RouteTableStatistics,
+    recorded_at,
+    route_entry,
+)
 from gnutella_router.snapshots import from_attributes
 
 __all__ = [
@@ -66,8 +75,6 @@ __all__ = [
     "pack_entry",
 ]
 
-_Generation = Literal["current", "previous"]
-
 #: Generation lengths used by LimeWire: pings live 2-4 minutes, queries 5-10 minutes,
 #: push routes 7-14 minutes (a download may start long after the hit arrived).
 PING_GENERATION_SECONDS = 120.0
@@ -77,10 +84,8 @@ PUSH_GENERATION_SECONDS = 420.0
 DEFAULT_CAPACITY = 50_000
 
 #: Where an entry's value begins: below it, 32 bits of milliseconds and 8 of detail.
-VALUE_SHIFT: Final = 40
 OWN: Final = 0
 """The value of routes to the router itself (connection ids start at 1)."""
-_OFFSET_LIMIT: Final = 0xFFFF_FFFF  # 49 days of milliseconds
 SIFTED_PER_INSERT: Final = 8
 """Entries of an eviction sifted per insert by default (see :meth:`RouteTable._sift`): at
 eight, an eviction of a full generation is over within an eighth of a generation of
@@ -104,50 +109,9 @@ def pack_entry(value: int, offset: float, detail: int) -> int:
     milliseconds = int(offset * 1000.0)
     if milliseconds < 0:
         milliseconds = 0
-    elif milliseconds > _OFFSET_LIMIT:
-        milliseconds = _OFFSET_LIMIT
+    elif milliseconds > OFFSET_LIMIT:
+        milliseconds = OFFSET_LIMIT
     return value << VALUE_SHIFT | milliseconds << 8 | detail
-
-
-def _recorded_at(entry: int, since: float) -> float:
-    """When ``entry`` was recorded, to the millisecond, in a generation begun at ``since``."""
-    return since + (entry >> 8 & _OFFSET_LIMIT) / 1000.0
-
-
-@dataclass(frozen=True, slots=True)
-class RouteTableStatistics:
-    """A snapshot of one table, taken after any rotation that ``now`` makes due."""
-
-    name: str
-    #: Entries held in both generations.
-    size: int
-    current_size: int
-    previous_size: int
-    #: Largest size of one generation; the table holds at most twice this.
-    capacity: int
-    generation_seconds: float
-    #: Entries inserted by ``record``.
-    recorded: int
-    #: ``record`` calls for a GUID the table already held (the first value was kept).
-    duplicates: int
-    #: ``refresh`` calls.
-    refreshed: int
-    #: Entries dropped by ``forget_value`` (their connection closed).
-    forgotten: int
-    lookups: int
-    #: Lookups that found nothing: the route expired or never existed.
-    misses: int
-    #: All rotations, whatever their trigger.
-    rotations: int
-    #: Rotations made early because the current generation was full; if this grows,
-    #: entries live shorter than the generation length promises.
-    rotations_for_capacity: int
-    #: Entries dropped to keep one connection within its share of a full generation.
-    evicted: int
-    #: Entries dropped by rotations.
-    expired: int
-    #: Age of the oldest entry held, or None when the table is empty.
-    oldest_age: float | None
 
 
 class RouteTable:
@@ -172,6 +136,7 @@ class RouteTable:
         "_forgotten",
         "_generation_seconds",
         "_hits",
+        "_hits_before",
         "_holder_alive",
         "_lookups",
         "_misses",
@@ -224,6 +189,13 @@ class RouteTable:
         self._current_since = now
         self._previous_since = now
         self._hits: dict[bytes, int] = {}
+        """Replies routed back through an entry, noted in this generation (see
+        :meth:`note_hit`)."""
+        self._hits_before: dict[bytes, int] = {}
+        """Those noted in the generation before: an entry lives two generations, so its
+        count is in one of the two, or both, and each is dropped whole in turn, with no
+        pass over the generation dropped (the only cost: a GUID recorded again within a
+        generation of its entry's end shows the replies of its old entry)."""
         self._sifting: dict[bytes, int] = {}
         """The current generation as it was when an eviction began (see
         :meth:`_make_room`): its entries are copied into the current one, oldest first,
@@ -238,16 +210,9 @@ class RouteTable:
         self._sift_drop = 0
         """How many more of its entries, the next ones met, are to be dropped."""
         self._deadline = now + self._generation_seconds
-        self._recorded = 0
-        self._duplicates = 0
-        self._refreshed = 0
-        self._forgotten = 0
-        self._lookups = 0
-        self._misses = 0
-        self._rotations = 0
-        self._rotations_for_capacity = 0
-        self._evicted = 0
-        self._expired = 0
+        self._recorded = self._duplicates = self._refreshed = self._forgotten = 0
+        self._lookups = self._misses = self._evicted = self._expired = 0
+        self._rotations = self._rotations_for_capacity = 0
 
     @property
     def name(self) -> str:
@@ -441,6 +406,10 @@ class RouteTable:
         # Re-inserting (rather than assigning in place) keeps each generation in
         # recording order, which `entries` and ``oldest_age`` rely on.
         current[guid] = pack_entry(value, now - self._current_since, 0)
+        hits_before = self._hits_before
+        if hits_before and guid in hits_before:  # its count goes on with it
+            hits = self._hits
+            hits[guid] = hits.get(guid, 0) + hits_before.pop(guid)
         counts = self._counts
         counts[value] = counts.get(value, 0) + 1
 
@@ -458,6 +427,7 @@ class RouteTable:
             for guid in doomed:
                 del table[guid]
                 self._hits.pop(guid, None)
+                self._hits_before.pop(guid, None)
             removed += len(doomed)
         self._forgotten += removed
         self._counts.pop(value, None)
@@ -499,7 +469,7 @@ class RouteTable:
             raise ValueError(f"offset must not be negative, not {offset!r}")
         if now >= self._deadline:
             self._rotate_for_time(now)
-        pages: list[_Page] = []
+        pages: list[RoutePage] = []
         taken = 0
         for table, since, generation in self._generations():
             held = len(table)
@@ -515,25 +485,29 @@ class RouteTable:
                 # copying what lies beyond it. Kept oldest first, like a generation.
                 page = list(islice(reversed(table.items()), skip, stop))
                 page.reverse()
-                pages.append(_Page(dict(page), since, generation, 0, None))
+                pages.append(RoutePage(dict(page), since, generation, 0, None))
             else:
-                pages.append(_Page(table.copy(), since, generation, skip, stop))
+                pages.append(RoutePage(table.copy(), since, generation, skip, stop))
         return RouteSnapshot(pages, self._hits_of(pages, taken), now, taken)
 
-    def _hits_of(self, pages: list[_Page], size: int) -> dict[bytes, int]:
+    def _hits_of(self, pages: list[RoutePage], size: int) -> dict[bytes, int]:
         """The reply counts a snapshot of ``size`` entries in ``pages`` needs: a copy of
         them all, or of its own when it is far smaller than they are."""
         hits = self._hits
-        if len(hits) <= 4 * size:
-            return hits.copy()
+        before = self._hits_before
+        if len(hits) + len(before) <= 4 * size:
+            counts = before.copy()
+            for guid, count in hits.items():
+                counts[guid] = counts.get(guid, 0) + count
+            return counts
         return {
-            guid: hits[guid]
+            guid: hits.get(guid, 0) + before.get(guid, 0)
             for page in pages
             for guid in islice(reversed(page.entries.keys()), page.skip, page.stop)
-            if guid in hits
+            if guid in hits or guid in before
         }
 
-    def _generations(self) -> tuple[tuple[dict[bytes, int], float, _Generation], ...]:
+    def _generations(self) -> tuple[tuple[dict[bytes, int], float, Generation], ...]:
         return (
             (self._current_view(), self._current_since, "current"),
             (self._previous, self._previous_since, "previous"),
@@ -550,7 +524,8 @@ class RouteTable:
         for table, since, generation in self._generations():
             held = table.get(guid)
             if held is not None:
-                return _route_entry(guid, held, since, generation, now, self._hits)
+                hits = self._hits.get(guid, 0) + self._hits_before.get(guid, 0)
+                return route_entry(guid, held, since, generation, now, {guid: hits})
         return None
 
     def statistics(self, now: float) -> RouteTableStatistics:
@@ -563,7 +538,7 @@ class RouteTable:
             (self._current, self._current_since),
         ):
             if table:
-                oldest_age = now - _recorded_at(next(iter(table.values())), since)
+                oldest_age = now - recorded_at(next(iter(table.values())), since)
                 break
         return from_attributes(
             RouteTableStatistics,
@@ -580,10 +555,11 @@ class RouteTable:
         """Drop the previous generation; the current one becomes it, and a new one
         begins at ``since``."""
         self._finish_sift()
-        dropped = self._previous
-        self._expired += len(dropped)
-        if self._hits:
-            self._hits = {g: n for g, n in self._hits.items() if g not in dropped}
+        self._expired += len(self._previous)
+        # An entry's replies were noted in the generation it was recorded in or the next
+        # one: those noted two generations ago are of entries dropped now.
+        self._hits_before = self._hits
+        self._hits = {}
         self._previous = self._current
         self._previous_since = self._current_since
         self._current = {}
@@ -701,10 +677,13 @@ class RouteTable:
             self._sifting = {}
             self._sift_items = iter(())
             self._sift_drop = 0
-            hits = self._hits
-            if hits:
-                previous = self._previous
-                self._hits = {g: n for g, n in hits.items() if g in current or g in previous}
+            previous = self._previous
+            if self._hits:
+                self._hits = {g: n for g, n in self._hits.items() if g in current or g in previous}
+            if self._hits_before:
+                self._hits_before = {
+                    g: n for g, n in self._hits_before.items() if g in current or g in previous
+                }
 
     def _finish_sift(self) -> None:
         """Complete the eviction under way at once: before a rotation or another
@@ -716,67 +695,3 @@ class RouteTable:
         self._rotate(now)
         self._rotations_for_capacity += 1
         self._deadline = now + self._generation_seconds
-
-
-@dataclass(frozen=True, slots=True)
-class _Page:
-    """The part of one generation a snapshot shows: ``entries`` (a copy, oldest first)
-    read newest first, skipping ``skip`` and stopping before ``stop``."""
-
-    entries: dict[bytes, int]
-    since: float
-    generation: _Generation
-    skip: int
-    stop: int | None
-
-
-class RouteSnapshot:
-    """A page of one route table's entries as they were at one instant (see
-    :meth:`RouteTable.snapshot`).
-
-    It holds copies only, so it may be read on any thread, across awaits, for as long as
-    the reader likes; dropping it frees them.
-    """
-
-    __slots__ = ("_hits", "_now", "_pages", "_size")
-
-    def __init__(self, pages: list[_Page], hits: dict[bytes, int], now: float, size: int):
-        self._pages = pages
-        self._hits = hits
-        self._now = now
-        self._size = size
-
-    def __len__(self) -> int:
-        """Entries in the page."""
-        return self._size
-
-    def entries(self) -> Iterator[RouteEntry]:
-        """The page's entries, newest first."""
-        now = self._now
-        hits = self._hits
-        for page in self._pages:
-            since = page.since
-            generation = page.generation
-            for guid, entry in islice(reversed(page.entries.items()), page.skip, page.stop):
-                yield _route_entry(guid, entry, since, generation, now, hits)
-
-
-def _route_entry(
-    guid: bytes,
-    entry: int,
-    since: float,
-    generation: _Generation,
-    now: float,
-    hits: dict[bytes, int],
-) -> RouteEntry:
-    recorded_at = _recorded_at(entry, since)
-    return RouteEntry(
-        guid,
-        entry >> VALUE_SHIFT,
-        recorded_at,
-        now - recorded_at,
-        generation,
-        ttl=entry >> 4 & 0x0F,
-        hops=entry & 0x0F,
-        hits=hits.get(guid, 0),
-    )

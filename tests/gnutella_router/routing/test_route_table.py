@@ -240,6 +240,29 @@ def test_a_snapshot_shows_every_page_as_the_table_held_it() -> None:
             assert len(page) == len(expected)
 
 
+def test_reply_counts_live_as_long_as_their_entries() -> None:
+    """Counts noted in an entry's first and second generation both show; they go with
+    their entry at the rotation that drops it, and a refreshed entry keeps its count."""
+    table: RouteTable = RouteTable("push", 10.0, 100)
+    table.record(guid(1), 1, 0.0)
+    table.record(guid(2), 2, 0.0)
+    table.note_hit(guid(1))
+    table.note_hit(guid(2))
+    table.record(guid(3), 3, 11.0)  # a rotation: 1 and 2 are the previous generation
+    table.note_hit(guid(1))
+    table.note_hit(guid(3))
+    hits = {e.value: e.hits for e in table.entries(11.0)}
+    assert hits == {1: 2, 2: 1, 3: 1}
+    assert table.entry(guid(1), 11.0) is not None
+    assert table.entry(guid(1), 11.0).hits == 2  # type: ignore[union-attr]
+    table.refresh(guid(2), 2, 12.0)  # into the current generation, its count with it
+    table.record(guid(4), 4, 21.0)  # a rotation: 1 is dropped, 2 and 3 are previous
+    assert {e.value: e.hits for e in table.entries(21.0)} == {2: 1, 3: 1, 4: 0}
+    table.record(guid(5), 5, 31.0)  # and another: 2 and 3 go, nothing is left of them
+    table.record(guid(1), 1, 31.0)  # the GUID seen afresh starts from nothing
+    assert {e.value: e.hits for e in table.entries(31.0)} == {1: 0, 4: 0, 5: 0}
+
+
 def test_a_snapshot_is_read_after_the_table_changed() -> None:
     table: RouteTable = RouteTable("query", 10.0, 100)
     for n in range(5):
