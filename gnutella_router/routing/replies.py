@@ -39,7 +39,7 @@ from gnutella_router.routing.link import Link, Outbox
 from gnutella_router.routing.network_settings import Network, NetworkSettings
 from gnutella_router.routing.pongs import PongCache
 from gnutella_router.routing.query_routing import QueryRouting
-from gnutella_router.routing.reply_runs import ReplyRun
+from gnutella_router.routing.reply_runs import PONG_RELEARN_SECONDS, ReplyRun
 from gnutella_router.routing.route_table import OWN, RouteTable
 from gnutella_router.routing.rules import DROP_REASONS, MALFORMED, OFFENCES, OK, ttl_verdict
 from gnutella_router.routing.seen_table import SeenTable
@@ -69,12 +69,6 @@ HOSTS_REMEMBERED = 4096
 """Addresses (and hosts) whose verdict, or news, the router remembers for pongs."""
 LEARN_AGAIN_SECONDS = 60.0
 """A host named in pongs is told to the catcher at most this often."""
-PONG_RELEARN_SECONDS = 1.0
-"""A pong the same as one learned from within this long teaches nothing new: a servent
-sends its own pong, unchanged, in answer to every ping, and learning from each copy
-(its address read, its verdict looked up, the pong cache and the catcher told) cost a
-quarter of the router's time under a flood of pings from peers that do not cache pongs.
-The pong cache keeps the first copy's hops for that long at most."""
 PONGS_REMEMBERED = 4096
 """Pongs whose learning time the router remembers (see :data:`PONG_RELEARN_SECONDS`)."""
 
@@ -200,10 +194,10 @@ class ReplyRouting:
         else:
             self.runs.dropped["outgoing-queue", message_type] += 1
 
-    def pong_seen(self, connection: Link, frame: Frame, now: float) -> bool:
-        """What a pong tells us, before it is routed back: its host goes into the pong
-        cache (unless its address may not be handed out) and, if news, to the catcher.
-        False when its payload is malformed (counted, and the sender's offence)."""
+    def pongs_learned(self) -> dict[bytes, float]:
+        """When each pong (its payload) was last learned from, under the settings as
+        they are now: a reply run skips :meth:`pong_seen` for a pong learned from within
+        :data:`~.reply_runs.PONG_RELEARN_SECONDS`."""
         settings = self.settings
         under = self._verdicts_under
         if settings.allow_private != under[0] or settings.local_networks is not under[1]:
@@ -211,11 +205,16 @@ class ReplyRouting:
             self._pong_verdicts = {}
             self._pongs_learned = {}
             self._verdicts_under = (settings.allow_private, settings.local_networks)
+        return self._pongs_learned
+
+    def pong_seen(self, connection: Link, frame: Frame, now: float) -> bool:
+        """What a pong tells us, before it is routed back: its host goes into the pong
+        cache (unless its address may not be handed out) and, if news, to the catcher.
+        False when its payload is malformed (counted, and the sender's offence). A pong
+        learned from within :data:`~.reply_runs.PONG_RELEARN_SECONDS` is not seen again
+        (:meth:`pongs_learned`)."""
         payload = frame.payload
-        learned = self._pongs_learned
-        when = learned.get(payload)
-        if when is not None and now - when < PONG_RELEARN_SECONDS:
-            return True  # the same pong, learned from a moment ago
+        learned = self.pongs_learned()
         address = self._pong_addresses.read(payload)
         if address is None:
             self.malformed(connection, frame, now)

@@ -30,7 +30,7 @@ the replies collected before it sent.
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Final, Protocol
 
 from mypy_extensions import i64
 
@@ -41,6 +41,12 @@ from gnutella_router.routing.rules import MALFORMED, OK, ttl_verdict
 from protocol.constants import GUID_SIZE, MessageType
 from protocol.framing import Frame
 
+PONG_RELEARN_SECONDS: Final = 1.0
+"""A pong the same as one learned from within this long teaches nothing new: a servent
+sends its own pong, unchanged, in answer to every ping, and learning from each copy
+(its address read, its verdict looked up, the pong cache and the catcher told) cost a
+quarter of the router's time under a flood of pings from peers that do not cache pongs.
+The pong cache keeps the first copy's hops for that long at most."""
 PONG: i64 = MessageType.PONG
 QUERY_HIT: i64 = MessageType.QUERY_HIT
 SMALLEST_HIT: i64 = 11 + GUID_SIZE
@@ -56,6 +62,11 @@ class ReplyOwner(Protocol):
 
     def refuse(self, link: Link, frame: Frame, verdict: int, now: float) -> None:
         """Drop a frame for a rule's verdict, with the sender's offence where it is one."""
+        ...
+
+    def pongs_learned(self) -> dict[bytes, float]:
+        """When each pong (its payload) was last learned from: for the run to skip
+        :meth:`pong_seen` for one learned from a moment ago."""
         ...
 
     def pong_seen(self, link: Link, frame: Frame, now: float) -> bool:
@@ -114,6 +125,7 @@ class ReplyRun:
         hard: i64 = owner.hard_ttl_limit
         source = link.id
         waiting: dict[int, list[Frame]] = {}
+        learned: dict[bytes, float] | None = None
         count = len(frames)
         index = start
         self.runs += 1
@@ -132,7 +144,15 @@ class ReplyRun:
             elif message_type == QUERY_HIT:
                 route = self._hit_route(link, frame, now)
             else:
-                route = self._pong_route(link, frame, now)
+                if learned is None:
+                    learned = owner.pongs_learned()
+                when = learned.get(frame.payload)
+                if (when is not None and now - when < PONG_RELEARN_SECONDS) or owner.pong_seen(
+                    link, frame, now
+                ):
+                    route = self._pong_route(link, frame, now)
+                else:
+                    route = None  # malformed, and dealt with
             if route is None:
                 if link.closing:  # its offence got it kicked
                     break
@@ -172,9 +192,7 @@ class ReplyRun:
         return route
 
     def _pong_route(self, link: Link, frame: Frame, now: float) -> int | None:
-        """A pong's route back (noted as used), or None once it is dealt with here."""
-        if not self.owner.pong_seen(link, frame, now):
-            return None
+        """A seen pong's route back (noted as used), or None once it is dealt with here."""
         route = self.ping_routes.lookup(frame.guid, now)
         if route is None:
             self.owner.pong_without_route(link, frame, now)

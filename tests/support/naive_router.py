@@ -28,7 +28,8 @@ from gnutella_router.discovery.ranges import NON_PUBLIC_REASONS, classify_addres
 from gnutella_router.routing.dynamic_query import DynamicQuerying
 from gnutella_router.routing.pongs import CachedAnswers, OwnPong, PongCache
 from gnutella_router.routing.query_routing import QueryRouting
-from gnutella_router.routing.replies import PONG_RELEARN_SECONDS, PONGS_REMEMBERED
+from gnutella_router.routing.replies import PONGS_REMEMBERED
+from gnutella_router.routing.reply_runs import PONG_RELEARN_SECONDS
 from gnutella_router.routing.route_table import RouteTable
 from protocol.codec import parse_payload
 from protocol.constants import MessageType
