@@ -39,7 +39,7 @@ from gnutella_router.routing.link import Link, Outbox
 from gnutella_router.routing.network_settings import Network, NetworkSettings
 from gnutella_router.routing.pongs import PongCache
 from gnutella_router.routing.query_routing import QueryRouting
-from gnutella_router.routing.reply_runs import PONG_RELEARN_SECONDS, ReplyRun
+from gnutella_router.routing.reply_runs import ReplyRun
 from gnutella_router.routing.route_table import OWN, RouteTable
 from gnutella_router.routing.rules import DROP_REASONS, MALFORMED, OFFENCES, OK, ttl_verdict
 from gnutella_router.routing.seen_table import SeenTable
