@@ -70,7 +70,7 @@ HOSTS_REMEMBERED = 4096
 LEARN_AGAIN_SECONDS = 60.0
 """A host named in pongs is told to the catcher at most this often."""
 PONGS_REMEMBERED = 4096
-"""Pongs whose learning time the router remembers (see :data:`PONG_RELEARN_SECONDS`)."""
+"""Pongs whose learning time the router remembers (see :data:`~.reply_runs.PONG_RELEARN_SECONDS`)."""
 
 
 class ReplyRouting:
@@ -124,7 +124,7 @@ class ReplyRouting:
         may wrap it while it runs)."""
         self.pongs_not_cached: collections.Counter[str] = collections.Counter()
         """Pongs routed but kept out of the pong cache, by reason (e.g. "private"); a
-        pong repeated within :data:`PONG_RELEARN_SECONDS` is counted once."""
+        pong repeated within :data:`~.reply_runs.PONG_RELEARN_SECONDS` is counted once."""
         self._copy = copies.copy
         """The one encoder of what the router sends (:class:`.flood.Copies`)."""
         self._pong_addresses = PongAddresses()
@@ -138,7 +138,7 @@ class ReplyRouting:
         self._hosts_told: dict[tuple[str, int], float] = {}
         self._pongs_learned: dict[bytes, float] = {}
         """When each pong (its payload) was last learned from (see
-        :data:`PONG_RELEARN_SECONDS`)."""
+        :data:`~.reply_runs.PONG_RELEARN_SECONDS`)."""
         self._handlers: list[Callable[[Link, Frame, float], None]] = [self._on_unknown] * 256
         self._handlers[BYE] = self._on_bye
         self._handlers[PUSH] = self._on_push
