@@ -70,7 +70,8 @@ HOSTS_REMEMBERED = 4096
 LEARN_AGAIN_SECONDS = 60.0
 """A host named in pongs is told to the catcher at most this often."""
 PONGS_REMEMBERED = 4096
-"""Pongs whose learning time the router remembers (see :data:`~.reply_runs.PONG_RELEARN_SECONDS`)."""
+"""Pongs whose learning time the router remembers (see
+:data:`~.reply_runs.PONG_RELEARN_SECONDS`)."""
 
 
 class ReplyRouting:
