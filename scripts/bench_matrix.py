@@ -63,6 +63,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import FrameType
 
+from protocol.compression import DEFAULT_DEFLATE_LEVEL
 from scripts.benchdocs import commit, machine, replace_section
 from scripts.router_bench.interleaved import ServerCommand, interleaved_runs
 from scripts.router_bench.peers import (
@@ -385,7 +386,10 @@ def write_section(
         "queue: a reply the queue cannot take is not sent); the source counts the "
         "replies routed back to it. With gtk-like peers a router answers the pings "
         "itself and forwards only the queries, so its messages per sink are the queries "
-        "alone. Deflate on: the sinks ask for deflate (they inflate and count); the "
+        "alone. Deflate on: the sinks ask for deflate (they inflate and count), and "
+        f"every server deflates at zlib level {DEFAULT_DEFLATE_LEVEL} (the router's "
+        "default `network.deflate_level`, the yardsticks' default `--deflate-level`), "
+        "so that the cells compare routing, not zlib settings; the "
         f"source and the leaves send and read plain. {LEAVES} leaves: each a leaf's "
         "handshake of the same kind and a QRP table of 20 Zipf-named files, connected "
         f"before the sinks; {MATCHING_LEAVES:.0%} of them also share a file the queries "

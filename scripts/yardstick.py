@@ -16,8 +16,10 @@ Per connection, the common part:
   the connection. What the head announced (:class:`Announced`: a leaf, Pong-Caching,
   deflate) is handed to the subclass.
 * A peer that asks for deflate (``Accept-Encoding: deflate``) is answered with
-  ``Content-Encoding: deflate`` and each write to it is deflated (zlib's default level,
-  a sync flush per write), as gtk-gnutella asks and servents do.
+  ``Content-Encoding: deflate`` and each write to it is deflated (at ``--deflate-level``,
+  by default the level ``gnutella-router`` deflates at, so that a benchmark compares
+  routing and not zlib settings; a sync flush per write), as gtk-gnutella asks and
+  servents do.
 * Framing: the bytes of a read are cut into 23-byte headers and payloads by the
   subclass's own loop (the loop is each yardstick's per-message cost, so it stays
   written out in each, not behind a call per message); a message cut by the end of a
@@ -43,6 +45,8 @@ import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
+
+from protocol.compression import DEFAULT_DEFLATE_LEVEL
 
 HEADER = struct.Struct("<16sBBBI")
 HEADER_SIZE = HEADER.size
@@ -82,9 +86,9 @@ class Announced:
             lines.append(b"Content-Encoding: deflate")
         return b"\r\n".join(lines) + b"\r\n\r\n"
 
-    def deflater(self) -> Any:
-        """A ``zlib.compressobj`` for what we send, or None."""
-        return zlib.compressobj() if self.deflate else None
+    def deflater(self, level: int) -> Any:
+        """A ``zlib.compressobj`` at ``level`` for what we send, or None."""
+        return zlib.compressobj(level) if self.deflate else None
 
 
 def write(transport: asyncio.Transport, deflater: Any, data: bytes) -> None:
@@ -105,6 +109,8 @@ class Hub(Generic[P]):
     def __init__(self) -> None:
         self.peers: set[P] = set()
         self.blocked_writers = 0
+        self.deflate_level = DEFAULT_DEFLATE_LEVEL
+        """What the peers that asked for deflate get it at (``--deflate-level``)."""
 
     def pause_all(self) -> None:
         for peer in self.peers:
@@ -139,7 +145,7 @@ class Peer(asyncio.Protocol):
     def announced(self, announced: Announced) -> None:
         """The peer's handshake head was read (before our answer): act on it."""
         self.leaf = announced.leaf
-        self.deflater = announced.deflater()
+        self.deflater = announced.deflater(self.hub.deflate_level)
 
     def messages(self, data: bytes) -> None:
         """Route every whole message of ``data``, a read after the handshake."""
@@ -300,11 +306,20 @@ def main(
         metavar="HOST:PORT",
         help="loopback address to accept peers on (default 127.0.0.1:6347)",
     )
+    parser.add_argument(
+        "--deflate-level",
+        type=int,
+        choices=range(1, 10),
+        default=DEFAULT_DEFLATE_LEVEL,
+        metavar="1-9",
+        help=f"zlib level of deflated links (default {DEFAULT_DEFLATE_LEVEL}: gnutella-router's)",
+    )
     if add_arguments is not None:
         add_arguments(parser)
     args = parser.parse_args(argv)
     host, port = args.listen
     hub, peer = run(args)
+    hub.deflate_level = args.deflate_level
     try:
         asyncio.run(serve(host, port, hub, peer))
     except OSError as exc:

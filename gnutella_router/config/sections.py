@@ -35,6 +35,7 @@ from gnutella_router.config.rules import (
     parse_host_port,
 )
 from gnutella_router.logs import LogFormat, LogLevel
+from protocol.compression import DEFAULT_DEFLATE_LEVEL
 from protocol.constants import HEADER_SIZE
 
 SlowPeerPolicy = Literal["threshold", "flow-control"]
@@ -157,6 +158,7 @@ class NetworkConfig(Section, frozen=True):
         tuple[str, ...], _says('a list of networks ("127.0.0.0/8", "::1", "10.64.0.0/16")')
     ] = ("127.0.0.0/8", "::1/128")
     deflate: bool = True
+    deflate_level: Annotated[int, Meta(ge=1, le=9)] = DEFAULT_DEFLATE_LEVEL
     deflate_threads: Annotated[int, Meta(ge=0, le=64)] = 1
 
     def _check(self) -> None:

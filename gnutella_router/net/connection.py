@@ -72,6 +72,7 @@ from gnutella_router.net.outbox import WRITE_SIZE
 from gnutella_router.net.outqueue import OutgoingQueue, Verdict
 from gnutella_router.net.session import Close, ConnectionStatistics, PeerSession, StreamBroken
 from gnutella_router.net.session import format_address as format_address
+from protocol.compression import DEFAULT_DEFLATE_LEVEL
 from protocol.framing import Frame
 from protocol.handshake import Capabilities
 from protocol.vendor import Feature, VendorMessageId
@@ -163,6 +164,7 @@ class Connection:
         recorder: FrameTap | None = None,
         abuse: Callable[[], AbuseMeter] | None = None,
         deflate_pool: DeflatePool | None = None,
+        deflate_level: int = DEFAULT_DEFLATE_LEVEL,
     ) -> None:
         """``abuse`` makes the meter that counts the peer's offences and decides when it
         is kicked (``None``: never kicked); it is called at the peer's first offence."""
@@ -178,6 +180,7 @@ class Connection:
             max_payload=max_payload,
             now=trio.current_time(),
             abuse=abuse,
+            deflate_level=deflate_level,
         )
         """The link's state and decisions, with no I/O: what observers read."""
         self.capabilities = capabilities

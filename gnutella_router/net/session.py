@@ -50,7 +50,7 @@ from collections.abc import Callable
 from gnutella_router.control.abuse import AbuseMeter, Kick, Offence
 from gnutella_router.net.outqueue import OutgoingQueue, OutgoingQueueStatistics, Verdict
 from protocol.codec import encode_message
-from protocol.compression import DeflateCompressor, DeflateDecompressor
+from protocol.compression import DEFAULT_DEFLATE_LEVEL, DeflateCompressor, DeflateDecompressor
 from protocol.errors import CompressionError, DeflateRatioError, RemoteProtocolError
 from protocol.framing import Frame, FrameDecoder, FrameTooLargeError
 from protocol.handshake import Capabilities
@@ -172,10 +172,12 @@ class PeerSession:
         max_payload: int,
         now: float,
         abuse: Callable[[], AbuseMeter] | None = None,
+        deflate_level: int = DEFAULT_DEFLATE_LEVEL,
     ) -> None:
         """``abuse`` makes the meter that counts the peer's offences and decides when it
         is kicked (``None``: never kicked); it is called at the peer's first offence.
-        ``now`` is when the link came up."""
+        ``now`` is when the link came up; ``deflate_level`` is zlib's level for what we
+        send, when ``compress_outgoing``."""
         self.id = id
         """The link id: every frame read carries it (:attr:`Frame.source`)."""
         self.peer = peer
@@ -190,7 +192,7 @@ class PeerSession:
         self._abuse = abuse
         self._abuse_meter: AbuseMeter | None = None
         self._kick: Kick | None = None
-        self._compressor = DeflateCompressor() if compress_outgoing else None
+        self._compressor = DeflateCompressor(deflate_level) if compress_outgoing else None
         self._decompressor = DeflateDecompressor() if decompress_incoming else None
         self._decoder = FrameDecoder(max_payload=max_payload, source=id)
         self._final: bytes | None = None

@@ -632,6 +632,7 @@ class GnutellaServer:
             recorder=self.recorder,
             abuse=self._new_abuse_meter,
             deflate_pool=self.deflate_pool,
+            deflate_level=self.config.network.deflate_level,
         )
 
     def _ban_keys(self, ip: str, capabilities: Capabilities) -> list[tuple[str, str]]:

@@ -39,9 +39,13 @@ ServerCommand = Callable[[int, Path], list[str]]
 
 
 def parse_flood_args(
-    argv: Sequence[str] | None, description: str | None, what: str = "server"
+    argv: Sequence[str] | None,
+    description: str | None,
+    what: str = "server",
+    more: Callable[[argparse.ArgumentParser], object] | None = None,
 ) -> argparse.Namespace:
-    """``--repeats``, ``--duration``, ``--warmup`` and ``--write``, checked."""
+    """``--repeats``, ``--duration``, ``--warmup`` and ``--write``, checked, and what
+    ``more`` adds."""
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--repeats", type=int, default=5, metavar="N", help=f"runs per {what} (5)")
     parser.add_argument(
@@ -58,6 +62,8 @@ def parse_flood_args(
         help="the handshake the peers send: gtk-gnutella 1.2.3's (Pong-Caching, GGEP, "
         "Vendor-Message, X-Max-TTL ...) or a bare ultrapeer's (gtk-like)",
     )
+    if more is not None:
+        more(parser)
     args = parser.parse_args(argv)
     if args.repeats < 1 or args.duration <= 0 or args.warmup < 0:
         parser.error("--repeats and --duration must be positive, --warmup not negative")

@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from protocol.compression import (
+    DEFAULT_DEFLATE_LEVEL,
     STORED_UP_TO,
     DeflateCompressor,
     DeflateDecompressor,
@@ -100,13 +101,15 @@ def test_the_header_is_the_one_zlib_writes(level: int) -> None:
 @given(st.lists(st.binary(min_size=STORED_UP_TO + 1, max_size=4000), min_size=1, max_size=6))
 @settings(max_examples=50)
 def test_a_deflated_stream_is_zlibs_own_byte_for_byte(writes: list[bytes]) -> None:
-    """Header written here, raw deflate behind it: what zlib's wrapper would send."""
-    compressor = DeflateCompressor()
-    reference = zlib.compressobj(6)
-    for data in writes:
-        assert compressor.compress(data) == reference.compress(data) + reference.flush(
-            zlib.Z_SYNC_FLUSH
-        )
+    """Header written here, raw deflate behind it: what zlib's wrapper would send, at
+    the default level and at others (the header's level hint included)."""
+    for level in (DEFAULT_DEFLATE_LEVEL, 3, 6, 9):
+        compressor = DeflateCompressor(level)
+        reference = zlib.compressobj(level)
+        for data in writes:
+            assert compressor.compress(data) == reference.compress(data) + reference.flush(
+                zlib.Z_SYNC_FLUSH
+            )
 
 
 WRITE_SIZES = st.sampled_from([0, 1, 100, STORED_UP_TO, STORED_UP_TO + 1, 5000, 70_000])

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import tempfile
+import zlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ import pytest
 import trio
 
 from protocol.codec import encode_message
+from protocol.compression import zlib_header
 from protocol.constants import MessageType
 from protocol.framing import FrameDecoder
 from protocol.messages import Message, Ping, Query
@@ -113,8 +115,11 @@ def test_the_handshake_answer_says_what_it_is_and_deflates_for_who_asks() -> Non
     assert leaf.answer(b"reference-router/1.0").endswith(
         b"X-Ultrapeer: True\r\nContent-Encoding: deflate\r\n\r\n"
     )
-    assert leaf.deflater() is not None
-    assert plain.deflater() is None
+    for level in (1, 6, 9):  # at the level asked for: the stream's header says it
+        deflater = leaf.deflater(level)
+        head = deflater.compress(b"gnutella " * 100) + deflater.flush(zlib.Z_SYNC_FLUSH)
+        assert head[:2] == zlib_header(level)
+    assert plain.deflater(1) is None
 
 
 class Wires(asyncio.Transport):

@@ -21,7 +21,7 @@ from gnutella_router.net.session import (
 from gnutella_router.net.threshold_queue import ThresholdQueue
 from protocol.capabilities import Capabilities
 from protocol.codec import encode_message
-from protocol.compression import RATIO_GRACE
+from protocol.compression import DEFAULT_DEFLATE_LEVEL, RATIO_GRACE, zlib_header
 from protocol.constants import ByeCode
 from protocol.framing import Frame, FrameDecoder
 from protocol.messages import Bye, Message, Query, random_guid
@@ -40,6 +40,7 @@ def session(
     role: str = "incoming",
     max_payload: int = 65536,
     listen: tuple[str, int] | None = None,
+    deflate_level: int = DEFAULT_DEFLATE_LEVEL,
 ) -> PeerSession:
     return PeerSession(
         id=LINK_ID,
@@ -52,6 +53,7 @@ def session(
         max_payload=max_payload,
         now=100.0,
         abuse=None if abuse is None else (lambda: abuse),
+        deflate_level=deflate_level,
     )
 
 
@@ -493,6 +495,18 @@ def test_an_idle_deflater_is_dropped_by_the_check_unless_a_write_is_under_way() 
     link.check(4.0)
     link.check(5.0)
     assert not link.compressor.holds_state
+
+
+@pytest.mark.parametrize("level", [1, 6, 9])
+def test_what_we_send_is_deflated_at_the_level_configured(level: int) -> None:
+    link = session(deflate_out=True, deflate_level=level)
+    batch = queries(100, b"large enough to deflate")
+    assert link.outgoing.offer_bulk(batch, sum(map(len, batch)))
+    data, _ = link.data_to_send(1 << 20)
+    assert data[:2] == zlib_header(level)  # the stream's header names its level
+    reference = zlib.compressobj(level)
+    joined = b"".join(batch)
+    assert data == reference.compress(joined) + reference.flush(zlib.Z_SYNC_FLUSH)
 
 
 def test_the_summary_leaves_out_what_stayed_zero() -> None:
