@@ -1,8 +1,8 @@
 """What the router's direct writes buy: the same router with and without them, side by side.
 
-When the router ends a batch, each connection's ``flush`` writes the queued bytes to the
-socket itself if that connection's writer task is parked with nothing to do, and leaves
-only what the kernel does not take to the writer (gnutella_router/net/connection.py).
+When the router ends a batch, each connection's socket writer (``flush``) writes the
+queued bytes to the socket itself if no writer task holds an earlier write, and leaves
+only what the kernel does not take to a writer task (gnutella_router/net/socket_writer.py).
 The alternative is to wake the writer and let it write: one more task switch and one
 more scheduler round per batch and connection. This script starts two routers from
 this checkout, one of them with ``GNUTELLA_ROUTER_DIRECT_WRITES=0``, and runs the

@@ -16,11 +16,11 @@ per-address limit or ephemeral port range comes near its end), each doing the 0.
 handshake with the headers gtk-gnutella 1.2.3 sends (``tests/support/gtk_vectors.py``,
 recorded: ``Pong-Caching``, ``GGEP``, ``Vendor-Message``, ``X-Query-Routing``,
 ``X-Max-TTL``...; without ``Node`` and ``X-Token``, so the router's host cache does not
-grow with the peers) and then staying silent (in all but one kind of run, below); once
-every connection is seen to be served and ``--settle`` seconds have passed, ``VmRSS``
-again. The figure is the difference
-divided by the number of connections (1 KB = 1,000 bytes), the median of ``--repeats``
-runs. RSS is the process's own memory, not the kernel's socket buffers.
+grow with the peers) and then staying silent (in all but one kind of run, below; the
+peers are :mod:`scripts.router_bench.idle_peers`); once every connection is seen to be
+served and ``--settle`` seconds have passed, ``VmRSS`` again. The figure is the
+difference divided by the number of connections (1 KB = 1,000 bytes), the median of
+``--repeats`` runs. RSS is the process's own memory, not the kernel's socket buffers.
 
 Served means: for the router, the peer has read the Messages Supported and Features
 Supported the router sends a peer that announced ``Vendor-Message`` right after
@@ -61,24 +61,19 @@ import sys
 import tempfile
 import tracemalloc
 import urllib.request
-import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import trio
 
-from gnutella_router.net.handshaking import next_handshake_event
-from gnutella_router.routing.vendor_messages import INTRODUCTIONS
-from protocol.errors import RemoteProtocolError
-from protocol.handshake import (
-    HandshakeComplete,
-    HandshakeRejected,
-    HandshakeResponse,
-    Initiator,
-)
-from protocol.messages import random_guid
 from scripts.benchdocs import commit, machine, replace_section
+from scripts.router_bench.idle_peers import (
+    WARM_ADDRESS,
+    client_address,
+    open_gtk_like,
+    read_introductions,
+)
 from scripts.router_bench.peers import BenchError, Peer, Wire, connect, reach
 from scripts.router_bench.servers import Problems, stop_server
 from scripts.runner import baseline_argv, free_port, router_argv, rss_bytes, started
@@ -87,33 +82,7 @@ FLOOR_BYTES = 8_000
 """Most memory an idle plain connection may cost the router (issue 26, item 4)."""
 FLOOR_CONNECTIONS = 10_000
 """Idle connections the router must hold."""
-PER_BLOCK = 250
-"""Client addresses used per 127.0.N.0/24."""
-WARM_ADDRESS = "127.0.0.2"
-INTRODUCTION_BYTES = sum(map(len, INTRODUCTIONS))
 TRUSTED = 'trusted = ["127.0.0.0/8", "::1/128"]\n'
-
-GTK_HEADERS = (
-    ("Remote-IP", "127.0.0.1"),
-    ("User-Agent", "gtk-gnutella/1.2.3 (2024-03-03; Topless; Linux x86_64)"),
-    ("Pong-Caching", "0.1"),
-    ("Bye-Packet", "0.1"),
-    ("GGEP", "0.5"),
-    ("Vendor-Message", "0.2"),
-    ("X-Query-Routing", "0.2"),
-    ("X-Requeries", "False"),
-    ("X-Live-Since", "Sat, 21 Nov 2026 05:35:53 +0000"),
-    ("X-Ultrapeer", "True"),
-    ("X-Ultrapeer-Query-Routing", "0.1"),
-    ("X-Degree", "46"),
-    ("X-Max-TTL", "4"),
-    ("X-Dynamic-Querying", "0.1"),
-    ("X-Ext-Probes", "0.1"),
-    ("X-Features", "sflag/0.1, HSEP/0.2"),
-)
-"""gtk-gnutella 1.2.3's step 1 (``tests/support/gtk_vectors.py``), less ``Node``,
-``X-Token``, ``GUID`` (one is drawn per peer) and ``Accept-Encoding`` (asked for in the
-deflate runs only)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,11 +125,6 @@ class Figures:
         return statistics.median(map(value, self.runs)) if self.runs else None
 
 
-def client_address(index: int) -> str:
-    """The loopback address the ``index``-th idle connection comes from."""
-    return f"127.0.{1 + index // PER_BLOCK}.{2 + index % PER_BLOCK}"
-
-
 def raise_descriptor_limit(needed: int) -> None:
     """Lift this process's open-file limit to its hard limit (the servers started here
     inherit it); fail early when even that is too low."""
@@ -172,61 +136,6 @@ def raise_descriptor_limit(needed: int) -> None:
         )
     if soft != hard:
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-
-
-async def open_gtk_like(
-    address: tuple[str, int], local: str, *, deflate: bool, speaks: bool = False
-) -> Peer:
-    """A connection from ``local`` with gtk-gnutella's handshake headers, registered by
-    the server. Against the router that means its introductions have arrived (read,
-    and inflated with deflate); the baseline is probed for afterwards."""
-    stream = await trio.open_tcp_stream(*address, local_address=local)
-    peer = Peer(stream, f"idle connection from {local}")
-    try:
-        initiator = Initiator()
-        asked = [("Accept-Encoding", "deflate")] if deflate else []
-        await stream.send_all(
-            initiator.start([*GTK_HEADERS, ("GUID", random_guid().hex()), *asked])
-        )
-        try:
-            event = await next_handshake_event(stream, initiator)
-            if isinstance(event, HandshakeRejected):
-                raise BenchError(f"handshake refused: {event.status_code} {event.reason}")
-            assert isinstance(event, HandshakeResponse), event
-            await stream.send_all(initiator.confirm(deflate=deflate))
-            complete = await next_handshake_event(stream, initiator)
-        except RemoteProtocolError as exc:
-            raise BenchError(f"handshake failed: {exc}") from exc
-        assert isinstance(complete, HandshakeComplete), complete
-        if complete.decompress_incoming != deflate or complete.compress_outgoing != deflate:
-            raise BenchError(f"deflate {'not ' if deflate else ''}negotiated both ways")
-        inflater = zlib.decompressobj() if deflate else None
-        peer.inflater = inflater
-        peer.received = len(_inflated(inflater, complete.trailing_data))
-        if speaks:
-            deflater = zlib.compressobj()
-            hello = b"".join(INTRODUCTIONS)
-            await stream.send_all(deflater.compress(hello) + deflater.flush(zlib.Z_SYNC_FLUSH))
-    except BaseException:
-        await peer.aclose()
-        raise
-    return peer
-
-
-def _inflated(inflater: zlib._Decompress | None, data: bytes) -> bytes:
-    return data if inflater is None else inflater.decompress(data)
-
-
-async def read_introductions(peer: Peer) -> None:
-    """Read until the router's Messages Supported and Features Supported are in."""
-    try:
-        while peer.received < INTRODUCTION_BYTES:
-            data = await peer.stream.receive_some(4096)
-            if not data:
-                raise BenchError(f"{peer.name} closed by the router")
-            peer.received += len(_inflated(peer.inflater, data))
-    except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
-        raise BenchError(f"{peer.name} lost: {exc.__class__.__name__}") from exc
 
 
 def router_connections(admin: tuple[str, int]) -> int:
@@ -355,8 +264,8 @@ GROUPS: tuple[tuple[str, frozenset[str], int], ...] = (
         3,
     ),
     (
-        "the connection, its session, its coroutine frames",
-        frozenset({"connection.py", "session.py"}),
+        "the connection, its session and writer, its coroutine frames",
+        frozenset({"connection.py", "session.py", "socket_writer.py"}),
         1,
     ),
     ("the server's frames and records", frozenset({"server.py"}), 1),

@@ -22,9 +22,9 @@ broadcast), whose outgoing queues are the real threshold queues; 64 KiB reads of
 loopback benchmarks' 30-byte messages (TTL 2, every GUID unique) cut by the real
 ``FrameDecoder``; the frames handed to the router 250 at a time, as its stage takes
 them; after each batch every sink's queue taken and joined into one buffer, as a
-connection's flush does before its write. The kernel's part (the reads and writes, the
-wake-ups) is not here: it is the same for any version of the router, and the loopback
-benchmarks carry it.
+connection's socket writer does before its write. The kernel's part (the reads and
+writes, the wake-ups) is not here: it is the same for any version of the router, and the
+loopback benchmarks carry it.
 
 The figure is the difference between two counted runs, one routing ``--messages`` and
 one twice as many (both make twice as many, since making them is Python work per
@@ -121,7 +121,9 @@ def _route(kind: str, count: int, made: int, seed: int) -> int:
             self.flow_controlled = False
             self.hops_flow = NO_HOPS_FLOW
             self.written = 0
-            self.writer_busy = False  # its writes are made in flush, none left over
+            self.writer = self  # the outbox's writer: the link is its own
+            self.busy = False  # its writes are made in flush, none left over
+            self.writer_busy = False  # the same, as a --tree router before writers reads it
 
         def act_on(self, verdict: object) -> None:
             pass  # the sinks' queues never refuse this load

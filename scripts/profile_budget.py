@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 PARTS: tuple[tuple[str, str], ...] = (
-    ("writes (one os.write per destination per batch)", r"Connection\.flush|_write_loop"),
+    ("writes (one os.write per destination per batch)", r"SocketWriter\.|_write_loop"),
     (
         "framing (the decoder, a Frame per message)",
         r"receive_data|Frame\.__init__|framing___Frame\b",

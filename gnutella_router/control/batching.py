@@ -69,14 +69,10 @@ import dataclasses
 import math
 from typing import Protocol
 
-import structlog
-
 from gnutella_router.config.sections import BatchingConfig
 from gnutella_router.control.sampling import SampledController
 from gnutella_router.runtime.meters import BatchMeter
 
-HISTORY = 600
-"""Samples kept for statistics and plots (10 minutes at the default interval)."""
 BOUND_FILL = 0.9
 """A sample whose batches averaged at least this share of the limit was bound by it."""
 SHORTEST_SAMPLE = 0.01
@@ -139,14 +135,11 @@ class BatchingStatistics:
 class BatchingController(SampledController[BatchedStage, BatchingConfig, BatchingSample]):
     """Adapts a stage's ``batch_size`` between ``min_batch`` and its initial value."""
 
-    def __init__(
-        self,
-        stage: BatchedStage,
-        config: BatchingConfig,
-        *,
-        log: structlog.typing.FilteringBoundLogger | None = None,
-    ) -> None:
-        super().__init__(stage, config, log or structlog.get_logger("batching"), HISTORY)
+    logger_name = "batching"
+
+    def _set_up(self) -> None:
+        stage = self.stage
+        config = self.config
         self.max_batch = stage.batch_size
         self.min_batch = min(config.min_batch, self.max_batch)
         self.decreased = 0

@@ -90,14 +90,10 @@ import dataclasses
 import math
 from typing import Protocol
 
-import structlog
-
 from gnutella_router.config.sections import GovernorConfig, GovernorSizing
 from gnutella_router.control.sampling import SampledController
 from gnutella_router.runtime.meters import StageMeter
 
-HISTORY = 600
-"""Samples kept for statistics and plots (20 minutes at the default interval)."""
 MEASURING_SHARE = 0.5
 """A sample measures the arrival rate when its queue was open to arrivals for at least
 this share of it; otherwise its admissions were mostly refills of a closed queue."""
@@ -195,14 +191,10 @@ class GovernorStatistics:
 class ThreadGovernor(SampledController[GovernedStage, GovernorConfig, GovernorSample]):
     """Grows and shrinks a stage's worker pool from its load, or from its queue length."""
 
-    def __init__(
-        self,
-        stage: GovernedStage,
-        config: GovernorConfig,
-        *,
-        log: structlog.typing.FilteringBoundLogger | None = None,
-    ) -> None:
-        super().__init__(stage, config, log or structlog.get_logger("governor"), HISTORY)
+    logger_name = "governor"
+
+    def _set_up(self) -> None:
+        stage = self.stage
         self.initial_pool_size = stage.pool_size
         self.added = 0
         self.removed = 0

@@ -7,7 +7,7 @@ costs more than routing does: with GUIDs as random as a real network's, about 0.
 30-byte message and deflated link at level 6 on the machine the benchmarks run on, where
 routing the message costs about 1.4 µs. At the end of a router batch each link's queued
 messages go out in one direct write
-(:meth:`~gnutella_router.net.connection.Connection.flush`), so a broadcast batch ends
+(:meth:`~gnutella_router.net.socket_writer.SocketWriter.flush`), so a broadcast batch ends
 with one deflate per neighbour, one after another on the trio thread.
 
 zlib releases the GIL while it compresses, so those deflates can run side by side.

@@ -5,14 +5,17 @@ Theory of operation
 The router never writes to a peer. It offers encoded messages to the :class:`Outbox`,
 naming the peer by its link id (routes hold ids, never connections), and gets the
 outgoing queue's verdict back at once: queued, or not. A verdict that ends the peer
-(its queue says it is too slow) is acted on here, by the peer's own
-:meth:`Writable.act_on`, which closes it with the right Bye; the router only counts
+(its queue says it is too slow) is acted on here, by the peer's writer
+(:meth:`Writer.act_on`), which closes it with the right Bye; the router only counts
 what was not queued. Offering never waits and never writes.
 
-Writes happen when the router ends a batch (:meth:`Outbox.end_batch`): every peer with
-something queued is asked to start writing, which joins its queue into one write and
-offers it to the non-blocking socket (see :mod:`gnutella_router.net.connection`). Two
-policies of the write side live here and nowhere else:
+Writes happen when the router ends a batch (:meth:`Outbox.end_batch`): every peer's
+writer is asked to start writing (:meth:`Writer.flush`), which joins its queue into one
+write and offers it to the non-blocking socket
+(:class:`gnutella_router.net.socket_writer.SocketWriter`). The outbox drives each peer's
+writer directly, never the connection around it: what the router queued goes from here
+to the socket writer and the socket. Two policies of the write side live here and
+nowhere else:
 
 * **Deferral.** When the router's queue already holds its next batch, a peer whose
   queue takes a whole batch more without any decision of its policy (room for it, less
@@ -30,8 +33,8 @@ queries, QRP tables, the steps of dynamic queries) are offered the same way and 
 at once with :meth:`Outbox.write`.
 
 The outbox is generic in what it writes to (:class:`Writable`): the daemon's are TCP
-connections, the router's unit tests use fake links over the same sans-IO queues, so
-the deferral policy they see is this one.
+connections and their socket writers, the router's unit tests use fake links over the
+same sans-IO queues, so the deferral policy they see is this one.
 """
 
 from __future__ import annotations
@@ -46,22 +49,19 @@ WRITE_SIZE = 64 * 1024
 """Most bytes a peer's writer joins into one write."""
 
 
-class Writable(Protocol):
-    """The writing end of one peer, as the outbox drives it."""
+class Writer(Protocol):
+    """One peer's writer, as the outbox drives it
+    (:class:`gnutella_router.net.socket_writer.SocketWriter`)."""
 
     @property
-    def id(self) -> int: ...
+    def busy(self) -> bool:
+        """Whether it holds work the socket has not taken yet (the rest of a write, or a
+        deflate under way)."""
+        ...
 
     @property
-    def closing(self) -> bool: ...
-
-    @property
-    def outgoing(self) -> OutgoingQueue: ...
-
-    @property
-    def writer_busy(self) -> bool:
-        """Whether its writer holds work the socket has not taken yet (the rest of a
-        write, or a deflate under way)."""
+    def closing(self) -> bool:
+        """Whether its peer's link is ending."""
         ...
 
     def flush(self) -> None:
@@ -72,6 +72,19 @@ class Writable(Protocol):
         """Act on a verdict of its queue that did not queue an offer: a verdict that
         ends the peer closes it (a plain drop does nothing)."""
         ...
+
+
+class Writable(Protocol):
+    """One peer as the outbox sees it: its id, the queue offers go to, and its writer."""
+
+    @property
+    def id(self) -> int: ...
+
+    @property
+    def outgoing(self) -> OutgoingQueue: ...
+
+    @property
+    def writer(self) -> Writer: ...
 
 
 W = TypeVar("W", bound=Writable)
@@ -117,7 +130,7 @@ class Outbox(Generic[W]):
         verdict = link.outgoing.offer(data, data[TYPE_OFFSET], data[HOPS_OFFSET], now)
         if verdict is Verdict.QUEUED:
             return True
-        link.act_on(verdict)
+        link.writer.act_on(verdict)
         return False
 
     def offer_many(
@@ -142,7 +155,7 @@ class Outbox(Generic[W]):
                 continue
             refused.append(data)
             if verdict is not Verdict.DROPPED:
-                link.act_on(verdict)
+                link.writer.act_on(verdict)
                 refused.extend(datas[index + 1 :])
                 break
         return refused
@@ -161,7 +174,7 @@ class Outbox(Generic[W]):
         link = self._registry.get(link_id)
         if link is not None:
             self._held.discard(link_id)
-            link.flush()
+            link.writer.flush()
 
     def end_batch(self, upcoming: int = 0) -> None:
         """The router has finished a batch: start every peer's write.
@@ -180,7 +193,7 @@ class Outbox(Generic[W]):
                 if upcoming and link.id not in held and _may_wait(link, upcoming):
                     waiting.add(link.id)
                 else:
-                    link.flush()
+                    link.writer.flush()
         finally:
             if pool is not None:
                 pool.end_batch()
@@ -193,7 +206,7 @@ class Outbox(Generic[W]):
         run. A writer with work must run first, or its peer's queue could grow by more
         than a batch between two writes, and the slow-peer threshold is set on the
         promise that it does not."""
-        return not any(link.writer_busy for link in self._registry.snapshot())
+        return not any(link.writer.busy for link in self._registry.snapshot())
 
 
 def _may_wait(link: Writable, upcoming: int) -> bool:
@@ -204,5 +217,5 @@ def _may_wait(link: Writable, upcoming: int) -> bool:
     return (
         outgoing.pending_bytes <= WRITE_SIZE // 2
         and outgoing.has_room_for(upcoming)
-        and not link.closing
+        and not link.writer.closing
     )

@@ -8,8 +8,10 @@ of the peer and answers with decisions; it is asked for the bytes to write and t
 what was written. It never reads a clock (``now`` is passed in), never touches a socket
 and never waits, so every rule of a link is tested by driving it with bytes
 (``tests/gnutella_router/net/test_session.py``). The trio adapter,
-:class:`gnutella_router.net.connection.Connection`, does the reading, the writing, the
-writer task and the cancel scopes, and acts on what the session decides.
+:class:`gnutella_router.net.connection.Connection`, does the reading and the reader's
+cancel scope, and its :class:`~gnutella_router.net.socket_writer.SocketWriter` the
+writing, the writer task and the link's end; together they act on what the session
+decides.
 
 Reading. :meth:`PeerSession.receive_data` counts the bytes, inflates them if the peer
 deflates, cuts them into frames and counts those (``messages_in``); every frame handed

@@ -1,12 +1,13 @@
 """A batch's broadcasts, collected until the fan-out hands them to every destination.
 
-The run router (:mod:`.flood`) adds each stretch's copies here with what it found of
-them while building them; the router's fan-out then takes the whole collection at once
-(swapping in an empty one) and gives every destination one list, cut down for it by
-:mod:`.destinations`. One call per destination per batch instead of one per message and
-destination is where a flooding router saves most of its time. A collection is a value:
-the query delay hook takes its one query's copy aside while it sleeps, so that another
-worker's fan-out cannot send it early.
+The router makes one collection per batch and hands it to the run router
+(:mod:`.flood`) with every run; the run router adds each stretch's copies here with what
+it found of them while building them, and returns. Once the whole batch is routed, the
+router's fan-out gives every destination one list from the collection, cut down for it
+by :mod:`.destinations`. One call per destination per batch instead of one per message
+and destination is where a flooding router saves most of its time. A collection is a
+value of one batch: the query delay hook keeps its one query's copy in a collection of
+its own while it sleeps, so that another worker's fan-out cannot send it early.
 """
 
 from __future__ import annotations

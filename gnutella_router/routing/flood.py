@@ -27,9 +27,11 @@ read in one pass that also builds their broadcast copies from kept header tails
 3. each duplicate is dealt with where it stands (a query seen before with a higher TTL
    from an ultrapeer is relayed again; any other is dropped, and the same peer's own
    repeat is an offence);
-4. the copies go to the fan-out in one call (from a leaf, each query instead starts
-   its dynamic query, so a leaf's query ends its stretch: dynamic querying sends at
-   once).
+4. the copies are put, in one call, into the batch's broadcasts the router gave
+   :meth:`RunRouter.route` (:class:`.broadcasts.Broadcasts`), which the router fans out
+   to every other connection once the whole batch is routed (from a leaf, each query
+   instead starts its dynamic query, so a leaf's query ends its stretch: dynamic
+   querying sends at once).
 
 The first frame that does not pass ends the stretch and is handled alone by the
 router (:meth:`RunOwner.route_single`): it acts on the very verdict that ended the
@@ -155,6 +157,16 @@ class RunCopies:
             self.last_hop.append(data)
 
 
+class BroadcastCopies(Protocol):
+    """Where a stretch's copies go until the batch's fan-out
+    (:class:`.broadcasts.Broadcasts`; a protocol here, since that module builds on
+    this one's :class:`RunCopies`)."""
+
+    def add(self, source: Link, datas: list[bytes], copies: RunCopies) -> None:
+        """The copies to broadcast from ``source``, in order, and what is known of them."""
+        ...
+
+
 class RunOwner(Protocol):
     """What the run router needs of the router: its limits, read on every stretch (they
     may change while it runs), and the acts that belong to the router."""
@@ -199,11 +211,6 @@ class RunOwner(Protocol):
 
     def start_dynamic_query(self, leaf: Link, data: bytes, now: float) -> None:
         """A leaf's query (its copy as it would be forwarded) to dynamic querying."""
-        ...
-
-    def broadcast(self, source: Link, datas: list[bytes], copies: RunCopies) -> None:
-        """Take the copies to broadcast from ``source``, in order, and what is known of
-        them."""
         ...
 
     def drop_closing(self, frames: list[Frame]) -> None:
@@ -316,8 +323,11 @@ class RunRouter:
         """Queries routed on (broadcast, relayed or to dynamic querying), for the query
         delay hook, which must know whether a frame was one."""
 
-    def route(self, link: Link, frames: list[Frame], now: float) -> None:
-        """Route ``frames``, one link's run, in order."""
+    def route(
+        self, link: Link, frames: list[Frame], now: float, broadcasts: BroadcastCopies
+    ) -> None:
+        """Route ``frames``, one link's run, in order; the copies to broadcast go into
+        ``broadcasts``, for the router's fan-out after the batch."""
         owner = self.owner
         received = self.received
         count = len(frames)
@@ -326,7 +336,7 @@ class RunRouter:
             if link.closing:
                 owner.drop_closing(frames[start:] if start else frames)
                 return
-            end = self._stretch(link, frames, start, now)
+            end = self._stretch(link, frames, start, now, broadcasts)
             if end == start:
                 frame = frames[start]
                 if frame.payload_type == PONG or frame.payload_type == QUERY_HIT:
@@ -337,7 +347,14 @@ class RunRouter:
                     end = start + 1
             start = end
 
-    def _stretch(self, link: Link, frames: list[Frame], start: int, now: float) -> int:
+    def _stretch(
+        self,
+        link: Link,
+        frames: list[Frame],
+        start: int,
+        now: float,
+        broadcasts: BroadcastCopies,
+    ) -> int:
         """Route the stretch of pings and queries that passes its rules from ``start``;
         where the next one begins (``start`` when the frame there does not pass)."""
         owner = self.owner
@@ -452,7 +469,7 @@ class RunRouter:
                     owner.start_dynamic_query(link, data, now)
         elif out:
             self.accepted_queries += copies.count
-            owner.broadcast(link, out, copies)
+            broadcasts.add(link, out, copies)
         return routed
 
     def _answer(

@@ -59,7 +59,7 @@ from gnutella_router.routing import vendor_messages
 from gnutella_router.routing.broadcasts import Broadcasts
 from gnutella_router.routing.destinations import DestinationFilter
 from gnutella_router.routing.dynamic_query import TICK_SECONDS, DynamicQuerying
-from gnutella_router.routing.flood import Copies, RunCopies, RunRouter, runs_of
+from gnutella_router.routing.flood import Copies, RunRouter, runs_of
 from gnutella_router.routing.link import Link, Outbox
 from gnutella_router.routing.network_settings import Network, NetworkSettings
 from gnutella_router.routing.pongs import CachedAnswers, OwnPong, PongCache
@@ -70,7 +70,7 @@ from gnutella_router.routing.router_statistics import RouterStatistics
 from gnutella_router.routing.rules import SOURCE_OVER_RATE, ping_verdict, query_verdict
 from gnutella_router.routing.seen_table import SeenTable
 from gnutella_router.runtime.stage import Stage
-from gnutella_router.stages.admission import admit
+from gnutella_router.stages.admission import Door
 from protocol.codec import encode_message
 from protocol.constants import (
     MessageType,
@@ -155,8 +155,6 @@ class GnutellaRouter:
         self.own_pong = OwnPong(own_address, now)
         self.cached_answers = CachedAnswers(self.pong_cache, config.pongs_per_ping)
         self.query_delay = config.query_delay_ms / 1000.0
-        self._broadcasts = Broadcasts()
-        """The batch's copies, until the fan-out (:meth:`_flush_broadcasts`)."""
         self.relayed_higher_ttl = 0
         self.degraded = 0
         """Queries forwarded with less TTL because the admission controller degrades."""
@@ -178,6 +176,9 @@ class GnutellaRouter:
             batch_size=config.batch_size,
             may_continue=self._links_written,
         )
+        self.door = Door(self.stage.queue, self.shedder, self.dropped)
+        """The stage queue's door, which every connection's reader hands its frames to
+        (:mod:`gnutella_router.stages.admission`)."""
         self.admission = None if self.shedder is None else self.shedder.controller
         """The response-time controller (under that shedding policy): it is told the
         stage's response times, and its TTL cut degrades forwarded queries."""
@@ -264,13 +265,6 @@ class GnutellaRouter:
     def local_networks(self, value: tuple[Network, ...]) -> None:
         self.settings.local_networks = value
 
-    # ------------------------------------------------------------------ admission
-
-    async def deliver(self, connection: Link, frames: list[Frame]) -> None:
-        """Admit one read's frames into the router queue, waiting while it is full
-        (:mod:`.admission`)."""
-        await admit(self.stage.queue, self.shedder, connection, frames, self._drop_many)
-
     # ------------------------------------------------------------------ the handler
 
     async def handle(self, batch: list[Frame]) -> int | None:
@@ -278,22 +272,26 @@ class GnutellaRouter:
         back to the queue (see :meth:`_delayed_broadcast`), else None for all.
 
         A batch holds runs of frames from one link; each run is routed by the one
-        routing path (:mod:`gnutella_router.routing.flood`). With the query delay hook on,
-        frames go one at a time (:meth:`_handle_delayed`).
+        routing path (:mod:`gnutella_router.routing.flood`), which puts the copies to
+        broadcast into the batch's :class:`~gnutella_router.routing.broadcasts.Broadcasts`;
+        once every run is routed they are fanned out from here, and the batch's writes
+        started (:meth:`_flush_broadcasts`). With the query delay hook on, frames go one
+        at a time (:meth:`_handle_delayed`).
         """
         now = trio.current_time()
         if self.query_delay:
             return await self._handle_delayed(batch, now)
         by_id = self.outbox.link
         route = self._runs.route
+        broadcasts = Broadcasts()
         for run in runs_of(batch):
             connection = by_id(run[0].source)
             if connection is None:
                 self.drop_closing(run)
                 continue
-            route(connection, run, now)
+            route(connection, run, now, broadcasts)
             connection.frames_done(len(run))
-        self._flush_broadcasts(now, next_batch_due=bool(self.stage.queue))
+        self._flush_broadcasts(broadcasts, now, next_batch_due=bool(self.stage.queue))
         return None
 
     async def _handle_delayed(self, batch: list[Frame], now: float) -> int | None:
@@ -301,6 +299,7 @@ class GnutellaRouter:
         query routed on (the paper's blocking work per query)."""
         by_id = self.outbox.link
         runs = self._runs
+        broadcasts = Broadcasts()
         for index, frame in enumerate(batch):
             connection = by_id(frame.source)
             if connection is None:
@@ -308,36 +307,32 @@ class GnutellaRouter:
                 continue
             accepted = runs.accepted_queries
             if frame.payload_type == QUERY:
-                self._flush_broadcasts(now)  # the query's copy alone waits for the delay
-            runs.route(connection, [frame], now)
+                # The query's copy alone waits for the delay.
+                self._flush_broadcasts(broadcasts, now)
+                broadcasts = Broadcasts()
+            runs.route(connection, [frame], now, broadcasts)
             connection.frames_done(1)
             if runs.accepted_queries != accepted:
-                await self._delayed_broadcast(batch, index)
+                await self._delayed_broadcast(batch, index, broadcasts)
                 return index + 1
-        self._flush_broadcasts(now)
+        self._flush_broadcasts(broadcasts, now)
         return None
 
-    async def _delayed_broadcast(self, batch: list[Frame], index: int) -> None:
+    async def _delayed_broadcast(self, batch: list[Frame], index: int, held: Broadcasts) -> None:
         """Run the injected query delay as blocking work, then broadcast the query.
 
         The query's route is already recorded, so replies racing the delay find their
         way. The rest of the batch goes back to the queue first: another worker routes
         it while this one is blocked, and with a single worker it waits, exactly like the
-        paper's single-threaded router. Its copy waits in the broadcast buffer, alone.
+        paper's single-threaded router. Its copy waits in ``held``, alone: no other
+        worker's fan-out can send it early.
         """
         self.stage.queue.requeue(batch[index + 1 :])
-        held, self._broadcasts = self._broadcasts, Broadcasts()
         await self.stage.run_blocking(time.sleep, self.query_delay)
-        if held:
-            self._fan_out(held, self.outbox.links(), trio.current_time())
-        self._flush_broadcasts(trio.current_time())
+        self._flush_broadcasts(held, trio.current_time())
 
     def _count_shed(self, reason: str, frame: Frame) -> None:
         self.dropped[reason, frame.payload_type] += 1
-
-    def _drop_many(self, reason: str, frames: list[Frame]) -> None:
-        for frame in frames:
-            self.dropped[reason, frame.payload_type] += 1
 
     # ------------------------------------------------------------------ the run router's
 
@@ -424,13 +419,12 @@ class GnutellaRouter:
         if refused is not None:
             self.dropped[refused, QUERY] += 1
 
-    def broadcast(self, source: Link, datas: list[bytes], copies: RunCopies) -> None:
-        """Take a stretch's copies for the batch's broadcast
-        (:mod:`gnutella_router.routing.broadcasts`)."""
-        self._broadcasts.add(source, datas, copies)
+    # ------------------------------------------------------------------ the fan-out
 
-    def _flush_broadcasts(self, now: float, *, next_batch_due: bool = False) -> None:
-        """Hand the batch's broadcasts to every connection, then wake the writers.
+    def _flush_broadcasts(
+        self, broadcasts: Broadcasts, now: float, *, next_batch_due: bool = False
+    ) -> None:
+        """Hand the batch's ``broadcasts`` to every connection, then start the writes.
 
         With ``next_batch_due`` (more events are queued, and the worker takes them as
         soon as this batch is done), a link whose queue can take a whole batch more
@@ -439,9 +433,8 @@ class GnutellaRouter:
         halves the writes; with an empty queue, as at any load the router keeps up with,
         nothing waits.
         """
-        if self._broadcasts:
-            taken, self._broadcasts = self._broadcasts, Broadcasts()
-            self._fan_out(taken, self.outbox.links(), now)
+        if broadcasts:
+            self._fan_out(broadcasts, self.outbox.links(), now)
         self.query_routing.end_batch()
         # The largest batch the stage takes, when the next one is already queued.
         self.outbox.end_batch(self.config.batch_size if next_batch_due else 0)

@@ -13,7 +13,7 @@ that one of a crowd gives up its slot): :mod:`gnutella_router.control.slots`. Ou
 connections, dialed for the catcher, go through the same handshake as the initiator. A
 connection that completes its handshake is served by
 :class:`~gnutella_router.net.connection.Connection` until it ends, with its frames handed
-to the router, and closed if it falls silent or holds a message half-sent
+to the router stage's door, and closed if it falls silent or holds a message half-sent
 (:mod:`gnutella_router.control.deadlines`); its end is logged in one summary line, and a
 peer its connection kicked (:mod:`gnutella_router.control.abuse`) is counted and banned
 for a while.
@@ -112,8 +112,10 @@ class GnutellaServer:
     ) -> None:
         self.config = config
         self.router = router
-        self._deliver = router.deliver
-        """One bound method for every connection, not one each."""
+        self._deliver = router.door.admit
+        """The router stage's door, which every connection's reader hands its frames to
+        (:mod:`gnutella_router.stages.admission`): one bound method for every
+        connection, not one each."""
         self.own_guid = own_guid
         self.try_hosts = try_hosts
         self.on_hosts_learned = on_hosts_learned

@@ -94,7 +94,7 @@ def test_the_written_section_says_which_runs_failed_and_how_many_each_median_cou
 def test_each_sample_is_charged_to_its_innermost_recognised_part() -> None:
     lines = [
         "main (x.py:1);Stage._work (s.py:2);GnutellaRouter._flush_broadcasts (r.py:3);"
-        "Connection.flush (c.py:4) 5",
+        "SocketWriter.flush (w.py:4) 5",
         "main (x.py:1);FloodPath.route (f.py:9);RouteTable.record_new (t.py:3) 3",
         "main (x.py:1);Connection._read_loop (c.py:1);FrameDecoder.receive_data (f.py:2) 2",
         "main (x.py:1);something_else (y.py:1) 1",

@@ -51,8 +51,10 @@ class FakeLink:
         self.malformed_in = 0
         self.bye_code_received: int | None = None
         self.flushes = 0
-        self.writer_busy = False
-        """A fake link has no writer: tests set this to play one with work left."""
+        self.writer = self
+        """The outbox's writer: a fake link is its own (its socket is a list)."""
+        self.busy = False
+        """A fake link has no writer task: tests set this to play one with work left."""
         self.done = 0
         self.hops_flow = NO_HOPS_FLOW
         self.offences: collections.Counter[Offence] = collections.Counter()

@@ -18,7 +18,8 @@ from gnutella_router.net.outbox import WRITE_SIZE, Outbox
 from gnutella_router.net.threshold_queue import ThresholdQueue
 from protocol.codec import encode_message
 from protocol.messages import Message, Query, random_guid
-from tests.gnutella_router.net.test_connection import _ignore, _received, deflating
+from tests.gnutella_router.net.test_connection import _ignore, _received
+from tests.gnutella_router.net.test_socket_writer import deflating
 from tests.support.links import FakeLink, outbox_over
 
 
@@ -96,7 +97,7 @@ def test_offer_whole_queues_all_or_nothing() -> None:
 def test_the_outbox_is_idle_only_when_no_writer_has_work() -> None:
     outbox, link = holding()
     assert outbox.idle
-    link.writer_busy = True
+    link.writer.busy = True
     assert not outbox.idle
 
 

@@ -473,9 +473,9 @@ async def test_the_next_batch_may_follow_at_once_only_while_no_writer_is_busy(
     may_continue = net.router.stage.may_continue
     assert may_continue is not None
     assert may_continue()
-    net.links[1].writer_busy = True
+    net.links[1].writer.busy = True
     assert not may_continue()
-    net.links[1].writer_busy = False
+    net.links[1].writer.busy = False
     assert may_continue()
 
 
