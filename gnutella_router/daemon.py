@@ -113,7 +113,8 @@ class Daemon:
         self.registry = StageRegistry()
         connections = ConnectionTable()
         threads = config.network.deflate_threads
-        self.outbox = Outbox(connections, DeflatePool(threads) if threads else None)
+        level = config.network.deflate_level
+        self.outbox = Outbox(connections, DeflatePool(threads, level) if threads else None)
         """The router's one way out to the connections (:mod:`.net.outbox`)."""
         self.router = GnutellaRouter(
             config.router,

@@ -1,4 +1,4 @@
-"""Deflated links under a flood: one batch's deflates one after another, or side by side.
+"""Deflated links under a flood: zlib's level, and a batch's deflates in turn or side by side.
 
 Run from the repository root, in the project's virtual environment:
 
@@ -7,23 +7,24 @@ Run from the repository root, in the project's virtual environment:
     .venv/bin/python scripts/bench_deflate.py --levels   # zlib's levels, no routers
 
 Gnutella peers deflate their links (gtk-gnutella offers it on every connection), and
-with GUIDs as random as a real network's, deflate costs more than routing. zlib releases
-the GIL while it works, so the router deflates the direct writes that end a batch side
-by side, on its trio thread and ``network.deflate_threads`` worker threads
-(:mod:`gnutella_router.net.deflate_pool`): the second core's share of the work.
+with GUIDs as random as a real network's, deflate can cost more than routing. Two
+settings decide what it costs a router: ``network.deflate_level`` (zlib's level) and
+``network.deflate_threads``: zlib releases the GIL while it works, so with worker
+threads the router deflates the direct writes that end a batch side by side, on its
+trio thread and the workers (:mod:`gnutella_router.net.deflate_pool`), the second
+core's share of the work, at the price of handing each write to a thread and back.
 
-What is run: two routers from this checkout, each its own process on a free loopback
-port, alike but for ``network.deflate_threads`` (0: each link's write deflated in turn
-on the trio thread; 1: a batch's writes deflated on the trio thread and one worker
-thread at once). Against each in turn, the load of ``scripts/bench_router.py``'s
-throughput run: one source writing pre-encoded 64 KiB chunks of 30-byte messages (85 %
-pings, 15 % queries, TTL 2, every GUID unique and, here, drawn at random on every pass)
-as fast as the router reads them, and three sinks that asked for deflate; the sinks
-inflate (in C) and count bytes. The source sends plain and reads its pongs plain. The
-figure is the messages per second each sink receives over a window after a warm-up,
-and the router process's CPU (all its threads) per message taken from the source. The
-runs alternate between the two routers, so the ratio holds on a shared machine; each
-figure is the median of ``--repeats`` runs.
+What is run: four routers from this checkout, each its own process on a free loopback
+port, alike but for those two settings (level 1, the default, or zlib's default 6; 0
+worker threads, each link's write deflated in turn on the trio thread, or 1). Against
+each in turn, the load of ``scripts/bench_router.py``'s throughput run: one source
+writing pre-encoded 64 KiB chunks of 30-byte messages (85 % pings, 15 % queries, TTL 2,
+every GUID unique and, here, drawn at random on every pass) as fast as the router reads
+them, and three sinks that asked for deflate; the sinks inflate (in C) and count bytes.
+The source sends plain and reads its pongs plain. The figure is the messages per second
+each sink receives over a window after a warm-up, and the router process's CPU (all its
+threads) per message taken from the source. The runs alternate between the routers, so
+the ratios hold on a shared machine; each figure is the median of ``--repeats`` runs.
 """
 
 from __future__ import annotations
@@ -54,12 +55,20 @@ from scripts.runner import router_argv
 from traffic_models.samples import TRACE_LIKE_MIX, SampleFactory
 
 QUERY_SHARE = 0.15
-VARIANTS = {"one deflate at a time": 0, "deflates side by side": 1}
-"""Each router's ``network.deflate_threads``."""
+VARIANTS = {
+    f"level {DEFAULT_DEFLATE_LEVEL}, one deflate at a time": (DEFAULT_DEFLATE_LEVEL, 0),
+    f"level {DEFAULT_DEFLATE_LEVEL}, deflates side by side": (DEFAULT_DEFLATE_LEVEL, 1),
+    "level 6, one deflate at a time": (6, 0),
+    "level 6, deflates side by side": (6, 1),
+}
+"""Each router's ``network.deflate_level`` and ``network.deflate_threads``."""
+DEFAULTS = f"level {DEFAULT_DEFLATE_LEVEL}, deflates side by side"
+"""The variant that is the router's defaults."""
 
 
-def _router(threads: int, port: int, home: Path) -> list[str]:
-    return router_argv(port, home, None, network=f"deflate_threads = {threads}\n")
+def _router(level: int, threads: int, port: int, home: Path) -> list[str]:
+    network = f"deflate_level = {level}\ndeflate_threads = {threads}\n"
+    return router_argv(port, home, None, network=network)
 
 
 LEVELS = (1, 3, 6, 9)
@@ -130,6 +139,10 @@ def levels(args: argparse.Namespace) -> int:
     return 0
 
 
+def _ratio(rate: float | None, defaults: float | None) -> str:
+    return f"{rate / defaults:.2f}x" if rate and defaults else "n/a"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_flood_args(
         argv,
@@ -152,7 +165,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     blast = Blast(wire, message_kinds(BLAST_MESSAGES, QUERY_SHARE, 1), random_guids=True)
     commands: dict[str, ServerCommand] = {
-        name: partial(_router, threads) for name, threads in VARIANTS.items()
+        name: partial(_router, level, threads) for name, (level, threads) in VARIANTS.items()
     }
     try:
         runs = interleaved_runs(
@@ -170,62 +183,51 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     rates, costs = rates_and_costs(runs)
     shares = {name: median_of(runs[name], lambda r: r.cpu.server) for name in VARIANTS}
-    inline, aside = rates["one deflate at a time"], rates["deflates side by side"]
     rows = [
         (
-            f"{name} (`deflate_threads = {VARIANTS[name]}`)",
+            f"{name} (`deflate_level = {level}`, `deflate_threads = {threads}`)",
             "n/a" if rates[name] is None else f"{rates[name]:,.0f}",
             "n/a" if costs[name] is None else f"{costs[name]:.2f}",
             "n/a" if shares[name] is None else f"{shares[name]:.0%}",
+            _ratio(rates[name], rates[DEFAULTS]),
         )
-        for name in VARIANTS
+        for name, (level, threads) in VARIANTS.items()
     ]
     print()
-    print(f"{'router':<58}{'msgs/s per sink':>17}{'µs CPU/msg':>12}{'CPU':>7}")
-    for name, rate, cost, share in rows:
-        print(f"{name:<58}{rate:>17}{cost:>12}{share:>7}")
-    ratio = f"{aside / inline:.2f}x" if inline and aside else "no ratio"
-    print(f"side by side / one at a time: {ratio}")
+    print(f"{'router':<86}{'msgs/s per sink':>17}{'µs CPU/msg':>12}{'CPU':>7}{'vs defaults':>13}")
+    for name, rate, cost, share, ratio in rows:
+        print(f"{name:<86}{rate:>17}{cost:>12}{share:>7}{ratio:>13}")
     if args.write:
         lines = [
-            "## Deflated links and the second core (`scripts/bench_deflate.py`)",
+            "## Deflated links: zlib's level and the second core (`scripts/bench_deflate.py`)",
             "",
             f"Measured {provenance()} on {machine()}; load average before the runs "
-            f"{load:.2f}. Two routers "
-            "from this checkout, alike but for `network.deflate_threads`; against each in "
+            f"{load:.2f}. Four routers from this checkout, alike but for "
+            "`network.deflate_level` and `network.deflate_threads`; against each in "
             f"turn one source and {SINKS} sinks that ask for deflate, the source writing "
             f"pre-encoded {wire.size}-byte messages ({QUERY_SHARE:.0%} queries, TTL 2, every "
             "GUID unique and random) as fast as the router reads them, the sinks inflating "
-            "(in C) and "
-            f"counting bytes. Each figure is the median of {args.repeats} runs of "
+            f"(in C) and counting bytes. Each figure is the median of {args.repeats} runs of "
             f"{args.duration:g} s after {args.warmup:g} s of warm-up, the routers' runs "
             "interleaved. CPU is the router process's, all threads, as a share of one core.",
             "",
-            "| router | msgs/s per sink | µs of router CPU per message | router CPU |",
-            "|---|---:|---:|---:|",
-            *(f"| {a} | {b} | {c} | {d} |" for a, b, c, d in rows),
+            "| router | msgs/s per sink | µs of router CPU per message | router CPU | "
+            "msgs/s vs the defaults |",
+            "|---|---:|---:|---:|---:|",
+            *(f"| {a} | {b} | {c} | {d} | {e} |" for a, b, c, d, e in rows),
             "",
-            f"A batch's deflates side by side: **{ratio}** the messages per sink of "
-            "deflating them one at a time.",
-            "",
-            "Why not more. With random GUIDs a 30-byte message costs zlib (at level 6; "
-            "see the levels below for the default) about "
-            "0.8 µs per deflated link, so three links' deflates take twice the time of "
-            "routing the message; side by side, the trio thread and the worker split them "
-            "(three writes on two threads leave one idle part of the time), and the trio "
-            "thread waits for the last before it routes the next batch, which is what keeps "
-            "the outgoing queues no longer than with one deflate at a time. A pipeline one "
-            "batch deep (a batch deflated on the worker while the next is routed, its "
-            "writes made when done or at the next batch's end) was built and measured "
-            "side by side the same way: 1.22x as well (router CPU 129 %), so the simpler "
-            "form was kept: the trio thread waiting for the deflates is not what holds the "
-            "worker to a third of a core, and what does was not found (a shorter GIL "
-            "switch interval did not change it). The client takes a share of the same two "
-            "cores. "
+            "Deflating a batch's writes side by side on a worker thread pays only where "
+            "zlib's work outweighs handing each write to the thread and back, so the pool "
+            "takes a batch only when its writes hold enough bytes for the level "
+            "(`gnutella_router/net/deflate_pool.py`, `parallel_bytes`: 4 KiB at level 6, "
+            "32 KiB at level 1, where this load's batches stay under it and are deflated "
+            "in place). The defaults are level "
+            f"{DEFAULT_DEFLATE_LEVEL} and one worker thread. The client takes a share of "
+            "the same two cores. "
             "Links that do not deflate (`scripts/bench_router.py`) are unaffected: their "
-            "writes are made in place as before.",
+            "writes are made in place either way.",
             "",
-            "Rerun: `.venv/bin/python scripts/bench_deflate.py --write` (about a minute).",
+            "Rerun: `.venv/bin/python scripts/bench_deflate.py --write` (about two minutes).",
         ]
         print(f"wrote {replace_section('bench_deflate', lines)}")
     return 1 if problems.failures else 0

@@ -3,8 +3,9 @@
 Theory of operation
 -------------------
 A link that negotiated deflate compresses each write with zlib, and under a flood that
-costs more than routing does: with GUIDs as random as a real network's, about 0.8 µs per
-30-byte message and deflated link at level 6 on the machine the benchmarks run on, where
+can cost more than routing does: with GUIDs as random as a real network's, about 0.8 µs
+per 30-byte message and deflated link at level 6 (a third of that at level 1) on the
+machine the benchmarks run on, where
 routing the message costs about 1.4 µs. At the end of a router batch each link's queued
 messages go out in one direct write
 (:meth:`~gnutella_router.net.socket_writer.SocketWriter.flush`), so a broadcast batch ends
@@ -23,7 +24,8 @@ instead of growing the outgoing queues until the slow-peer policy closes healthy
 and no link's queue is left waiting for a thread while the router moves on.
 
 Small batches are deflated in place: handing a job to a thread costs tens of
-microseconds, more than deflating a few messages. Outside a batch (a message the router
+microseconds, more than deflating a few messages, and at level 1 (the default) more
+than deflating a few hundred (:func:`parallel_bytes`). Outside a batch (a message the router
 originates on its own) nothing is deferred.
 """
 
@@ -39,7 +41,18 @@ from protocol.compression import DeflateCompressor
 
 PARALLEL_BYTES = 4 * 1024
 """A batch's writes are deflated side by side only when they hold at least this many
-bytes in all (about 100 µs of zlib with random GUIDs); smaller ones, in place."""
+bytes in all (about 100 µs of zlib at level 6 with random GUIDs); smaller ones, in
+place."""
+PARALLEL_BYTES_FAST = 32 * 1024
+"""The same at level 1, about three times as fast on such traffic: measured side by
+side (``scripts/bench_deflate.py``, ``scripts/bench_matrix.py``), a batch of less goes
+faster deflated in place than handed to a thread and back."""
+
+
+def parallel_bytes(level: int) -> int:
+    """The least a batch's writes hold for them to be deflated side by side at ``level``."""
+    return PARALLEL_BYTES_FAST if level <= 1 else PARALLEL_BYTES
+
 
 Written = Callable[[bytes | Exception], None]
 """What a link does with its deflated bytes (write them), or with the error that left
@@ -50,10 +63,13 @@ class DeflatePool:
     """Worker threads that deflate the links' writes of a router batch beside the trio
     thread (see the module)."""
 
-    def __init__(self, threads: int) -> None:
+    def __init__(self, threads: int, level: int = 6) -> None:
+        """``level``: zlib's level the links deflate at, which sets how large a batch
+        must be to be worth the threads (:func:`parallel_bytes`)."""
         if threads < 1:
             raise ValueError("a deflate pool needs at least one thread")
         self.threads = threads
+        self.parallel_bytes = parallel_bytes(level)
         self._executor = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="deflate")
         self._jobs: list[tuple[DeflateCompressor, bytes, Written]] | None = None
         self.batches_parallel = 0
@@ -92,7 +108,7 @@ class DeflatePool:
         return True
 
     def _run(self, jobs: list[tuple[DeflateCompressor, bytes, Written]]) -> None:
-        if len(jobs) < 2 or sum(len(data) for _, data, _ in jobs) < PARALLEL_BYTES:
+        if len(jobs) < 2 or sum(len(data) for _, data, _ in jobs) < self.parallel_bytes:
             for compressor, data, then in jobs:
                 then(_deflated(compressor, data))
             return

@@ -43,6 +43,27 @@ def _into(outputs: list[tuple[int, bytes]], index: int) -> Callable[[bytes | Exc
     return written
 
 
+@pytest.mark.parametrize(
+    ("level", "chunk", "parallel"), [(6, 4096, 1), (1, 4096, 0), (1, 32768, 1)]
+)
+def test_what_is_worth_the_threads_depends_on_the_level(
+    level: int, chunk: int, parallel: int
+) -> None:
+    """At level 1 zlib is fast enough that a batch the threads pay for at level 6 is
+    deflated in place; a larger one still goes side by side."""
+    pool = DeflatePool(1, level)
+    outputs: list[tuple[int, bytes]] = []
+    data = [_chunk(chunk), _chunk(chunk)]
+    try:
+        with pool.batch():
+            for index, piece in enumerate(data):
+                assert pool.defer(DeflateCompressor(level), piece, _into(outputs, index))
+    finally:
+        pool.close()
+    assert [zlib.decompressobj().decompress(out) for _, out in outputs] == data
+    assert pool.batches_parallel == parallel
+
+
 def test_a_large_batch_is_deflated_on_two_threads_at_once() -> None:
     pool = DeflatePool(1)
     barrier = threading.Barrier(2, timeout=10)
