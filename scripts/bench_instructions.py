@@ -123,6 +123,7 @@ def _route(kind: str, count: int, made: int, seed: int) -> int:
             self.written = 0
             self.writer = self  # the outbox's writer: the link is its own
             self.busy = False  # its writes are made in flush, none left over
+            self.deflates = False  # the loads' links are plain
             self.writer_busy = False  # the same, as a --tree router before writers reads it
 
         def act_on(self, verdict: object) -> None:

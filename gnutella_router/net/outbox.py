@@ -23,7 +23,10 @@ nowhere else:
   that halves the number of writes, each a syscall that on loopback also runs the
   receiving side. A peer waits for one batch at most, so an honest peer's pong is never
   held behind batch after batch of copies, and the slow-peer policy's verdicts stay what
-  they would be with a write per batch.
+  they would be with a write per batch. A deflated link is the exception: each of its
+  writes costs zlib a fixed share, so it may wait up to :data:`DEFLATED_WAITS` batches
+  in a row while it holds less than :data:`DEFLATED_WRITE` (a few milliseconds at most,
+  and only while the router has its next batch queued, that is, while it is busy).
 * **Deflate batching.** With a :class:`~gnutella_router.net.deflate_pool.DeflatePool`,
   the deflates of one batch's writes are collected and run side by side on several
   cores before the writes are made.
@@ -47,6 +50,14 @@ from protocol.header import HOPS_OFFSET, TYPE_OFFSET
 
 WRITE_SIZE = 64 * 1024
 """Most bytes a peer's writer joins into one write."""
+DEFLATED_WRITE = 16 * 1024
+"""Bytes a deflated link's write is worth waiting for (see :data:`DEFLATED_WAITS`)."""
+DEFLATED_WAITS = 4
+"""Batches in a row a deflated link's write may wait while it holds less than
+:data:`DEFLATED_WRITE`. Each deflated write ends with a sync flush, which costs zlib a
+fixed share (at level 1 with random GUIDs, about as much as deflating 4 KiB), so a flood
+cut into a write per batch per link costs half as much again in zlib as one cut into
+writes of 16 KiB or more (``scripts/bench_deflate.py``)."""
 
 
 class Writer(Protocol):
@@ -62,6 +73,11 @@ class Writer(Protocol):
     @property
     def closing(self) -> bool:
         """Whether its peer's link is ending."""
+        ...
+
+    @property
+    def deflates(self) -> bool:
+        """Whether its writes are deflated (then fewer, larger ones cost less)."""
         ...
 
     def flush(self) -> None:
@@ -106,8 +122,9 @@ class Outbox(Generic[W]):
         self._registry = registry
         self.deflate_pool = deflate_pool
         """Deflates a batch's writes side by side; None: each deflates its own."""
-        self._held: set[int] = set()
-        """Peers whose writes waited for the batch now under way (once at most)."""
+        self._held: dict[int, int] = {}
+        """Peers whose writes waited for the batch now under way, and for how many
+        batches in a row (once at most, or :data:`DEFLATED_WAITS` for a deflated link)."""
 
     # ------------------------------------------------------------------ the peers
 
@@ -173,7 +190,7 @@ class Outbox(Generic[W]):
         """Start writing one peer's queue now: for messages made outside a batch."""
         link = self._registry.get(link_id)
         if link is not None:
-            self._held.discard(link_id)
+            self._held.pop(link_id, None)
             link.writer.flush()
 
     def end_batch(self, upcoming: int = 0) -> None:
@@ -181,17 +198,20 @@ class Outbox(Generic[W]):
 
         ``upcoming``: the most messages the router's next batch may offer one peer, when
         that batch is already queued (0 when it is not). A peer that can take that many
-        more without a decision of its policy, and did not wait last time, waits for it.
+        more without a decision of its policy, and did not wait last time, waits for it;
+        a deflated one with less than :data:`DEFLATED_WRITE` queued may wait again, up
+        to :data:`DEFLATED_WAITS` batches in a row.
         """
         held = self._held
-        waiting: set[int] = set()
+        waiting: dict[int, int] = {}
         pool = self.deflate_pool
         if pool is not None:
             pool.begin_batch()
         try:
             for link in self._registry.snapshot():
-                if upcoming and link.id not in held and _may_wait(link, upcoming):
-                    waiting.add(link.id)
+                waited = held.get(link.id, 0)
+                if upcoming and _may_wait(link, upcoming, waited):
+                    waiting[link.id] = waited + 1
                 else:
                     link.writer.flush()
         finally:
@@ -209,13 +229,18 @@ class Outbox(Generic[W]):
         return not any(link.writer.busy for link in self._registry.snapshot())
 
 
-def _may_wait(link: Writable, upcoming: int) -> bool:
-    """Whether ``link``'s queued messages may wait for the next batch's write: its queue
-    takes ``upcoming`` more without a decision of its policy, and holds less than half a
-    write (a full write is better made now)."""
+def _may_wait(link: Writable, upcoming: int, waited: int) -> bool:
+    """Whether ``link``'s queued messages may wait for the next batch's write, having
+    waited for ``waited`` batches in a row: its queue takes ``upcoming`` more without a
+    decision of its policy, and holds less than half a write (a full write is better made
+    now); after one wait only a deflated link's may, while it holds less than a write
+    worth deflating."""
     outgoing = link.outgoing
-    return (
-        outgoing.pending_bytes <= WRITE_SIZE // 2
-        and outgoing.has_room_for(upcoming)
-        and not link.writer.closing
-    )
+    writer = link.writer
+    if waited == 0:
+        small = outgoing.pending_bytes <= WRITE_SIZE // 2
+    else:
+        small = (
+            waited < DEFLATED_WAITS and outgoing.pending_bytes < DEFLATED_WRITE and writer.deflates
+        )
+    return small and outgoing.has_room_for(upcoming) and not writer.closing

@@ -123,6 +123,11 @@ class SocketWriter:
         return self._deferred or self._running
 
     @property
+    def deflates(self) -> bool:
+        """Whether what it writes is deflated (see :data:`.outbox.DEFLATED_WAITS`)."""
+        return self.session.compressor is not None
+
+    @property
     def closing(self) -> bool:
         """Whether the link is ending: nothing more will be written but its Bye."""
         return self.session.closing

@@ -55,6 +55,8 @@ class FakeLink:
         """The outbox's writer: a fake link is its own (its socket is a list)."""
         self.busy = False
         """A fake link has no writer task: tests set this to play one with work left."""
+        self.deflates = False
+        """Whether its writes count as deflated for the outbox: tests set it."""
         self.done = 0
         self.hops_flow = NO_HOPS_FLOW
         self.offences: collections.Counter[Offence] = collections.Counter()

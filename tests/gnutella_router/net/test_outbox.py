@@ -14,7 +14,7 @@ import trio.testing
 
 from gnutella_router.net.connection_table import ConnectionTable
 from gnutella_router.net.deflate_pool import DeflatePool
-from gnutella_router.net.outbox import WRITE_SIZE, Outbox
+from gnutella_router.net.outbox import DEFLATED_WAITS, DEFLATED_WRITE, WRITE_SIZE, Outbox
 from gnutella_router.net.threshold_queue import ThresholdQueue
 from protocol.codec import encode_message
 from protocol.messages import Message, Query, random_guid
@@ -72,6 +72,31 @@ def test_a_write_waits_for_one_batch_at_most() -> None:
     outbox.write(1)  # a message of our own written outside a batch ends the wait
     outbox.end_batch(250)
     assert link.flushes == 2
+
+
+def test_a_deflated_write_waits_for_a_few_batches_until_it_is_worth_deflating() -> None:
+    """A deflated link waits batch after batch, up to DEFLATED_WAITS, while it holds
+    less than DEFLATED_WRITE and the next batch is already queued; then it is written.
+    A plain link beside it waits once."""
+    plain = FakeLink(1)
+    deflated = FakeLink(2)
+    deflated.deflates = True
+    outbox = outbox_over(lambda: [plain, deflated])
+    for _ in range(DEFLATED_WAITS):
+        outbox.end_batch(250)
+    assert plain.flushes == DEFLATED_WAITS // 2  # every other batch
+    assert deflated.flushes == 0  # waited every time
+    outbox.end_batch(250)
+    assert deflated.flushes == 1  # DEFLATED_WAITS in a row: written now
+    outbox.end_batch(0)  # no next batch queued: everyone is written
+    assert deflated.flushes == 2
+    outbox.end_batch(250)  # a wait ended by a write starts the count again
+    assert deflated.flushes == 2
+    big = queries(20, b"x" * 1000)
+    assert sum(map(len, big)) >= DEFLATED_WRITE
+    assert outbox.offer_whole(2, big, sum(map(len, big)))
+    outbox.end_batch(250)
+    assert deflated.flushes == 3  # holding a write worth deflating: written now
 
 
 def test_an_offer_returns_the_queue_verdict_and_a_closing_verdict_closes_the_link() -> None:
