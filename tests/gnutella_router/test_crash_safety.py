@@ -51,7 +51,7 @@ async def test_kill_9_at_any_moment_never_costs_the_host_cache(tmp_path: Path) -
     for _ in range(KILLS):
         process = start(["--listen", f"127.0.0.1:{port}", "--config", str(config)], tmp_path)
         try:
-            await wait_listening(port)
+            await wait_listening(port, process)
             await trio.sleep(rng.uniform(0.0, 0.3))
         finally:
             kill(process)
@@ -62,7 +62,7 @@ async def test_kill_9_at_any_moment_never_costs_the_host_cache(tmp_path: Path) -
         tmp_path,
     )
     try:
-        await wait_listening(port)
+        await wait_listening(port, process)
         process.send_signal(signal.SIGTERM)
         assert await trio.to_thread.run_sync(process.wait, 10) == 0
     finally:
@@ -85,7 +85,7 @@ async def test_sigterm_with_busy_peers_says_bye_200_to_each_and_exits_0_in_2_s(
     port = free_port()
     process = start(["--listen", f"127.0.0.1:{port}"], tmp_path)
     try:
-        await wait_listening(port)
+        await wait_listening(port, process)
         peers = [await Peer.connect(("127.0.0.1", port)) for _ in range(10)]
 
         async def keep_sending(peer: Peer) -> None:

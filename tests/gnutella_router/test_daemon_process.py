@@ -25,7 +25,7 @@ async def test_sigterm_says_bye_and_exits_zero(tmp_path: Path) -> None:
     port = free_port()
     process = start(["--listen", f"127.0.0.1:{port}", "--log-format", "json"], tmp_path)
     try:
-        await wait_listening(port)
+        await wait_listening(port, process)
         peer = await Peer.connect(("127.0.0.1", port))
         await trio.sleep(0.2)
         sent_at = time.monotonic()

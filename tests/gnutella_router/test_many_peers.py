@@ -31,7 +31,7 @@ async def test_three_hundred_loopback_peers_floods_and_slow_readers(tmp_path: Pa
         tmp_path,
     )
     try:
-        await wait_listening(port)
+        await wait_listening(port, process)
         address = ("127.0.0.1", port)
         fast: list[Peer] = []
         slow: list[Peer] = []

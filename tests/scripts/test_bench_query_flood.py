@@ -59,15 +59,23 @@ def test_with_minimal_peers_the_query_flood_runs_as_before(run_script: RunScript
 
 @pytest.mark.e2e
 def test_a_short_deflate_benchmark_runs_both_routers_to_its_ratio(run_script: RunScript) -> None:
-    """Both routers take the deflated sinks (the handshake asks for deflate and the sinks
-    count inflated bytes) and stop cleanly."""
+    """All four routers (two levels, deflates in turn or side by side) take the deflated
+    sinks (the handshake asks for deflate and the sinks count inflated bytes), stop
+    cleanly, and each is set beside the defaults."""
+    from scripts.bench_deflate import VARIANTS
+
     run = run_script("bench_deflate.py", *SHORT)
     assert run.returncode == 0, run.stdout + run.stderr
-    for router in ("one deflate at a time", "deflates side by side"):
+    assert len(VARIANTS) == 4
+    for router, (level, threads) in VARIANTS.items():
         assert f"{router}, run 1:" in run.stdout
         assert f"{router}: stopped by SIGTERM, exit status 0" in run.stdout
-    assert "side by side / one at a time: " in run.stdout
-    assert "no ratio" not in run.stdout
+        (row,) = [
+            line
+            for line in run.stdout.splitlines()
+            if f"`deflate_level = {level}`, `deflate_threads = {threads}`" in line
+        ]
+        assert row.rstrip().endswith("x"), row  # a ratio to the defaults, not "n/a"
 
 
 def test_the_written_section_says_which_runs_failed_and_how_many_each_median_counts() -> None:

@@ -251,7 +251,7 @@ async def test_run_record_in_a_real_process(tmp_path: Path) -> None:
         tmp_path / "state",
     )
     try:
-        await wait_listening(port)
+        await wait_listening(port, process)
         peer = await Peer.connect(("127.0.0.1", port))
         sent = [message(Ping(), ttl=1), message(Query(b"one"), ttl=2)]
         await peer.send(*sent)
