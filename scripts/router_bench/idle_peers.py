@@ -25,7 +25,7 @@ from protocol.handshake import (
     Initiator,
 )
 from protocol.messages import random_guid
-from scripts.router_bench.peers import BenchError, Peer
+from scripts.router_bench.peers import GTK_LIKE_HEADERS, BenchError, Peer
 
 PER_BLOCK = 250
 """Client addresses used per 127.0.N.0/24."""
@@ -36,25 +36,13 @@ INTRODUCTION_BYTES = sum(map(len, INTRODUCTIONS))
 
 GTK_HEADERS = (
     ("Remote-IP", "127.0.0.1"),
-    ("User-Agent", "gtk-gnutella/1.2.3 (2024-03-03; Topless; Linux x86_64)"),
-    ("Pong-Caching", "0.1"),
-    ("Bye-Packet", "0.1"),
-    ("GGEP", "0.5"),
-    ("Vendor-Message", "0.2"),
-    ("X-Query-Routing", "0.2"),
-    ("X-Requeries", "False"),
+    *GTK_LIKE_HEADERS,
     ("X-Live-Since", "Sat, 21 Nov 2026 05:35:53 +0000"),
-    ("X-Ultrapeer", "True"),
-    ("X-Ultrapeer-Query-Routing", "0.1"),
-    ("X-Degree", "46"),
-    ("X-Max-TTL", "4"),
-    ("X-Dynamic-Querying", "0.1"),
-    ("X-Ext-Probes", "0.1"),
-    ("X-Features", "sflag/0.1, HSEP/0.2"),
 )
-"""gtk-gnutella 1.2.3's step 1 (``tests/support/gtk_vectors.py``), less ``Node``,
-``X-Token``, ``GUID`` (one is drawn per peer) and ``Accept-Encoding`` (asked for in the
-deflate runs only)."""
+"""gtk-gnutella 1.2.3's step 1 (``tests/support/gtk_vectors.py``): the benchmarks' peers'
+headers (:data:`~scripts.router_bench.peers.GTK_LIKE_HEADERS`) with the two that name
+a host, less ``Node``, ``X-Token``, ``GUID`` (one is drawn per peer) and
+``Accept-Encoding`` (asked for in the deflate runs only)."""
 
 
 def client_address(index: int) -> str:
