@@ -73,6 +73,8 @@ def _router(level: int, threads: int, port: int, home: Path) -> list[str]:
 
 LEVELS = (1, 3, 6, 9)
 """The zlib levels ``--levels`` sets side by side."""
+WRITE_SIZES = (4 * 1024, 16 * 1024, 64 * 1024)
+"""Write sizes ``--levels`` sets side by side at the default level."""
 LEVEL_WRITE = 16 * 1024
 """Bytes per deflated write in ``--levels``: about what a router's write to one peer
 holds under a flood."""
@@ -112,6 +114,18 @@ def levels(args: argparse.Namespace) -> int:
     speed_at_6 = {name: rate for name, level, rate, _ in rows if level == 6}
     for name, level, rate, ratio in rows:
         print(f"{name:<66}{level:>6}{rate:>9.1f}{ratio:>8.3f}{rate / speed_at_6[name]:>11.2f}x")
+    # What a write's size does to the cost of each message in it, at the default level:
+    # every write ends with a sync flush, whose cost does not shrink with the write.
+    sizes: list[tuple[int, float]] = []
+    for size in WRITE_SIZES:
+        writes = [flood[i : i + size] for i in range(0, len(flood) - size + 1, size)]
+        rate = statistics.median(
+            _deflate_rate(DEFAULT_DEFLATE_LEVEL, writes)[0] for _ in range(args.repeats)
+        )
+        sizes.append((size, wire.size / rate * 1000.0))  # ns per message: bytes / (MB/s)
+    print(f"\nlevel {DEFAULT_DEFLATE_LEVEL}, the flood, by write size:")
+    for size, cost in sizes:
+        print(f"  {size // 1024:>3} KiB writes: {cost:,.0f} ns per {wire.size}-byte message")
     if args.write:
         lines = [
             "## zlib's levels on what a router sends (`scripts/bench_deflate.py --levels`)",
@@ -128,6 +142,14 @@ def levels(args: argparse.Namespace) -> int:
                 f"| {name} | {level} | {rate:.1f} | {ratio:.3f} | {rate / speed_at_6[name]:.2f}x |"
                 for name, level, rate, ratio in rows
             ),
+            "",
+            f"At level {DEFAULT_DEFLATE_LEVEL}, on the flood, what a write's size does to "
+            "the cost of each message in it (each write ends with a sync flush, whose cost "
+            "does not shrink with the write): "
+            + ", ".join(f"{size // 1024} KiB writes {cost:,.0f} ns" for size, cost in sizes)
+            + f" per {wire.size}-byte message. So a deflated link's write may wait for a few "
+            "batches until it is worth deflating (`gnutella_router/net/outbox.py`, "
+            "`DEFLATED_WAITS`).",
             "",
             f"`network.deflate_level` defaults to {DEFAULT_DEFLATE_LEVEL}: a router "
             "deflates every byte it sends, so the level decides how much of a core zlib "

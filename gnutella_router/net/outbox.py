@@ -56,8 +56,8 @@ DEFLATED_WAITS = 4
 """Batches in a row a deflated link's write may wait while it holds less than
 :data:`DEFLATED_WRITE`. Each deflated write ends with a sync flush, which costs zlib a
 fixed share (at level 1 with random GUIDs, about as much as deflating 4 KiB), so a flood
-cut into a write per batch per link costs half as much again in zlib as one cut into
-writes of 16 KiB or more (``scripts/bench_deflate.py``)."""
+cut into writes of 4 KiB costs zlib about 1.7 times as much per message as one cut into
+writes of 16 KiB (``scripts/bench_deflate.py --levels``)."""
 
 
 class Writer(Protocol):
