@@ -37,7 +37,7 @@ import zlib
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 
-from protocol.compression import DeflateCompressor
+from protocol.compression import DEFAULT_DEFLATE_LEVEL, DeflateCompressor
 
 PARALLEL_BYTES = 4 * 1024
 """A batch's writes are deflated side by side only when they hold at least this many
@@ -63,7 +63,7 @@ class DeflatePool:
     """Worker threads that deflate the links' writes of a router batch beside the trio
     thread (see the module)."""
 
-    def __init__(self, threads: int, level: int = 6) -> None:
+    def __init__(self, threads: int, level: int = DEFAULT_DEFLATE_LEVEL) -> None:
         """``level``: zlib's level the links deflate at, which sets how large a batch
         must be to be worth the threads (:func:`parallel_bytes`)."""
         if threads < 1:

@@ -10,8 +10,8 @@ from collections.abc import Callable
 
 import pytest
 
-from gnutella_router.net.deflate_pool import PARALLEL_BYTES, DeflatePool
-from protocol.compression import DeflateCompressor
+from gnutella_router.net.deflate_pool import DeflatePool, parallel_bytes
+from protocol.compression import DEFAULT_DEFLATE_LEVEL, DeflateCompressor
 
 
 class _Meeting(DeflateCompressor):
@@ -27,6 +27,10 @@ class _Meeting(DeflateCompressor):
         self.threads.add(threading.get_ident())
         self.barrier.wait()
         return super().compress(data)
+
+
+WORTH = parallel_bytes(DEFAULT_DEFLATE_LEVEL)
+"""A write large enough that two of them go to the threads at the default level."""
 
 
 def _chunk(size: int) -> bytes:
@@ -68,7 +72,7 @@ def test_a_large_batch_is_deflated_on_two_threads_at_once() -> None:
     pool = DeflatePool(1)
     barrier = threading.Barrier(2, timeout=10)
     threads: set[int] = set()
-    data = [_chunk(PARALLEL_BYTES), _chunk(PARALLEL_BYTES)]
+    data = [_chunk(WORTH), _chunk(WORTH)]
     outputs: list[tuple[int, bytes]] = []
     try:
         with pool.batch():
@@ -146,10 +150,10 @@ def test_a_failing_deflate_is_given_to_its_link_and_the_others_still_written() -
         def compress(self, data: bytes | bytearray | memoryview) -> bytes:
             raise zlib.error("broken stream")
 
-    good = _chunk(PARALLEL_BYTES)
+    good = _chunk(WORTH)
     try:
         with pool.batch():
-            pool.defer(Broken(), _chunk(PARALLEL_BYTES), lambda out: outputs.update(bad=out))
+            pool.defer(Broken(), _chunk(WORTH), lambda out: outputs.update(bad=out))
             pool.defer(DeflateCompressor(), good, lambda out: outputs.update(good=out))
     finally:
         pool.close()

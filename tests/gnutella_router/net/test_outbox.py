@@ -145,7 +145,7 @@ async def test_a_batch_of_deflating_connections_is_deflated_together_and_then_wr
                 table.add(link)
                 nursery.start_soon(link.run, _ignore)
             await trio.testing.wait_all_tasks_blocked()
-            batches = [queries(200, f"link {n} search".encode()) for n in range(len(links))]
+            batches = [queries(1000, f"link {n} search".encode()) for n in range(len(links))]
             for link, batch in zip(links, batches, strict=True):
                 assert outbox.offer_many(link.id, batch, sum(map(len, batch)), 0.0) == []
             assert all(_received(theirs) == b"" for _, theirs in pairs)  # offers never write

@@ -4,8 +4,10 @@ failure, the Bye after a partial write and a queue verdict that ends the link.""
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import zlib
+from collections.abc import AsyncIterator
 
 import trio
 import trio.testing
@@ -48,7 +50,7 @@ async def test_a_batch_defers_the_direct_writes_of_deflating_links_to_its_end() 
             for link in links:
                 nursery.start_soon(link.run, _ignore)
             await trio.testing.wait_all_tasks_blocked()
-            first = [queries(200, f"link {n} search".encode()) for n in range(len(links))]
+            first = [queries(1000, f"link {n} search".encode()) for n in range(len(links))]
             later = queries(2, b"after the first flush")
             with pool.batch():
                 for link, batch in zip(links, first, strict=True):
@@ -89,10 +91,10 @@ async def test_outside_a_batch_a_deflating_link_writes_at_once() -> None:
         theirs.close()
 
 
-async def test_the_writer_is_busy_only_while_the_socket_has_not_taken_a_write() -> None:
-    """The router may route its next batch before the writers run only while no writer
-    is busy: after a write the socket took whole, none is; after one it took in part,
-    the writer holds the rest until the peer has read enough."""
+@contextlib.asynccontextmanager
+async def lagging_link() -> AsyncIterator[tuple[Connection, socket.socket]]:
+    """A running link whose socket buffers little (4 KiB), so that a large write lags,
+    and the peer's end of it."""
     ours, theirs = socket.socketpair()
     ours.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
     theirs.setblocking(False)
@@ -101,33 +103,48 @@ async def test_the_writer_is_busy_only_while_the_socket_has_not_taken_a_write() 
         async with trio.open_nursery() as nursery:
             nursery.start_soon(link.run, _ignore)
             await trio.testing.wait_all_tasks_blocked()
-            assert not link.writer.busy  # parked with nothing to write
-            small = queries(3, b"x")
-            queue_all(link, small)
-            link.writer.flush()
-            assert not link.writer.busy  # the socket took it whole
-            assert _received(theirs) == b"".join(small)
-            big = queries(400, b"y" * 500)  # far more than the socket buffers
-            queue_all(link, big)
-            link.writer.flush()
-            assert link.writer.busy
-            got = b""
-            with trio.fail_after(10):
-                while len(got) < len(b"".join(big)):
-                    got += _received(theirs)
-                    await trio.sleep(0.001)
-            await trio.testing.wait_all_tasks_blocked()
-            assert got == b"".join(big)
-            assert not link.writer.busy  # all written: parked again
+            yield link, theirs
             nursery.cancel_scope.cancel()
     finally:
         ours.close()
         theirs.close()
 
 
+async def read_until(theirs: socket.socket, size: int) -> bytes:
+    """What the peer reads until it has ``size`` bytes (the link's writer task sending
+    the rest meanwhile)."""
+    got = b""
+    with trio.fail_after(10):
+        while len(got) < size:
+            got += _received(theirs)
+            await trio.sleep(0.001)
+    await trio.testing.wait_all_tasks_blocked()
+    return got
+
+
+async def test_the_writer_is_busy_only_while_the_socket_has_not_taken_a_write() -> None:
+    """The router may route its next batch before the writers run only while no writer
+    is busy: after a write the socket took whole, none is; after one it took in part,
+    the writer holds the rest until the peer has read enough."""
+    async with lagging_link() as (link, theirs):
+        assert not link.writer.busy  # parked with nothing to write
+        small = queries(3, b"x")
+        queue_all(link, small)
+        link.writer.flush()
+        assert not link.writer.busy  # the socket took it whole
+        assert _received(theirs) == b"".join(small)
+        big = queries(400, b"y" * 500)  # far more than the socket buffers
+        queue_all(link, big)
+        link.writer.flush()
+        assert link.writer.busy
+        assert await read_until(theirs, len(b"".join(big))) == b"".join(big)
+        assert not link.writer.busy  # all written: parked again
+
+
 def writer_tasks() -> list[trio.lowlevel.Task]:
-    """The writer tasks of the links run by the calling test's innermost nursery, and
-    every task those links started in nurseries of their own."""
+    """The writer tasks of the links run by the calling task's innermost nursery (a
+    :func:`lagging_link`'s), and every task those links started in nurseries of their
+    own."""
     test_nursery = trio.lowlevel.current_task().child_nurseries[-1]
     return [
         *(task for task in test_nursery.child_tasks if task.name.endswith("._write_loop")),
@@ -143,35 +160,19 @@ def writer_tasks() -> list[trio.lowlevel.Task]:
 async def test_a_link_has_a_writer_task_only_while_the_socket_lags() -> None:
     """An idle link is its reader alone; a write the socket takes whole starts no task;
     one it takes in part starts a writer, which ends once everything is written."""
-    ours, theirs = socket.socketpair()
-    ours.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
-    theirs.setblocking(False)
-    link = connection(trio.SocketStream(trio.socket.from_stdlib_socket(ours)), "incoming")
-    try:
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(link.run, _ignore)
-            await trio.testing.wait_all_tasks_blocked()
-            assert writer_tasks() == []
-            queue_all(link, queries(3, b"x"))
-            link.writer.flush()
-            await trio.testing.wait_all_tasks_blocked()
-            assert writer_tasks() == []
-            big = queries(400, b"y" * 500)
-            queue_all(link, big)
-            link.writer.flush()
-            await trio.testing.wait_all_tasks_blocked()
-            assert len(writer_tasks()) == 1
-            got = b""
-            with trio.fail_after(10):
-                while len(got) < len(b"".join(big)) + 3 * len(queries(1, b"x")[0]):
-                    got += _received(theirs)
-                    await trio.sleep(0.001)
-            await trio.testing.wait_all_tasks_blocked()
-            assert writer_tasks() == []
-            nursery.cancel_scope.cancel()
-    finally:
-        ours.close()
-        theirs.close()
+    async with lagging_link() as (link, theirs):
+        assert writer_tasks() == []
+        queue_all(link, queries(3, b"x"))
+        link.writer.flush()
+        await trio.testing.wait_all_tasks_blocked()
+        assert writer_tasks() == []
+        big = queries(400, b"y" * 500)
+        queue_all(link, big)
+        link.writer.flush()
+        await trio.testing.wait_all_tasks_blocked()
+        assert len(writer_tasks()) == 1
+        await read_until(theirs, len(b"".join(big)) + 3 * len(queries(1, b"x")[0]))
+        assert writer_tasks() == []
 
 
 class BrokenQueue(ThresholdQueue):
